@@ -1,0 +1,71 @@
+"""Causal multi-head self-attention with q/k/v/o projections and biases."""
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from .linear import linear_backward, linear_forward
+from .softmax import softmax_backward, softmax_forward
+
+
+def split_heads(x, num_heads):
+    """(B, T, d) -> (B, H, T, dh)"""
+    B, T, d = x.shape
+    return x.reshape(B, T, num_heads, d // num_heads).transpose(0, 2, 1, 3)
+
+
+def merge_heads(x):
+    """(B, H, T, dh) -> (B, T, d)"""
+    B, H, T, dh = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(B, T, H * dh)
+
+
+@lru_cache(maxsize=None)
+def causal_mask(T, dtype):
+    """(T, T) additive mask: 0 where query t may see key s (s <= t), -inf above.
+
+    Built once per (T, dtype) and shared read-only, since every step adds the same mask.
+    """
+    mask = np.triu(np.full((T, T), -np.inf, dtype=dtype), k=1)
+    mask.setflags(write=False)
+    return mask
+
+
+def attention_forward(x, p, num_heads):
+    """x (B, T, d), p: dict wq, bq, wk, bk, wv, bv, wo, bo -> y (B, T, d), cache"""
+    q, q_cache = linear_forward(x, p["wq"], p["bq"])  # eq:attn-qkv
+    k, k_cache = linear_forward(x, p["wk"], p["bk"])  # eq:attn-qkv
+    v, v_cache = linear_forward(x, p["wv"], p["bv"])  # eq:attn-qkv
+    q, k, v = (split_heads(a, num_heads) for a in (q, k, v))  # (B, H, T, dh)
+    # Scaling q (B, H, T, dh) instead of the scores (B, H, T, T) is the same
+    # product, on an array T/dh times smaller.
+    q_scaled = q * (1.0 / math.sqrt(q.shape[-1]))  # eq:attn-scores
+    scores = q_scaled @ k.transpose(0, 1, 3, 2)  # eq:attn-scores  (B, H, T, T)
+    scores += causal_mask(x.shape[1], np.dtype(scores.dtype))  # eq:attn-mask
+    att, att_cache = softmax_forward(scores)  # eq:attn-softmax
+    heads = att @ v  # eq:attn-mix  (B, H, T, dh)
+    y, o_cache = linear_forward(merge_heads(heads), p["wo"], p["bo"])  # eq:attn-out
+    cache = (q_scaled, k, v, att, att_cache, q_cache, k_cache, v_cache, o_cache)
+    return y, cache
+
+
+def attention_backward(dy, cache):
+    """dy (B, T, d) -> dx (B, T, d), grads: dict with the keys of p"""
+    q_scaled, k, v, att, att_cache, q_cache, k_cache, v_cache, o_cache = cache
+    num_heads = k.shape[1]
+    scale = 1.0 / math.sqrt(k.shape[-1])
+    dheads, dwo, dbo = linear_backward(dy, o_cache)
+    dheads = split_heads(dheads, num_heads)  # (B, H, T, dh)
+    datt = dheads @ v.transpose(0, 1, 3, 2)  # (B, H, T, T)
+    dv = att.transpose(0, 1, 3, 2) @ dheads  # (B, H, T, dh)
+    dscores = softmax_backward(datt, att_cache)  # masked entries have att = 0, so get 0
+    dq = (dscores @ k) * scale  # (B, H, T, dh)
+    dk = dscores.transpose(0, 1, 3, 2) @ q_scaled  # (B, H, T, dh)
+    dx_q, dwq, dbq = linear_backward(merge_heads(dq), q_cache)
+    dx_k, dwk, dbk = linear_backward(merge_heads(dk), k_cache)
+    dx_v, dwv, dbv = linear_backward(merge_heads(dv), v_cache)
+    dx = dx_q + dx_k + dx_v  # x fed all three projections
+    grads = {"wq": dwq, "bq": dbq, "wk": dwk, "bk": dbk,
+             "wv": dwv, "bv": dbv, "wo": dwo, "bo": dbo}
+    return dx, grads

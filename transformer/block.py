@@ -1,0 +1,55 @@
+"""One pre-norm transformer block: attention and a feed-forward network, each
+added to the residual stream.
+
+    h = x + Attention(LN1(x))
+    y = h + FFN(LN2(h)),   FFN(u) = act(u W1 + b1) W2 + b2
+"""
+
+from .activations import ACTIVATION_FUNCTIONS
+from .attention import attention_backward, attention_forward
+from .layernorm import layer_norm_backward, layer_norm_forward
+from .linear import linear_backward, linear_forward
+
+ATTENTION_KEYS = ("wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo")
+BLOCK_KEYS = ("ln1_g", "ln1_b") + ATTENTION_KEYS + ("ln2_g", "ln2_b", "ff1_w", "ff1_b", "ff2_w", "ff2_b")
+
+
+def block_params(params, layer):
+    """The parameters of block `layer`, with the 'b{layer}.' prefix removed."""
+    return {name: params[f"b{layer}.{name}"] for name in BLOCK_KEYS}
+
+
+def block_forward(x, p, cfg):
+    """x (B, T, d), p: block parameters -> y (B, T, d), cache"""
+    act_forward, _ = ACTIVATION_FUNCTIONS[cfg.activation]
+    a, ln1_cache = layer_norm_forward(x, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
+    a, attn_cache = attention_forward(a, p, cfg.num_heads)
+    h = x + a  # eq:block-attn-residual
+    u, ln2_cache = layer_norm_forward(h, p["ln2_g"], p["ln2_b"], cfg.ln_eps)
+    u, ff1_cache = linear_forward(u, p["ff1_w"], p["ff1_b"])  # eq:ffn  (B, T, F)
+    u, act_cache = act_forward(u)  # eq:ffn
+    u, ff2_cache = linear_forward(u, p["ff2_w"], p["ff2_b"])  # eq:ffn  (B, T, d)
+    y = h + u  # eq:block-ffn-residual
+    cache = (cfg.activation, ln1_cache, attn_cache, ln2_cache, ff1_cache, act_cache, ff2_cache)
+    return y, cache
+
+
+def block_backward(dy, cache):
+    """dy (B, T, d) -> dx (B, T, d), grads: dict with the keys of block_params"""
+    activation, ln1_cache, attn_cache, ln2_cache, ff1_cache, act_cache, ff2_cache = cache
+    _, act_backward = ACTIVATION_FUNCTIONS[activation]
+    # y = h + FFN(LN2(h)): the residual passes dy to h unchanged, and the
+    # feed-forward branch adds its own gradient on top.
+    du, dff2_w, dff2_b = linear_backward(dy, ff2_cache)
+    du = act_backward(du, act_cache)
+    du, dff1_w, dff1_b = linear_backward(du, ff1_cache)
+    dh_ffn, dln2_g, dln2_b = layer_norm_backward(du, ln2_cache)
+    dh = dy + dh_ffn  # eq:block-residual-grad
+    # h = x + Attention(LN1(x)): the same pattern once more.
+    da, attn_grads = attention_backward(dh, attn_cache)
+    dx_attn, dln1_g, dln1_b = layer_norm_backward(da, ln1_cache)
+    dx = dh + dx_attn  # eq:block-residual-grad
+    grads = {"ln1_g": dln1_g, "ln1_b": dln1_b, **attn_grads,
+             "ln2_g": dln2_g, "ln2_b": dln2_b,
+             "ff1_w": dff1_w, "ff1_b": dff1_b, "ff2_w": dff2_w, "ff2_b": dff2_b}
+    return dx, grads

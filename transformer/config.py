@@ -1,0 +1,76 @@
+"""Model configuration: a frozen dataclass with a reason on each field.
+
+Dimension legend used in every shape comment of the package:
+B batch, T time (sequence length), d model width, H heads, dh head width (d/H),
+F feed-forward width, V vocabulary size, L layers.
+"""
+
+from dataclasses import asdict, dataclass, fields, replace
+
+from .errors import ConfigError
+
+ACTIVATIONS = ("relu", "gelu")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int = 65  # V: distinct characters of Tiny Shakespeare
+    context_len: int = 32  # T_max: rows of the position table, longest input
+    emb_dim: int = 32  # d: width of the residual stream
+    num_heads: int = 4  # H: attention heads, each of width d/H
+    num_layers: int = 2  # L: transformer blocks
+    ff_dim: int = 128  # F: hidden width of the feed-forward network (4d)
+    ln_eps: float = 1e-5  # added to the variance inside the square root
+    activation: str = "relu"  # "relu" or "gelu" (exact, with erf)
+
+    def __post_init__(self):
+        for name in ("vocab_size", "context_len", "emb_dim", "num_heads", "num_layers", "ff_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.emb_dim % self.num_heads:
+            raise ConfigError(
+                f"num_heads={self.num_heads} does not divide emb_dim={self.emb_dim}: "
+                "each head needs an equal share d/H of the width"
+            )
+        if not (isinstance(self.ln_eps, (int, float)) and self.ln_eps > 0):
+            raise ConfigError(f"ln_eps must be a positive number, got {self.ln_eps!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+
+    @property
+    def head_dim(self) -> int:
+        """dh = d / H, the width of one attention head."""
+        return self.emb_dim // self.num_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "ModelConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown model configuration keys: {', '.join(unknown)}")
+        return cls(**values)
+
+    def with_(self, **changes) -> "ModelConfig":
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+
+# Named presets. The default is the explained model the pages use; the others
+# are for benchmarks and the Tiny Shakespeare run (see the README).
+PRESETS = {
+    "default": ModelConfig(),
+    "A": ModelConfig(vocab_size=65, context_len=64, emb_dim=64, num_heads=4, num_layers=3, ff_dim=256),
+    "B": ModelConfig(vocab_size=65, context_len=64, emb_dim=128, num_heads=4, num_layers=4, ff_dim=512),
+    "tiny": ModelConfig(vocab_size=5, context_len=4, emb_dim=4, num_heads=2, num_layers=2, ff_dim=6),
+}
+
+
+def preset(name: str) -> ModelConfig:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None

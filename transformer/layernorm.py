@@ -1,0 +1,45 @@
+"""Layer normalisation over the last axis (the model width d)."""
+
+import numpy as np
+
+
+def layer_norm_forward(x, g, b, eps):
+    """y = g * (x - mean) / sqrt(var + eps) + b, per row of width d.
+
+    The variance is the population variance (divide by d, not d - 1) and eps
+    sits inside the square root, as in PyTorch's LayerNorm.
+    x (..., d), g (d,), b (d,) -> y (..., d), cache
+    """
+    d = x.shape[-1]
+    mean = x.mean(axis=-1, keepdims=True)  # eq:ln-mean
+    xhat = x - mean
+    var = np.einsum("...i,...i->...", xhat, xhat)[..., None] / d  # eq:ln-var
+    rstd = 1.0 / np.sqrt(var + eps)  # eq:ln-norm
+    xhat *= rstd  # eq:ln-norm  (now xhat = (x - mean) / sigma)
+    y = xhat * g
+    y += b  # eq:ln-affine
+    # The cache keeps the normalised rows and 1/sigma: all the backward needs.
+    cache = (xhat, rstd, g)
+    return y, cache
+
+
+def layer_norm_backward(dy, cache):
+    """dy (..., d) -> dx (..., d), dg (d,), db (d,)
+
+    Every input of a row moves the row's mean and variance, so dx has three
+    terms: the direct path through xhat, the path through the mean, and the
+    path through the variance.
+    """
+    xhat, rstd, g = cache
+    d = xhat.shape[-1]
+    dxhat = dy * g
+    mean_dxhat = dxhat.mean(axis=-1, keepdims=True)
+    mean_dxhat_xhat = np.einsum("...i,...i->...", dxhat, xhat)[..., None] / d
+    dx = dxhat  # term 1: x_i -> xhat_i directly
+    dx -= mean_dxhat  # term 2: through the mean
+    dx -= xhat * mean_dxhat_xhat  # term 3: through the variance
+    dx *= rstd  # eq:ln-grad
+    dy2, xhat2 = dy.reshape(-1, d), xhat.reshape(-1, d)
+    dg = np.einsum("ni,ni->i", dy2, xhat2)  # sum over every row of dy * xhat
+    db = dy2.sum(axis=0)
+    return dx, dg, db

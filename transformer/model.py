@@ -1,0 +1,153 @@
+"""The whole model: parameters, forward, backward and the loss.
+
+    ids (B, T) -> tok_emb[ids] + pos_emb[:T]                 X (B, T, d)
+    for each block l: X = block_l(X)                        X (B, T, d)
+    LN_f(X) @ head_w + head_b                               logits (B, T, V)
+    mean cross-entropy over all B*T positions               loss
+"""
+
+import numpy as np
+
+from .block import BLOCK_KEYS, block_backward, block_forward, block_params
+from .config import ModelConfig
+from .embedding import embedding_backward, embedding_forward
+from .errors import ConfigError, InputError
+from .layernorm import layer_norm_backward, layer_norm_forward
+from .linear import linear_backward, linear_forward
+from .softmax import cross_entropy_backward, cross_entropy_forward
+
+
+def param_shapes(cfg: ModelConfig) -> dict:
+    """Every parameter's name and shape, in a fixed order."""
+    V, T, d, F = cfg.vocab_size, cfg.context_len, cfg.emb_dim, cfg.ff_dim
+    block = {"ln1_g": (d,), "ln1_b": (d,),
+             "wq": (d, d), "bq": (d,), "wk": (d, d), "bk": (d,),
+             "wv": (d, d), "bv": (d,), "wo": (d, d), "bo": (d,),
+             "ln2_g": (d,), "ln2_b": (d,),
+             "ff1_w": (d, F), "ff1_b": (F,), "ff2_w": (F, d), "ff2_b": (d,)}
+    shapes = {"tok_emb": (V, d), "pos_emb": (T, d)}
+    for layer in range(cfg.num_layers):
+        shapes.update({f"b{layer}.{name}": block[name] for name in BLOCK_KEYS})
+    shapes.update({"lnf_g": (d,), "lnf_b": (d,), "head_w": (d, V), "head_b": (V,)})
+    return shapes
+
+
+def param_count(cfg: ModelConfig) -> int:
+    """N = 2Vd + T_max d + 2d + V + L (4d^2 + 2dF + 9d + F)."""
+    V, T, d, F, L = cfg.vocab_size, cfg.context_len, cfg.emb_dim, cfg.ff_dim, cfg.num_layers
+    return 2 * V * d + T * d + 2 * d + V + L * (4 * d * d + 2 * d * F + 9 * d + F)  # eq:param-count
+
+
+def init_params(cfg: ModelConfig, seed: int = 0, dtype=np.float64) -> dict:
+    """Xavier-uniform matrices (embedding tables included), zero biases,
+    LayerNorm gains one and shifts zero. The same seed gives the same arrays.
+    """
+    rng = np.random.default_rng(seed)
+    params = {}
+    for name, shape in param_shapes(cfg).items():
+        short = name.rsplit(".", 1)[-1]
+        if len(shape) == 2:
+            fan_in, fan_out = shape
+            limit = np.sqrt(6.0 / (fan_in + fan_out))  # eq:xavier
+            params[name] = rng.uniform(-limit, limit, size=shape).astype(dtype)
+        elif short.endswith("_g"):
+            params[name] = np.ones(shape, dtype=dtype)
+        else:  # biases and LayerNorm shifts
+            params[name] = np.zeros(shape, dtype=dtype)
+    return params
+
+
+def check_ids(ids, cfg: ModelConfig, what="ids"):
+    """Return ids as a (B, T) integer array, or raise InputError naming the problem.
+
+    Negative ids are refused: numpy would silently read row V - k for id -k.
+    """
+    ids = np.asarray(ids)
+    if ids.dtype == bool or not np.issubdtype(ids.dtype, np.integer):
+        raise InputError(f"{what} must be integers, got dtype {ids.dtype}")
+    if ids.ndim not in (1, 2):
+        raise InputError(f"{what} must have shape (T,) or (B, T), got {ids.shape}")
+    T = ids.shape[-1]
+    if T == 0 or ids.size == 0:
+        raise InputError(f"{what} is empty: shape {ids.shape}")
+    if T > cfg.context_len:
+        raise InputError(
+            f"sequence of {T} tokens is longer than the position table "
+            f"(context_len={cfg.context_len})"
+        )
+    low, high = ids.min(), ids.max()
+    if low < 0 or high >= cfg.vocab_size:
+        bad = low if low < 0 else high
+        raise InputError(f"{what} must lie in [0, {cfg.vocab_size}), found {bad}")
+    return ids.reshape(-1, T)
+
+
+def check_params(params, cfg: ModelConfig):
+    """Raise ConfigError when params do not match cfg (missing key or shape)."""
+    for name, shape in param_shapes(cfg).items():
+        if name not in params:
+            raise ConfigError(f"parameter {name!r} is missing")
+        if params[name].shape != shape:
+            raise ConfigError(f"parameter {name!r} has shape {params[name].shape}, the config needs {shape}")
+
+
+def forward(params, ids, cfg: ModelConfig):
+    """ids (T,) or (B, T) ints -> logits (T, V) or (B, T, V), cache"""
+    single = np.ndim(ids) == 1
+    ids = check_ids(ids, cfg)
+    x, emb_cache = embedding_forward(ids, params["tok_emb"], params["pos_emb"])
+    block_caches = []
+    for layer in range(cfg.num_layers):
+        x, block_cache = block_forward(x, block_params(params, layer), cfg)
+        block_caches.append(block_cache)
+    x, lnf_cache = layer_norm_forward(x, params["lnf_g"], params["lnf_b"], cfg.ln_eps)
+    logits, head_cache = linear_forward(x, params["head_w"], params["head_b"])  # eq:head
+    cache = (single, emb_cache, block_caches, lnf_cache, head_cache)
+    return (logits[0] if single else logits), cache
+
+
+def backward(dlogits, cache):
+    """dlogits shaped like the logits -> grads: dict with the keys of params"""
+    single, emb_cache, block_caches, lnf_cache, head_cache = cache
+    if single:
+        dlogits = dlogits[None]
+    grads = {}
+    dx, grads["head_w"], grads["head_b"] = linear_backward(dlogits, head_cache)
+    dx, grads["lnf_g"], grads["lnf_b"] = layer_norm_backward(dx, lnf_cache)
+    for layer in reversed(range(len(block_caches))):
+        dx, block_grads = block_backward(dx, block_caches[layer])
+        grads.update({f"b{layer}.{name}": g for name, g in block_grads.items()})
+    grads["tok_emb"], grads["pos_emb"] = embedding_backward(dx, emb_cache)
+    return grads
+
+
+def check_targets(targets, ids, cfg: ModelConfig):
+    """Targets must be integer ids in [0, V) with exactly the shape of ids."""
+    targets_arr = np.asarray(targets)
+    if targets_arr.shape != np.shape(ids):
+        raise InputError(f"targets have shape {targets_arr.shape}, ids have shape {np.shape(ids)}")
+    if targets_arr.dtype == bool or not np.issubdtype(targets_arr.dtype, np.integer):
+        raise InputError(f"targets must be integers, got dtype {targets_arr.dtype}")
+    low, high = targets_arr.min(), targets_arr.max()
+    if low < 0 or high >= cfg.vocab_size:
+        bad = low if low < 0 else high
+        raise InputError(f"targets must lie in [0, {cfg.vocab_size}), found {bad}")
+    return targets_arr
+
+
+def loss_fn(params, ids, targets, cfg: ModelConfig) -> float:
+    """The mean cross-entropy, forward only (for evaluation)."""
+    targets = check_targets(targets, ids, cfg)
+    logits, _ = forward(params, ids, cfg)
+    loss, _ = cross_entropy_forward(logits, targets)
+    return loss
+
+
+def loss_and_grads(params, ids, targets, cfg: ModelConfig):
+    """ids, targets (T,) or (B, T) -> loss (float), grads (dict like params)"""
+    targets = check_targets(targets, ids, cfg)
+    logits, cache = forward(params, ids, cfg)
+    loss, xent_cache = cross_entropy_forward(logits, targets)
+    dlogits = cross_entropy_backward(1.0, xent_cache)
+    grads = backward(dlogits, cache)
+    return loss, {name: grads[name] for name in params}

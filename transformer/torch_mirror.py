@@ -1,0 +1,75 @@
+"""The same model written with PyTorch operations and PyTorch autograd.
+
+It never calls our backward functions: gradients come from torch.autograd, so
+agreement with the NumPy reference is evidence from an independent framework.
+torch is imported inside each function; the rest of the package never needs it.
+"""
+
+import math
+
+import numpy as np
+
+from .block import BLOCK_KEYS
+from .model import check_ids
+
+
+def to_torch(params, device="cpu", dtype=None, requires_grad=True):
+    """numpy parameter dict -> dict of torch leaf tensors on `device`."""
+    import torch
+
+    out = {}
+    for name, value in params.items():
+        t = torch.tensor(np.asarray(value), device=device, dtype=dtype)
+        out[name] = t.requires_grad_(requires_grad)
+    return out
+
+
+def torch_block(x, p, cfg):
+    """One pre-norm block, x (B, T, d) -> (B, T, d); p has the short key names."""
+    import torch
+    import torch.nn.functional as F
+
+    B, T, d = x.shape
+    H, dh = cfg.num_heads, cfg.head_dim
+    a = F.layer_norm(x, (d,), p["ln1_g"], p["ln1_b"], cfg.ln_eps)
+    q = (a @ p["wq"] + p["bq"]).view(B, T, H, dh).transpose(1, 2)  # (B, H, T, dh)
+    k = (a @ p["wk"] + p["bk"]).view(B, T, H, dh).transpose(1, 2)
+    v = (a @ p["wv"] + p["bv"]).view(B, T, H, dh).transpose(1, 2)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
+    future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+    att = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+    heads = (att @ v).transpose(1, 2).reshape(B, T, d)
+    h = x + heads @ p["wo"] + p["bo"]
+    u = F.layer_norm(h, (d,), p["ln2_g"], p["ln2_b"], cfg.ln_eps)
+    u = u @ p["ff1_w"] + p["ff1_b"]
+    u = F.relu(u) if cfg.activation == "relu" else F.gelu(u)  # gelu's default is the exact erf form
+    return h + u @ p["ff2_w"] + p["ff2_b"], att
+
+
+def torch_forward(tparams, ids, cfg):
+    """ids (T,) or (B, T) -> logits, computed by torch. Returns (logits, intermediates)."""
+    import torch
+    import torch.nn.functional as F
+
+    single = np.ndim(ids) == 1
+    ids2 = torch.as_tensor(check_ids(ids, cfg), device=tparams["tok_emb"].device)
+    T = ids2.shape[1]
+    x = tparams["tok_emb"][ids2] + tparams["pos_emb"][:T]
+    inter = {"embedding": x, "attention": []}
+    for layer in range(cfg.num_layers):
+        p = {name: tparams[f"b{layer}.{name}"] for name in BLOCK_KEYS}
+        x, att = torch_block(x, p, cfg)
+        inter["attention"].append(att)
+    x = F.layer_norm(x, (cfg.emb_dim,), tparams["lnf_g"], tparams["lnf_b"], cfg.ln_eps)
+    logits = x @ tparams["head_w"] + tparams["head_b"]
+    return (logits[0] if single else logits), inter
+
+
+def torch_loss(tparams, ids, targets, cfg):
+    """Mean cross-entropy over all positions, by torch."""
+    import torch
+    import torch.nn.functional as F
+
+    logits, _ = torch_forward(tparams, ids, cfg)
+    t = torch.as_tensor(np.asarray(targets), device=logits.device).reshape(-1)
+    return F.cross_entropy(logits.reshape(-1, cfg.vocab_size), t)
