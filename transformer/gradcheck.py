@@ -10,6 +10,22 @@ to about 1e-9 relative; far below what any real backward bug produces.
 import numpy as np
 
 from .config import ModelConfig
+
+# A backward passes when its relative gap (see relative_gap) is below REL_TOL.
+# Central differences in float64 with h = 1e-5 agree to ~1e-9 relative, so
+# 1e-6 leaves room for rounding and none for a real mistake (a gradient off
+# by 0.1% has a relative gap of 1e-3).
+REL_TOL = 1e-6
+# Some gradients are exactly zero in exact arithmetic (the key bias: softmax
+# ignores a constant added to a row of scores). Then the relative gap compares
+# two rounding noises; the central difference alone carries about
+# machine-epsilon * |loss| / h ~ 1e-11. An absolute gap below ABS_FLOOR passes.
+ABS_FLOOR = 1e-9
+
+
+def check_passes(abs_gap, rel_gap) -> bool:
+    """The pass rule used by the tests and `python -m transformer gradcheck`."""
+    return rel_gap < REL_TOL or abs_gap < ABS_FLOOR
 from .model import init_params, loss_and_grads, loss_fn
 
 
