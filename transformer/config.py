@@ -33,7 +33,7 @@ class ModelConfig:
                 f"num_heads={self.num_heads} does not divide emb_dim={self.emb_dim}: "
                 "each head needs an equal share d/H of the width"
             )
-        if not (isinstance(self.ln_eps, (int, float)) and self.ln_eps > 0):
+        if isinstance(self.ln_eps, bool) or not (isinstance(self.ln_eps, (int, float)) and self.ln_eps > 0):
             raise ConfigError(f"ln_eps must be a positive number, got {self.ln_eps!r}")
         if self.activation not in ACTIVATIONS:
             raise ConfigError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")

@@ -63,13 +63,13 @@ def check_ids(ids, cfg: ModelConfig, what="ids"):
     Negative ids are refused: numpy would silently read row V - k for id -k.
     """
     ids = np.asarray(ids)
+    if ids.size == 0:
+        raise InputError(f"{what} is empty: shape {ids.shape}")
     if ids.dtype == bool or not np.issubdtype(ids.dtype, np.integer):
         raise InputError(f"{what} must be integers, got dtype {ids.dtype}")
     if ids.ndim not in (1, 2):
         raise InputError(f"{what} must have shape (T,) or (B, T), got {ids.shape}")
     T = ids.shape[-1]
-    if T == 0 or ids.size == 0:
-        raise InputError(f"{what} is empty: shape {ids.shape}")
     if T > cfg.context_len:
         raise InputError(
             f"sequence of {T} tokens is longer than the position table "
@@ -124,6 +124,8 @@ def backward(dlogits, cache):
 def check_targets(targets, ids, cfg: ModelConfig):
     """Targets must be integer ids in [0, V) with exactly the shape of ids."""
     targets_arr = np.asarray(targets)
+    if targets_arr.size == 0:
+        raise InputError(f"targets are empty: shape {targets_arr.shape}")
     if targets_arr.shape != np.shape(ids):
         raise InputError(f"targets have shape {targets_arr.shape}, ids have shape {np.shape(ids)}")
     if targets_arr.dtype == bool or not np.issubdtype(targets_arr.dtype, np.integer):

@@ -1,0 +1,151 @@
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from transformer.checkpoint import Checkpoint, save_checkpoint
+from transformer.cli import main
+from transformer.config import PRESETS
+from transformer.data import CharTokenizer
+from transformer.model import init_params
+
+SMALL = ["--context-len", "16", "--emb-dim", "16", "--num-layers", "1", "--ff-dim", "32",
+         "--num-heads", "2", "--batch-size", "4", "--seq-len", "8", "--no-progress"]
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("the quick brown fox jumps over the lazy dog\n" * 40)
+    return path
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    cfg = PRESETS["tiny"]
+    path = tmp_path / "tiny.npz"
+    save_checkpoint(path, Checkpoint(init_params(cfg, seed=0), cfg, CharTokenizer("abcde")))
+    return path
+
+
+def run_cli(args, capsys):
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code, err, message):
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert message in lines[0], lines[0]
+
+
+def test_train_then_sample_from_the_command_line(tmp_path, corpus, capsys):
+    out = tmp_path / "run"
+    code, stdout, _ = run_cli(["train", "--corpus", corpus, "--out", out, "--steps", "30",
+                               "--eval-every", "10", *SMALL], capsys)
+    assert code == 0 and "done: 30 steps" in stdout and "validation loss" in stdout
+    code, stdout, _ = run_cli(["sample", "--checkpoint", out / "checkpoint.npz", "--prompt", "the ",
+                               "--tokens", "40", "--seed", "1"], capsys)
+    assert code == 0
+    text = stdout.rstrip("\n")
+    assert text.startswith("the ") and len(text) == len("the ") + 40
+    assert set(text) <= set(corpus.read_text())
+
+
+def test_gradcheck_command_passes_every_parameter(capsys):
+    code, stdout, _ = run_cli(["gradcheck"], capsys)
+    assert code == 0
+    assert stdout.strip().endswith("38 of 38 parameters pass")
+    assert "FAIL" not in stdout
+
+
+def test_gradcheck_command_fails_on_a_wrong_backward(capsys, monkeypatch):
+    """Negative control: scale the LayerNorm gain gradient by 1.001 and the command must fail."""
+    import transformer.block as block
+    import transformer.layernorm as layernorm
+
+    original = layernorm.layer_norm_backward
+
+    def wrong(dy, cache):
+        dx, dg, db = original(dy, cache)
+        return dx, dg * 1.001, db
+
+    monkeypatch.setattr(block, "layer_norm_backward", wrong)
+    code, stdout, _ = run_cli(["gradcheck"], capsys)
+    assert code == 1
+    assert "b0.ln1_g" in stdout and "FAIL" in stdout
+
+
+MODEL = ["--context-len", "16", "--emb-dim", "16", "--num-layers", "1", "--ff-dim", "32", "--num-heads", "2"]
+
+
+@pytest.mark.parametrize("make, args, message", [
+    (None, ["--corpus", "{tmp}/missing.txt", *MODEL], "missing.txt does not exist"),
+    (b"", ["--corpus", "{tmp}/c.txt", *MODEL], "is empty"),
+    (b"abc\xfe", ["--corpus", "{tmp}/c.txt", *MODEL], "byte 0xfe at byte offset 3"),
+    (b"abc", ["--corpus", "{tmp}/c.txt", *MODEL, "--seq-len", "8"], "has 3 tokens; windows of 8 tokens need at least"),
+    (b"x" * 500, ["--corpus", "{tmp}/c.txt", "--emb-dim", "10", "--num-heads", "3"],
+     "num_heads=3 does not divide emb_dim=10"),
+    (b"x" * 500, ["--corpus", "{tmp}/c.txt", *MODEL, "--seq-len", "64"], "seq_len=64 is longer than context_len=16"),
+    (b"x" * 500, ["--corpus", "{tmp}/c.txt", "--resume"], "checkpoint.npz does not exist"),
+    (b"x" * 500, ["--corpus", "{tmp}/c.txt", "--resume", "--lr", "0.1"], "drop --lr"),
+    (b"x" * 500, ["--corpus", "{tmp}/c.txt", *MODEL, "--steps", "0"], "steps must be a positive integer"),
+])
+def test_train_errors_are_one_line(tmp_path, capsys, make, args, message):
+    if make is not None:
+        (tmp_path / "c.txt").write_bytes(make)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    code, _, err = run_cli(["train", "--out", tmp_path / "out", *args, "--no-progress"], capsys)
+    assert_one_line_error(code, err, message)
+
+
+def test_train_without_a_corpus_says_how_to_give_one(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TRANSFORMER_CORPUS", raising=False)
+    code, _, err = run_cli(["train", "--out", tmp_path], capsys)
+    assert_one_line_error(code, err, "pass --corpus PATH or set TRANSFORMER_CORPUS")
+
+
+def test_corpus_can_come_from_the_environment(tmp_path, corpus, capsys, monkeypatch):
+    monkeypatch.setenv("TRANSFORMER_CORPUS", str(corpus))
+    code, stdout, _ = run_cli(["train", "--out", tmp_path / "run", "--steps", "2", *SMALL], capsys)
+    assert code == 0 and "done: 2 steps" in stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompt", "abz"], "'z' (U+007A) is not in this tokenizer's vocabulary"),
+    (["--temperature", "-1"], "temperature must be a finite number >= 0"),
+    (["--top-k", "9"], "top_k must be an integer in [1, 5]"),
+    (["--tokens", "-1"], "number of tokens must be a non-negative integer"),
+    (["--prompt", ""], "prompt must be a non-empty sequence"),
+])
+def test_sample_errors_are_one_line(checkpoint, capsys, args, message):
+    code, _, err = run_cli(["sample", "--checkpoint", checkpoint, "--prompt", "ab", *args], capsys)
+    assert_one_line_error(code, err, message)
+
+
+def test_sample_default_prompt_falls_back_when_the_vocabulary_has_no_newline(checkpoint, capsys):
+    code, stdout, _ = run_cli(["sample", "--checkpoint", checkpoint, "--tokens", "5"], capsys)
+    assert code == 0 and len(stdout.rstrip("\n")) == 6 and set(stdout.rstrip("\n")) <= set("abcde")
+
+
+def test_sample_refuses_bad_checkpoints(tmp_path, checkpoint, capsys):
+    truncated = tmp_path / "truncated.npz"
+    truncated.write_bytes(checkpoint.read_bytes()[:200])
+    foreign = tmp_path / "foreign.npz"
+    np.savez(foreign, w=np.ones(2))
+    for path, message in [(tmp_path / "none.npz", "does not exist"),
+                          (truncated, "truncated or not an .npz file"),
+                          (foreign, "not a checkpoint of this project")]:
+        code, _, err = run_cli(["sample", "--checkpoint", path], capsys)
+        assert_one_line_error(code, err, message)
+
+
+def test_the_real_command_prints_no_traceback_for_a_user_mistake(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "transformer", "train", "--corpus", str(tmp_path / "x.txt"),
+                             "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: corpus {tmp_path / 'x.txt'} does not exist"
+    assert result.stdout == ""

@@ -1,0 +1,95 @@
+import numpy as np
+import pytest
+
+from transformer.config import PRESETS
+from transformer.errors import InputError
+from transformer.generate import KVCache, decode_step, generate, sample_next
+from transformer.model import forward, init_params
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_kv_cache_logits_equal_full_recomputation(activation):
+    """Each cached step must give the logits of running the whole prefix again."""
+    cfg = PRESETS["default"].with_(vocab_size=11, context_len=12, activation=activation)
+    params = init_params(cfg, seed=1)
+    ids = np.random.default_rng(0).integers(0, cfg.vocab_size, cfg.context_len)
+    cache = KVCache(cfg, np.float64)
+    full_logits, _ = forward(params, ids, cfg)
+    for t, token in enumerate(ids):
+        step_logits = decode_step(params, int(token), cache, cfg)
+        np.testing.assert_allclose(step_logits, full_logits[t], rtol=0, atol=1e-10)
+    with pytest.raises(InputError, match="cache is full"):
+        decode_step(params, 0, cache, cfg)
+
+
+def test_generation_beyond_the_context_slides_the_window_and_matches_recomputation():
+    cfg = PRESETS["tiny"]
+    params = init_params(cfg, seed=2)
+    prompt = [1, 2]
+    new, drawn_from = generate(params, cfg, prompt, 9, temperature=1.0, seed=5, return_logits=True)
+    ids = prompt + new
+    assert len(new) == 9 and all(0 <= i < cfg.vocab_size for i in new)
+    for i, logits in enumerate(drawn_from):
+        window = ids[:len(prompt) + i][-cfg.context_len:]  # what the model may see
+        expected = forward(params, np.array(window), cfg)[0][-1]
+        np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-10)
+
+
+def test_a_prompt_longer_than_the_context_uses_its_last_window():
+    cfg = PRESETS["tiny"]
+    params = init_params(cfg, seed=2)
+    long_prompt = [0, 1, 2, 3, 4, 0, 1]
+    _, drawn = generate(params, cfg, long_prompt, 1, return_logits=True)
+    np.testing.assert_allclose(drawn[0], forward(params, np.array(long_prompt[-4:]), cfg)[0][-1], atol=1e-12)
+
+
+def test_generation_is_reproducible_per_seed():
+    cfg = PRESETS["tiny"]
+    params = init_params(cfg, seed=0)
+    a = generate(params, cfg, [0], 20, seed=3)
+    assert a == generate(params, cfg, [0], 20, seed=3)
+    assert a != generate(params, cfg, [0], 20, seed=4)
+
+
+def test_temperature_zero_is_greedy_and_top_1_is_greedy_too():
+    logits = np.array([0.1, 2.0, -1.0, 1.9])
+    rng = np.random.default_rng(0)
+    assert sample_next(logits, 0, None, rng) == 1
+    assert {sample_next(logits, 1.0, 1, rng) for _ in range(50)} == {1}
+
+
+def test_top_k_never_draws_outside_the_k_largest():
+    logits = np.array([3.0, 2.9, 0.0, -1.0, 2.8])
+    rng = np.random.default_rng(0)
+    draws = {sample_next(logits, 5.0, 3, rng) for _ in range(400)}
+    assert draws == {0, 1, 4}
+
+
+def test_sampling_frequencies_follow_the_softmax_of_scaled_logits():
+    logits = np.log(np.array([0.5, 0.3, 0.2]))
+    rng = np.random.default_rng(0)
+    n = 20000
+    counts = np.bincount([sample_next(logits, 1.0, None, rng) for _ in range(n)], minlength=3)
+    # Binomial standard error is at most sqrt(0.25 / n) ~ 0.0035; allow 4 of them.
+    np.testing.assert_allclose(counts / n, [0.5, 0.3, 0.2], atol=0.014)
+    hot = np.bincount([sample_next(logits, 2.0, None, rng) for _ in range(n)], minlength=3) / n
+    expected = np.array([0.5, 0.3, 0.2]) ** 0.5
+    np.testing.assert_allclose(hot, expected / expected.sum(), atol=0.014)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"temperature": -1.0}, "temperature must be a finite number >= 0"),
+    ({"temperature": float("nan")}, "temperature must be a finite number >= 0"),
+    ({"top_k": 0}, r"top_k must be an integer in \[1, 5\]"),
+    ({"top_k": 6}, r"top_k must be an integer in \[1, 5\]"),
+    ({"num_tokens": -3}, "number of tokens must be a non-negative integer"),
+    ({"prompt_ids": []}, "prompt must be a non-empty sequence"),
+    ({"prompt_ids": [0, 5]}, r"prompt ids must lie in \[0, 5\), found 5"),
+    ({"prompt_ids": [0, -1]}, r"prompt ids must lie in \[0, 5\), found -1"),
+])
+def test_bad_generation_arguments_are_named(kwargs, message):
+    cfg = PRESETS["tiny"]
+    params = init_params(cfg, seed=0)
+    args = {"prompt_ids": [0, 1], "num_tokens": 3, **kwargs}
+    with pytest.raises(InputError, match=message):
+        generate(params, cfg, **args)

@@ -1,0 +1,154 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from transformer.checkpoint import load_checkpoint
+from transformer.config import PRESETS
+from transformer.errors import CheckpointError, ConfigError, CorpusError
+from transformer.train import TrainConfig, evaluate, train
+from transformer.model import init_params
+from transformer.softmax import cross_entropy_forward
+from transformer.model import forward
+
+MODEL = PRESETS["default"].with_(context_len=16, emb_dim=16, num_layers=1, ff_dim=32, num_heads=2)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    rng = np.random.default_rng(0)
+    words = ["to", "be", "or", "not", "that", "is", "the", "question", "\n"]
+    path = tmp_path / "corpus.txt"
+    path.write_text(" ".join(rng.choice(words, 3000)))
+    return path
+
+
+def read_metrics(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def train_losses(out):
+    return {m["step"]: m["loss"] for m in read_metrics(out) if "loss" in m}
+
+
+def small_config(**changes):
+    values = dict(steps=12, batch_size=4, seq_len=8, warmup=3, eval_every=4, ckpt_every=5, lr=1e-2)
+    return TrainConfig(**{**values, **changes})
+
+
+def test_training_lowers_the_loss_and_writes_metrics_and_a_checkpoint(tmp_path, corpus):
+    out = tmp_path / "run"
+    summary = train(corpus, out, MODEL, small_config(steps=60, eval_every=30), progress=False)
+    metrics = read_metrics(out)
+    losses = [m["loss"] for m in metrics if "loss" in m]
+    vals = [m["val_loss"] for m in metrics if "val_loss" in m]
+    assert len(losses) == 60 and len(vals) == 2
+    assert np.mean(losses[-10:]) < np.mean(losses[:10]) - 0.5
+    assert summary["val_loss"] == vals[-1] and summary["stopped"] is None
+    ckpt = load_checkpoint(out / "checkpoint.npz")
+    assert ckpt.step == 60 and ckpt.opt_state["step"] == 60
+    assert ckpt.cfg.vocab_size == ckpt.tokenizer.vocab_size == len(set(corpus.read_text()))
+
+
+def test_resume_reproduces_an_uninterrupted_run_exactly(tmp_path, corpus):
+    """Stop after step 7 (the last checkpoint is at step 5), resume: every loss equals the straight run."""
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    train(corpus, straight, MODEL, small_config(), progress=False)
+
+    def stop_at_7(step, stop):
+        if step == 7:
+            stop.reason = "interrupted"
+
+    summary = train(corpus, broken, MODEL, small_config(), progress=False, on_step=stop_at_7)
+    assert summary["stopped"] == "interrupted" and summary["step"] == 7
+    assert load_checkpoint(broken / "checkpoint.npz").step == 7
+    train(corpus, broken, MODEL, small_config(), resume=True, progress=False)
+    expected, got = train_losses(straight), train_losses(broken)
+    assert sorted(got) == list(range(1, 13))  # no step lost or repeated in the metrics
+    assert got == expected  # bit-for-bit equal losses
+    a, b = load_checkpoint(straight / "checkpoint.npz"), load_checkpoint(broken / "checkpoint.npz")
+    for name in a.params:
+        np.testing.assert_array_equal(b.params[name], a.params[name])
+
+
+def test_resume_after_a_crash_drops_the_metrics_of_lost_steps(tmp_path, corpus):
+    """A crash at step 7 loses steps 6-7 (checkpoint at 5): their metric lines are redone, not duplicated."""
+    out = tmp_path / "run"
+
+    def crash_at_7(step, stop):
+        if step == 7:
+            raise RuntimeError("simulated crash")
+
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(corpus, out, MODEL, small_config(), progress=False, on_step=crash_at_7)
+    assert load_checkpoint(out / "checkpoint.npz").step == 5
+    train(corpus, out, MODEL, small_config(), resume=True, progress=False)
+    steps = [m["step"] for m in read_metrics(out) if "loss" in m]
+    assert steps == list(range(1, 13))
+
+
+def test_evaluate_is_the_token_weighted_mean_over_the_whole_split():
+    cfg = MODEL.with_(vocab_size=7)
+    params = init_params(cfg, seed=0)
+    data = np.random.default_rng(1).integers(0, 7, 45)
+    # The same non-overlapping windows built by hand, one sequence at a time,
+    # each window's mean loss weighted by its number of targets.
+    hand, count = 0.0, 0
+    for start in range(0, len(data) - 1, 8):
+        x = data[start:min(start + 8, len(data) - 1)]
+        y = data[start + 1:start + 1 + len(x)]
+        hand += cross_entropy_forward(forward(params, x, cfg)[0], y)[0] * len(y)
+        count += len(y)
+    assert count == len(data) - 1
+    np.testing.assert_allclose(evaluate(params, cfg, data, 8, batch_size=2), hand / count, rtol=1e-12)
+
+
+def test_training_refuses_bad_settings(tmp_path, corpus):
+    with pytest.raises(ConfigError, match="seq_len=32 is longer than context_len=16"):
+        train(corpus, tmp_path / "a", MODEL, small_config(seq_len=32), progress=False)
+    with pytest.raises(ConfigError, match="steps must be a positive integer"):
+        small_config(steps=0)
+    with pytest.raises(ConfigError, match="beta2 must lie in"):
+        small_config(beta2=1.0)
+    with pytest.raises(CorpusError, match="does not exist"):
+        train(tmp_path / "nope.txt", tmp_path / "b", MODEL, small_config(), progress=False)
+    short = tmp_path / "short.txt"
+    short.write_text("abc")
+    with pytest.raises(CorpusError, match="has 3 tokens; windows of 8 tokens need at least"):
+        train(short, tmp_path / "c", MODEL, small_config(), progress=False)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        train(corpus, tmp_path / "never-ran", MODEL, small_config(), resume=True, progress=False)
+
+
+def test_divergence_is_reported_not_trained_through(tmp_path, corpus):
+    with pytest.raises(ConfigError, match="the loss became"):
+        train(corpus, tmp_path / "run", MODEL, small_config(lr=1e30, grad_clip=0.0, warmup=0, weight_decay=0.0),
+              progress=False)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="sends SIGINT")
+def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly_then_resume_matches(tmp_path, corpus):
+    """A real SIGINT to the command line: one line of output, status 130, a resumable checkpoint."""
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "transformer", "train", "--corpus", str(corpus), "--out", str(out),
+            "--context-len", "16", "--emb-dim", "16", "--num-layers", "1", "--ff-dim", "32",
+            "--num-heads", "2", "--steps", "100000", "--batch-size", "4", "--seq-len", "8",
+            "--ckpt-every", "100000", "--eval-every", "100000", "--no-progress"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 20):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert "stopped (interrupted) after step" in stdout and "--resume" in stdout
+    ckpt = load_checkpoint(out / "checkpoint.npz")
+    logged = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert ckpt.step == logged[-1] >= 20  # the checkpoint holds the last finished step

@@ -1,0 +1,136 @@
+"""Check that the test suite notices a backward output that is 0.1% off.
+
+For every function named *_backward in transformer/, and for every output it
+returns (each entry of a returned gradient dict counts separately), make a
+copy of the project in a temporary folder where that one output is multiplied
+by 1.001, run the test suite against the copy, and record whether it failed.
+The working tree is never touched. Exit status 1 if any mutant survives.
+
+    python tools/scale_backward_outputs.py [--list] [--only NAME ...] [-j 2]
+"""
+
+import argparse
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FACTOR = "1.001"
+# Mutants that compute the same numbers as the original, so no test can (or
+# should) catch them.
+EQUIVALENT = {
+    "attention_backward:grads['bk']":
+        "the key-bias gradient is zero: q.bk is the same constant across a query's row of "
+        "scores and softmax ignores a per-row constant, so 1.001 * 0 is still 0",
+}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    path: str  # relative to ROOT
+    function: str
+    output: str  # which output is scaled
+    start: tuple  # (line, col) of the expression, 1-based line
+    end: tuple
+
+    @property
+    def name(self):
+        return f"{self.function}:{self.output}"
+
+    def apply(self, source: str) -> str:
+        lines = source.splitlines(keepends=True)
+        (l0, c0), (l1, c1) = self.start, self.end
+        if l0 != l1:
+            raise ValueError(f"{self.name}: multi-line expression")
+        line = lines[l0 - 1]
+        lines[l0 - 1] = line[:c0] + f"(({line[c0:c1]}) * {FACTOR})" + line[c1:]
+        return "".join(lines)
+
+
+def find_mutants(root=ROOT):
+    mutants = []
+    for path in sorted((root / "transformer").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for fn in ast.walk(tree):
+            if isinstance(fn, ast.FunctionDef) and fn.name.endswith("_backward"):
+                mutants += _outputs(path.relative_to(root).as_posix(), fn)
+    return mutants
+
+
+def _outputs(path, fn):
+    returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None]
+    if len(returns) != 1:
+        raise ValueError(f"{fn.name} should have exactly one return statement")
+    value = returns[0].value
+    elements = value.elts if isinstance(value, ast.Tuple) else [value]
+    dicts = {t.id: node.value for node in ast.walk(fn) if isinstance(node, ast.Assign)
+             for t in node.targets if isinstance(t, ast.Name) and isinstance(node.value, ast.Dict)}
+    found = []
+    for element in elements:
+        label = ast.unparse(element)
+        if isinstance(element, ast.Name) and element.id in dicts:  # a dict of gradients: each entry
+            for key, item in zip(dicts[element.id].keys, dicts[element.id].values):
+                if key is None:
+                    continue  # a **spread of another function's dict: mutated in that function
+                found.append(Mutant(path, fn.name, f"{label}[{ast.literal_eval(key)!r}]",
+                                    (item.lineno, item.col_offset), (item.end_lineno, item.end_col_offset)))
+        else:
+            found.append(Mutant(path, fn.name, label, (element.lineno, element.col_offset),
+                                (element.end_lineno, element.end_col_offset)))
+    return found
+
+
+def run_mutant(mutant, pytest_args):
+    with tempfile.TemporaryDirectory(prefix="mutant-") as tmp:
+        tmp = Path(tmp)
+        for item in ("transformer", "tests", "pyproject.toml"):
+            src = ROOT / item
+            (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp / item)
+        target = tmp / mutant.path
+        target.write_text(mutant.apply(target.read_text()))
+        env = dict(os.environ, PYTHONPATH=str(tmp), PYTHONDONTWRITEBYTECODE="1")
+        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *pytest_args]
+        result = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
+        failed = [line.split(" ", 1)[1].split(" - ")[0] for line in result.stdout.splitlines()
+                  if line.startswith("FAILED ")]
+        return mutant, result.returncode, failed
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--only", nargs="+", default=None, help="mutant names (function:output) to run")
+    parser.add_argument("-j", "--jobs", type=int, default=2)
+    parser.add_argument("pytest_args", nargs="*", default=["tests"], help="what pytest runs (default: tests)")
+    args = parser.parse_args()
+    mutants = find_mutants()
+    if args.only:
+        mutants = [m for m in mutants if m.name in args.only]
+    if args.list:
+        for m in mutants:
+            print(f"{m.name:<40} {m.path}:{m.start[0]}")
+        return 0
+    for m in mutants:
+        if m.name in EQUIVALENT:
+            print(f"{m.name:<40} not run: equivalent mutant ({EQUIVALENT[m.name]})")
+    mutants = [m for m in mutants if m.name not in EQUIVALENT]
+    survivors = 0
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for mutant, code, failed in pool.map(lambda m: run_mutant(m, args.pytest_args), mutants):
+            caught = code == 1 and failed  # 1: tests failed; 2-5 would be a broken run, not a catch
+            survivors += not caught
+            what = f"caught by {failed[0]}" if caught else f"SURVIVED (pytest exit {code})"
+            print(f"{mutant.name:<40} {what}", flush=True)
+    print(f"{len(mutants) - survivors} of {len(mutants)} scaled outputs caught "
+          f"({len(EQUIVALENT)} equivalent mutant not run)")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Checkpoints: one .npz file with everything needed to sample or resume.
+
+Layout (every entry a plain numeric or string array, so numpy can load it with
+allow_pickle=False and a checkpoint can never run code):
+    meta           JSON text: format, version, model config, tokenizer, step,
+                   training config and the state of the batch sampler
+    param/<name>   each parameter
+    adam_m/<name>  AdamW first moments      (absent in a params-only file)
+    adam_v/<name>  AdamW second moments
+The file is written to a temporary name beside the target and renamed over it,
+so a crash mid-write leaves the previous checkpoint intact.
+"""
+
+import json
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .config import ModelConfig
+from .data import tokenizer_from_dict
+from .errors import CheckpointError, TransformerError
+from .model import param_shapes
+
+FORMAT = "numpy-transformer-checkpoint"
+VERSION = 1
+
+
+@dataclass
+class Checkpoint:
+    params: dict
+    cfg: ModelConfig
+    tokenizer: object
+    step: int = 0
+    opt_state: dict | None = None  # {"m": {...}, "v": {...}, "step": int}
+    extra: dict = field(default_factory=dict)  # training config, sampler state, times
+
+
+def save_checkpoint(path, ckpt: Checkpoint) -> Path:
+    """Write atomically: temporary file in the same folder, fsync, rename."""
+    path = Path(path)
+    meta = {"format": FORMAT, "version": VERSION, "config": ckpt.cfg.to_dict(),
+            "tokenizer": ckpt.tokenizer.to_dict(), "step": int(ckpt.step),
+            "adam_step": None if ckpt.opt_state is None else int(ckpt.opt_state["step"]),
+            "extra": ckpt.extra}
+    arrays = {"meta": np.array(json.dumps(meta))}
+    arrays.update({f"param/{k}": v for k, v in ckpt.params.items()})
+    if ckpt.opt_state is not None:
+        arrays.update({f"adam_m/{k}": v for k, v in ckpt.opt_state["m"].items()})
+        arrays.update({f"adam_v/{k}": v for k, v in ckpt.opt_state["v"].items()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_checkpoint(path) -> Checkpoint:
+    """Read and validate a checkpoint, or raise CheckpointError saying why not."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    if not zipfile.is_zipfile(path):  # also what a truncated .npz looks like
+        raise CheckpointError(f"checkpoint {path} is truncated or not an .npz file")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except (zipfile.BadZipFile, EOFError, OSError) as e:
+        raise CheckpointError(f"checkpoint {path} is truncated or not an .npz file ({e})") from None
+    except ValueError as e:  # object arrays need pickle, which we refuse
+        raise CheckpointError(f"checkpoint {path} holds pickled objects, which are refused: {e}") from None
+    meta = _read_meta(path, arrays)
+    try:
+        cfg = ModelConfig.from_dict(meta["config"])
+        tokenizer = tokenizer_from_dict(meta["tokenizer"])
+    except (TransformerError, KeyError, TypeError) as e:
+        raise CheckpointError(f"checkpoint {path} has an invalid description: {e}") from None
+    if tokenizer.vocab_size != cfg.vocab_size:
+        raise CheckpointError(
+            f"checkpoint {path}: tokenizer has {tokenizer.vocab_size} symbols, model expects {cfg.vocab_size}")
+    params = _read_group(path, arrays, "param", cfg)
+    opt_state = None
+    if meta.get("adam_step") is not None:
+        opt_state = {"m": _read_group(path, arrays, "adam_m", cfg),
+                     "v": _read_group(path, arrays, "adam_v", cfg), "step": int(meta["adam_step"])}
+    return Checkpoint(params, cfg, tokenizer, int(meta["step"]), opt_state, meta.get("extra", {}))
+
+
+def _read_meta(path, arrays) -> dict:
+    if "meta" not in arrays or arrays["meta"].dtype.kind != "U":
+        raise CheckpointError(f"{path} is not a checkpoint of this project (no description entry)")
+    try:
+        meta = json.loads(str(arrays["meta"]))
+    except json.JSONDecodeError:
+        raise CheckpointError(f"{path}: its description is not valid JSON") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a checkpoint of this project (format {meta.get('format')!r})")
+    if meta.get("version") != VERSION:
+        raise CheckpointError(
+            f"{path} has checkpoint format version {meta.get('version')!r}; this code reads version {VERSION}")
+    return meta
+
+
+def _read_group(path, arrays, group, cfg):
+    shapes = param_shapes(cfg)
+    found = {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith(group + "/")}
+    missing = [k for k in shapes if k not in found]
+    unexpected = [k for k in found if k not in shapes]
+    if missing or unexpected:
+        raise CheckpointError(
+            f"checkpoint {path} does not match its config: {group} "
+            + (f"missing {', '.join(missing[:3])}" if missing else f"unexpected {', '.join(unexpected[:3])}"))
+    for name, shape in shapes.items():
+        if found[name].shape != shape:
+            raise CheckpointError(
+                f"checkpoint {path}: {group}/{name} has shape {found[name].shape}, its config needs {shape}")
+        if found[name].dtype.kind != "f":
+            raise CheckpointError(f"checkpoint {path}: {group}/{name} is not floating point")
+    return {name: found[name] for name in shapes}

@@ -1,0 +1,154 @@
+"""Command line: python -m transformer {train,sample,gradcheck} ...
+
+A mistake in the input (a missing corpus, a bad option, a foreign checkpoint)
+prints one line, `error: ...`, and exits with status 2; never a traceback.
+"""
+
+import argparse
+import os
+import sys
+from dataclasses import fields
+
+import numpy as np
+
+from .config import PRESETS, preset
+from .errors import TransformerError
+
+CORPUS_ENV = "TRANSFORMER_CORPUS"
+MODEL_OPTIONS = {"context_len": int, "emb_dim": int, "num_heads": int, "num_layers": int,
+                 "ff_dim": int, "activation": str}
+EXIT_USER_ERROR, EXIT_INTERRUPTED, EXIT_CHECK_FAILED = 2, 130, 1
+
+
+def _option(name):
+    return "--" + name.replace("_", "-")
+
+
+def build_parser():
+    from .train import TrainConfig
+
+    parser = argparse.ArgumentParser(prog="python -m transformer",
+                                     description="A NumPy reference transformer: train, sample, check.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train a model on a UTF-8 text corpus",
+                           description="Train on a text corpus; checkpoints and metrics go to --out.")
+    train.add_argument("--corpus", help=f"UTF-8 text file (default: ${CORPUS_ENV})")
+    train.add_argument("--out", required=True, help="output folder for checkpoint.npz and metrics.jsonl")
+    train.add_argument("--resume", action="store_true",
+                       help="continue the run in --out exactly where it stopped")
+    train.add_argument("--preset", default="default", choices=sorted(PRESETS),
+                       help="model size to start from (default: %(default)s)")
+    train.add_argument("--max-minutes", type=float, help="stop (with a checkpoint) after this wall time")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    model = train.add_argument_group("model (override the preset)")
+    for name, kind in MODEL_OPTIONS.items():
+        model.add_argument(_option(name), type=kind, default=None,
+                           choices=["relu", "gelu"] if name == "activation" else None)
+    schedule = train.add_argument_group("training (defaults in brackets)")
+    for f in fields(TrainConfig):
+        schedule.add_argument(_option(f.name), type=type(f.default), default=None,
+                              help=f"[{f.default}]")
+
+    sample = sub.add_parser("sample", help="generate text from a checkpoint")
+    sample.add_argument("--checkpoint", required=True)
+    sample.add_argument("--prompt", default=None,
+                        help="text to continue (default: a newline, or the first symbol of the vocabulary)")
+    sample.add_argument("--tokens", type=int, default=200, help="how many tokens to generate")
+    sample.add_argument("--temperature", type=float, default=1.0, help="0 picks the most likely token")
+    sample.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
+    sample.add_argument("--seed", type=int, default=0)
+
+    check = sub.add_parser("gradcheck", help="compare every gradient with central differences")
+    check.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    check.add_argument("--activation", default="relu", choices=["relu", "gelu"])
+    check.add_argument("--batch", type=int, default=2, help="sequences in the batch")
+    check.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def cmd_train(args):
+    from .train import TrainConfig, train
+
+    corpus = args.corpus or os.environ.get(CORPUS_ENV)
+    if not corpus:
+        raise TransformerError(f"no corpus: pass --corpus PATH or set {CORPUS_ENV}")
+    given = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name) is not None}
+    model_given = {k: getattr(args, k) for k in MODEL_OPTIONS if getattr(args, k) is not None}
+    if args.resume and (given or model_given):
+        names = ", ".join(_option(k) for k in {**given, **model_given})
+        raise TransformerError(f"--resume takes the configuration from the checkpoint; drop {names}")
+    model_cfg = preset(args.preset).with_(**model_given)
+    summary = train(corpus, args.out, model_cfg, TrainConfig(**given), resume=args.resume,
+                    max_minutes=args.max_minutes, progress=False if args.no_progress else None)
+    if summary["stopped"]:
+        print(f"stopped ({summary['stopped']}) after step {summary['step']} of {summary['steps']}; "
+              f"checkpoint {summary['checkpoint']}; continue with --resume --out {args.out}")
+        return EXIT_INTERRUPTED if summary["stopped"] == "interrupted" else 0
+    print(f"done: {summary['step']} steps in {summary['time_s']:.0f} s, validation loss "
+          f"{summary['val_loss']:.4f}; checkpoint {summary['checkpoint']}")
+    return 0
+
+
+def cmd_sample(args):
+    from .checkpoint import load_checkpoint
+    from .generate import generate
+
+    ckpt = load_checkpoint(args.checkpoint)
+    prompt = args.prompt
+    if prompt is None:
+        prompt = "\n" if ckpt.tokenizer.kind == "byte" or "\n" in ckpt.tokenizer.chars else ckpt.tokenizer.chars[0]
+    prompt_ids = ckpt.tokenizer.encode(prompt)
+    new = generate(ckpt.params, ckpt.cfg, prompt_ids, args.tokens, temperature=args.temperature,
+                   top_k=args.top_k, seed=args.seed)
+    print(prompt + ckpt.tokenizer.decode(new))
+    return 0
+
+
+def cmd_gradcheck(args):
+    from .gradcheck import ABS_FLOOR, REL_TOL, check_passes, gradcheck_model
+
+    cfg = preset(args.preset).with_(activation=args.activation)
+    if args.batch < 1:
+        raise TransformerError(f"--batch must be at least 1, got {args.batch}")
+    rng = np.random.default_rng(args.seed)
+    shape = (args.batch, cfg.context_len)
+    ids, targets = rng.integers(0, cfg.vocab_size, shape), rng.integers(0, cfg.vocab_size, shape)
+    report = gradcheck_model(cfg, ids, targets, seed=args.seed, perturb=0.1)
+    print(f"float64 central differences (h = 1e-5), {cfg.activation}, ids {shape}; "
+          f"pass: relative gap < {REL_TOL:g} or absolute gap < {ABS_FLOOR:g}")
+    print(f"{'parameter':<12} {'shape':<10} {'max abs gap':>12} {'relative gap':>13}  result")
+    failed = 0
+    for name, (abs_gap, rel_gap) in report.items():
+        ok = check_passes(abs_gap, rel_gap)
+        failed += not ok
+        shape_text = "x".join(map(str, cfg_shape(cfg, name)))
+        # A gradient that is zero in exact arithmetic (the key bias) has a
+        # meaningless relative gap: it passes on the absolute floor instead.
+        result = "FAIL" if not ok else "pass" if rel_gap < REL_TOL else "pass (gradient ~0)"
+        print(f"{name:<12} {shape_text:<10} {abs_gap:>12.2e} {rel_gap:>13.2e}  {result}")
+    print(f"{len(report) - failed} of {len(report)} parameters pass")
+    return EXIT_CHECK_FAILED if failed else 0
+
+
+def cfg_shape(cfg, name):
+    from .model import param_shapes
+    return param_shapes(cfg)[name]
+
+
+COMMANDS = {"train": cmd_train, "sample": cmd_sample, "gradcheck": cmd_gradcheck}
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    from .memory import keep_freed_memory
+
+    keep_freed_memory()  # faster steps, same results: see memory.py
+    try:
+        return COMMANDS[args.command](args)
+    except TransformerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:  # a second Ctrl-C during training, or Ctrl-C while sampling
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,150 @@
+"""Text in, token ids out: corpus loading, two tokenizers, the split, batches.
+
+A tokenizer turns text into integer ids in [0, V) and back:
+- CharTokenizer: one id per distinct character of the corpus (V = 65 for
+  Tiny Shakespeare). The vocabulary is saved with each checkpoint.
+- ByteTokenizer: one id per UTF-8 byte, V = 256, works for any text.
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+from .errors import CorpusError, InputError
+
+TRAIN_FRACTION = 0.9  # the standard split: first 90% train, last 10% validation
+
+
+def load_corpus(path) -> str:
+    """Read a UTF-8 text file, or raise CorpusError naming what is wrong."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise CorpusError(f"corpus {path} does not exist") from None
+    except IsADirectoryError:
+        raise CorpusError(f"corpus {path} is a directory, not a text file") from None
+    except OSError as e:
+        raise CorpusError(f"corpus {path} cannot be read: {e.strerror}") from None
+    if not raw:
+        raise CorpusError(f"corpus {path} is empty")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CorpusError(
+            f"corpus {path} is not UTF-8 text: byte 0x{raw[e.start]:02x} at byte offset {e.start} "
+            f"cannot be decoded ({e.reason})"
+        ) from None
+
+
+class CharTokenizer:
+    """Character-level: the vocabulary is the sorted set of characters seen."""
+
+    kind = "char"
+
+    def __init__(self, chars: str):
+        if not chars or len(set(chars)) != len(chars):
+            raise InputError("a character vocabulary must be non-empty and without repeats")
+        self.chars = chars
+        self._index = {c: i for i, c in enumerate(chars)}
+
+    @classmethod
+    def from_text(cls, text: str) -> "CharTokenizer":
+        return cls("".join(sorted(set(text))))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> np.ndarray:
+        try:
+            return np.array([self._index[c] for c in text], dtype=np.int64)
+        except KeyError as e:
+            c = e.args[0]
+            raise InputError(
+                f"character {c!r} (U+{ord(c):04X}) is not in this tokenizer's vocabulary "
+                f"of {self.vocab_size} characters"
+            ) from None
+
+    def decode(self, ids) -> str:
+        return "".join(self.chars[i] for i in np.asarray(ids).reshape(-1))
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "chars": self.chars}
+
+
+class ByteTokenizer:
+    """Byte-level: the UTF-8 bytes of the text, V = 256."""
+
+    kind = "byte"
+    vocab_size = 256
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+
+    def decode(self, ids) -> str:
+        # A sampled byte sequence need not be valid UTF-8: show U+FFFD there.
+        return bytes(np.asarray(ids, dtype=np.uint8).reshape(-1)).decode("utf-8", errors="replace")
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind}
+
+
+TOKENIZERS = ("char", "byte")
+
+
+def make_tokenizer(kind: str, text: str):
+    if kind == "char":
+        return CharTokenizer.from_text(text)
+    if kind == "byte":
+        return ByteTokenizer()
+    raise InputError(f"unknown tokenizer {kind!r}; choose one of {', '.join(TOKENIZERS)}")
+
+
+def tokenizer_from_dict(d: dict):
+    kind = d.get("kind")
+    if kind == "char" and isinstance(d.get("chars"), str):
+        return CharTokenizer(d["chars"])
+    if kind == "byte":
+        return ByteTokenizer()
+    raise InputError(f"unknown tokenizer description {d!r}")
+
+
+def min_corpus_tokens(seq_len: int) -> int:
+    """Fewest tokens for which the train split holds one window of seq_len + 1
+    tokens (inputs and their next-token targets) and validation holds two."""
+    n = seq_len + 3
+    while int(n * TRAIN_FRACTION) < seq_len + 1 or n - int(n * TRAIN_FRACTION) < 2:
+        n += 1
+    return n
+
+
+def train_val_split(ids: np.ndarray, seq_len: int, source="corpus"):
+    """First 90% of the tokens for training, the last 10% for validation."""
+    need = min_corpus_tokens(seq_len)
+    if len(ids) < need:
+        raise CorpusError(
+            f"{source} has {len(ids)} tokens; windows of {seq_len} tokens need at least {need} "
+            f"(the {TRAIN_FRACTION:.0%} training split must hold {seq_len + 1})"
+        )
+    cut = int(len(ids) * TRAIN_FRACTION)
+    return ids[:cut], ids[cut:]
+
+
+def sample_batch(data: np.ndarray, batch_size: int, seq_len: int, rng: np.random.Generator):
+    """batch_size random windows: inputs x (B, T) and targets y = x shifted by one."""
+    starts = rng.integers(0, len(data) - seq_len, size=batch_size)
+    offsets = np.arange(seq_len)
+    x = data[starts[:, None] + offsets]  # (B, T)
+    y = data[starts[:, None] + offsets + 1]  # (B, T) the next token of each input
+    return x, y
+
+
+def eval_windows(data: np.ndarray, seq_len: int):
+    """Consecutive windows covering every token of `data` once as a target.
+
+    Yields (x, y) pairs; all have seq_len tokens except possibly the last.
+    """
+    for start in range(0, len(data) - 1, seq_len):
+        end = min(start + seq_len, len(data) - 1)
+        yield data[start:end], data[start + 1:end + 1]

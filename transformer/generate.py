@@ -1,0 +1,129 @@
+"""Generation: sampling the next token, and incremental decoding with a
+key/value cache.
+
+Without a cache, producing token t+1 reruns the model over all t tokens. But
+the keys and values of earlier positions never change (a position only
+attends backwards), so we keep them: each new token computes its own q, k, v,
+appends k and v to the cache, and attends over everything cached.
+
+The position table has context_len rows. Once the text is longer, we slide a
+window over the last context_len tokens; every position in it moves, so the
+cache no longer applies and each step reruns the full window.
+"""
+
+import math
+
+import numpy as np
+
+from .activations import ACTIVATION_FUNCTIONS
+from .block import block_params
+from .errors import InputError
+from .layernorm import layer_norm_forward
+from .linear import linear_forward
+from .model import check_ids, forward
+from .softmax import softmax_forward
+
+
+class KVCache:
+    """Keys and values of every block for positions 0..length-1.
+
+    keys[l], values[l]: (H, context_len, dh), filled up to `length`.
+    """
+
+    def __init__(self, cfg, dtype):
+        shape = (cfg.num_heads, cfg.context_len, cfg.head_dim)
+        self.keys = [np.zeros(shape, dtype) for _ in range(cfg.num_layers)]
+        self.values = [np.zeros(shape, dtype) for _ in range(cfg.num_layers)]
+        self.length = 0
+
+
+def decode_step(params, token, cache: KVCache, cfg):
+    """Feed one token at position cache.length; return its next-token logits (V,)."""
+    pos = cache.length
+    if pos >= cfg.context_len:
+        raise InputError(f"the cache is full ({cfg.context_len} positions); slide the window instead")
+    check_ids([token], cfg, what="token")
+    H, dh = cfg.num_heads, cfg.head_dim
+    act_forward, _ = ACTIVATION_FUNCTIONS[cfg.activation]
+    x = params["tok_emb"][token] + params["pos_emb"][pos]  # (d,)
+    for layer in range(cfg.num_layers):
+        p = block_params(params, layer)
+        a, _ = layer_norm_forward(x, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
+        q, _ = linear_forward(a, p["wq"], p["bq"])
+        k, _ = linear_forward(a, p["wk"], p["bk"])
+        v, _ = linear_forward(a, p["wv"], p["bv"])
+        keys, values = cache.keys[layer], cache.values[layer]
+        keys[:, pos], values[:, pos] = k.reshape(H, dh), v.reshape(H, dh)
+        q = q.reshape(H, 1, dh) * (1.0 / math.sqrt(dh))
+        scores = q @ keys[:, :pos + 1].transpose(0, 2, 1)  # (H, 1, pos+1): no mask, all are past
+        att, _ = softmax_forward(scores)
+        heads = (att @ values[:, :pos + 1]).reshape(H * dh)  # (d,)
+        a, _ = linear_forward(heads, p["wo"], p["bo"])
+        x = x + a
+        u, _ = layer_norm_forward(x, p["ln2_g"], p["ln2_b"], cfg.ln_eps)
+        u, _ = linear_forward(u, p["ff1_w"], p["ff1_b"])
+        u, _ = act_forward(u)
+        u, _ = linear_forward(u, p["ff2_w"], p["ff2_b"])
+        x = x + u
+    cache.length = pos + 1
+    x, _ = layer_norm_forward(x, params["lnf_g"], params["lnf_b"], cfg.ln_eps)
+    logits, _ = linear_forward(x, params["head_w"], params["head_b"])
+    return logits
+
+
+def check_sampling(temperature, top_k, vocab_size):
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
+        raise InputError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
+                              or not 1 <= top_k <= vocab_size):
+        raise InputError(f"top_k must be an integer in [1, {vocab_size}], got {top_k!r}")
+
+
+def sample_next(logits, temperature, top_k, rng):
+    """Draw one id from softmax(logits / temperature), restricted to the top_k
+    largest logits when top_k is given. Temperature 0 means the argmax."""
+    if temperature == 0:
+        return int(np.argmax(logits))
+    z = np.asarray(logits, dtype=np.float64) / temperature
+    if top_k is not None and top_k < z.size:
+        kth_largest = np.partition(z, -top_k)[-top_k]
+        z = np.where(z >= kth_largest, z, -np.inf)
+    probs, _ = softmax_forward(z)
+    return int(rng.choice(z.size, p=probs))
+
+
+def generate(params, cfg, prompt_ids, num_tokens, temperature=1.0, top_k=None, seed=0,
+             return_logits=False):
+    """Continue prompt_ids by num_tokens sampled tokens; returns the new ids.
+
+    With return_logits=True also returns the logits each new token was drawn
+    from (used by the tests to compare with full recomputation).
+    """
+    check_sampling(temperature, top_k, cfg.vocab_size)
+    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
+        raise InputError(f"number of tokens must be a non-negative integer, got {num_tokens!r}")
+    prompt = np.asarray(prompt_ids)
+    if prompt.ndim != 1 or prompt.size == 0:
+        raise InputError("the prompt must be a non-empty sequence of token ids")
+    check_ids(prompt[-cfg.context_len:], cfg, what="prompt ids")  # the window the model sees
+    ids = prompt.tolist()
+    rng = np.random.default_rng(seed)
+    dtype = params["tok_emb"].dtype
+    cache = KVCache(cfg, dtype)
+    logits = None
+    if len(ids) <= cfg.context_len:
+        for token in ids:
+            logits = decode_step(params, token, cache, cfg)
+    else:
+        logits = forward(params, np.array(ids[-cfg.context_len:]), cfg)[0][-1]
+    new, drawn_from = [], []
+    for _ in range(num_tokens):
+        drawn_from.append(logits)
+        token = sample_next(logits, temperature, top_k, rng)
+        ids.append(token)
+        new.append(token)
+        if cache.length == len(ids) - 1 and cache.length < cfg.context_len:
+            logits = decode_step(params, token, cache, cfg)  # the cache still holds every position
+        else:  # the window slid: every position moved, recompute the window
+            logits = forward(params, np.array(ids[-cfg.context_len:]), cfg)[0][-1]
+    return (new, drawn_from) if return_logits else new
