@@ -3,9 +3,11 @@
 A training step allocates and frees the same few-megabyte arrays every time.
 glibc's malloc hands blocks that large back to the kernel when they are freed
 (through munmap, or by trimming the heap), so the next step page-faults every
-page back in: at config A that was a third of the NumPy step (144 ms against
-90 ms with the settings below, measured by tools/bench_step.py). Raising the
-two thresholds keeps the memory mapped and reused. It changes no result.
+page back in: at config A that was 40% of the NumPy step (124 ms with the
+default settings, 73 ms with the ones below, measured by
+`tools/bench_step.py --frameworks numpy --configs A [--default-malloc]`).
+Raising the two thresholds keeps the memory mapped and reused. It changes no
+result, only where freed memory waits for its next use.
 """
 
 import ctypes
