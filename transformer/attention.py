@@ -34,10 +34,12 @@ def causal_mask(T, dtype):
 
 def attention_forward(x, p, num_heads):
     """x (B, T, d), p: dict wq, bq, wk, bk, wv, bv, wo, bo -> y (B, T, d), cache"""
-    q, q_cache = linear_forward(x, p["wq"], p["bq"])  # eq:attn-qkv
-    k, k_cache = linear_forward(x, p["wk"], p["bk"])  # eq:attn-qkv
-    v, v_cache = linear_forward(x, p["wv"], p["bv"])  # eq:attn-qkv
-    q, k, v = (split_heads(a, num_heads) for a in (q, k, v))  # (B, H, T, dh)
+    # q, k and v are three projections of the same input, so one matmul with
+    # the weights side by side, (d, 3d), computes all three at once.
+    w_qkv = np.concatenate([p["wq"], p["wk"], p["wv"]], axis=1)  # (d, 3d)
+    b_qkv = np.concatenate([p["bq"], p["bk"], p["bv"]])  # (3d,)
+    qkv, qkv_cache = linear_forward(x, w_qkv, b_qkv)  # eq:attn-qkv  (B, T, 3d)
+    q, k, v = (split_heads(a, num_heads) for a in np.split(qkv, 3, axis=-1))  # (B, H, T, dh)
     # Scaling q (B, H, T, dh) instead of the scores (B, H, T, T) is the same
     # product, on an array T/dh times smaller.
     q_scaled = q * (1.0 / math.sqrt(q.shape[-1]))  # eq:attn-scores
@@ -46,13 +48,13 @@ def attention_forward(x, p, num_heads):
     att, att_cache = softmax_forward(scores)  # eq:attn-softmax
     heads = att @ v  # eq:attn-mix  (B, H, T, dh)
     y, o_cache = linear_forward(merge_heads(heads), p["wo"], p["bo"])  # eq:attn-out
-    cache = (q_scaled, k, v, att, att_cache, q_cache, k_cache, v_cache, o_cache)
+    cache = (q_scaled, k, v, att, att_cache, qkv_cache, o_cache)
     return y, cache
 
 
 def attention_backward(dy, cache):
     """dy (B, T, d) -> dx (B, T, d), grads: dict with the keys of p"""
-    q_scaled, k, v, att, att_cache, q_cache, k_cache, v_cache, o_cache = cache
+    q_scaled, k, v, att, att_cache, qkv_cache, o_cache = cache
     num_heads = k.shape[1]
     scale = 1.0 / math.sqrt(k.shape[-1])
     dheads, dwo, dbo = linear_backward(dy, o_cache)
@@ -62,10 +64,11 @@ def attention_backward(dy, cache):
     dscores = softmax_backward(datt, att_cache)  # masked entries have att = 0, so get 0
     dq = (dscores @ k) * scale  # (B, H, T, dh)
     dk = dscores.transpose(0, 1, 3, 2) @ q_scaled  # (B, H, T, dh)
-    dx_q, dwq, dbq = linear_backward(merge_heads(dq), q_cache)
-    dx_k, dwk, dbk = linear_backward(merge_heads(dk), k_cache)
-    dx_v, dwv, dbv = linear_backward(merge_heads(dv), v_cache)
-    dx = dx_q + dx_k + dx_v  # x fed all three projections
+    dqkv = np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)  # (B, T, 3d)
+    # x fed all three projections: the one matmul sums their contributions to dx.
+    dx, dw_qkv, db_qkv = linear_backward(dqkv, qkv_cache)
+    dwq, dwk, dwv = np.split(dw_qkv, 3, axis=1)
+    dbq, dbk, dbv = np.split(db_qkv, 3)
     grads = {"wq": dwq, "bq": dbq, "wk": dwk, "bk": dbk,
              "wv": dwv, "bv": dbv, "wo": dwo, "bo": dbo}
     return dx, grads
