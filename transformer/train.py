@@ -164,7 +164,8 @@ def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, 
                 t0 = time.perf_counter()
                 lr = lr_at(step, train_cfg.lr, train_cfg.warmup, train_cfg.steps, train_cfg.min_lr)
                 x, y = sample_batch(train_ids, train_cfg.batch_size, seq_len, rng)
-                loss, grads = loss_and_grads(params, x, y, model_cfg)
+                with np.errstate(over="ignore", invalid="ignore"):  # a diverging run is reported below
+                    loss, grads = loss_and_grads(params, x, y, model_cfg)
                 grads, norm = clip_grads(grads, train_cfg.grad_clip or None)
                 adamw_update(params, grads, opt_state, lr, opt)
                 step += 1
