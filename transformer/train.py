@@ -156,8 +156,9 @@ def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, 
     previous_handler = signal.signal(signal.SIGINT, stop)
     t_start = time.perf_counter()
     step, val_loss = start, None
-    bar = tqdm(total=train_cfg.steps, initial=start, disable=progress is False, dynamic_ncols=True,
-               unit="step", desc="train")
+    # progress: True shows the bar, False hides it, None shows it on a terminal only.
+    bar = tqdm(total=train_cfg.steps, initial=start, disable=None if progress is None else not progress,
+               dynamic_ncols=True, unit="step", desc="train")
     try:
         with open(metrics_path, "a") as metrics:
             while step < train_cfg.steps and stop.reason is None:
