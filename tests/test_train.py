@@ -152,3 +152,21 @@ def test_ctrl_c_writes_a_checkpoint_and_exits_cleanly_then_resume_matches(tmp_pa
     ckpt = load_checkpoint(out / "checkpoint.npz")
     logged = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
     assert ckpt.step == logged[-1] >= 20  # the checkpoint holds the last finished step
+
+
+def test_resuming_a_finished_run_says_there_is_nothing_to_do(tmp_path, corpus):
+    out = tmp_path / "run"
+    train(corpus, out, MODEL, small_config(steps=3), progress=False)
+    with pytest.raises(ConfigError, match=r"already finished \(3 of 3 steps\); there is nothing to resume"):
+        train(corpus, out, MODEL, small_config(steps=3), resume=True, progress=False)
+
+
+def test_time_limit_stops_with_a_checkpoint_and_a_validation_loss(tmp_path, corpus):
+    out = tmp_path / "run"
+    summary = train(corpus, out, MODEL, small_config(steps=10_000, eval_every=10_000), max_minutes=0.0,
+                    progress=False)
+    assert summary["stopped"] == "time limit" and summary["step"] == 1
+    assert summary["val_loss"] is not None and np.isfinite(summary["val_loss"])
+    assert load_checkpoint(out / "checkpoint.npz").step == 1
+    assert read_metrics(out)[-1] == {"step": 1, "val_loss": summary["val_loss"],
+                                     "time_s": read_metrics(out)[-1]["time_s"]}

@@ -32,8 +32,12 @@ def causal_mask(T, dtype):
     return mask
 
 
-def attention_forward(x, p, num_heads):
-    """x (B, T, d), p: dict wq, bq, wk, bk, wv, bv, wo, bo -> y (B, T, d), cache"""
+def attention_forward(x, p, num_heads, trace=None):
+    """x (B, T, d), p: dict wq, bq, wk, bk, wv, bv, wo, bo -> y (B, T, d), cache
+
+    If `trace` is a dict, the attention probabilities (B, H, T, T) are put in
+    trace["attention"] (for the pages and the cross-check).
+    """
     # q, k and v are three projections of the same input, so one matmul with
     # the weights side by side, (d, 3d), computes all three at once.
     w_qkv = np.concatenate([p["wq"], p["wk"], p["wv"]], axis=1)  # (d, 3d)
@@ -46,6 +50,8 @@ def attention_forward(x, p, num_heads):
     scores = q_scaled @ k.transpose(0, 1, 3, 2)  # eq:attn-scores  (B, H, T, T)
     scores += causal_mask(x.shape[1], np.dtype(scores.dtype))  # eq:attn-mask
     att, att_cache = softmax_forward(scores)  # eq:attn-softmax
+    if trace is not None:
+        trace["attention"] = att
     heads = att @ v  # eq:attn-mix  (B, H, T, dh)
     y, o_cache = linear_forward(merge_heads(heads), p["wo"], p["bo"])  # eq:attn-out
     cache = (q_scaled, k, v, att, att_cache, qkv_cache, o_cache)

@@ -19,17 +19,27 @@ def block_params(params, layer):
     return {name: params[f"b{layer}.{name}"] for name in BLOCK_KEYS}
 
 
-def block_forward(x, p, cfg):
-    """x (B, T, d), p: block parameters -> y (B, T, d), cache"""
+def block_forward(x, p, cfg, trace=None):
+    """x (B, T, d), p: block parameters -> y (B, T, d), cache
+
+    If `trace` is a dict, the block's intermediates are put in it: ln1, attention
+    (the probabilities), ln2 and out.
+    """
     act_forward, _ = ACTIVATION_FUNCTIONS[cfg.activation]
     a, ln1_cache = layer_norm_forward(x, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
-    a, attn_cache = attention_forward(a, p, cfg.num_heads)
+    if trace is not None:
+        trace["ln1"] = a
+    a, attn_cache = attention_forward(a, p, cfg.num_heads, trace)
     h = x + a  # eq:block-attn-residual
     u, ln2_cache = layer_norm_forward(h, p["ln2_g"], p["ln2_b"], cfg.ln_eps)
+    if trace is not None:
+        trace["ln2"] = u
     u, ff1_cache = linear_forward(u, p["ff1_w"], p["ff1_b"])  # eq:ffn  (B, T, F)
     u, act_cache = act_forward(u)  # eq:ffn
     u, ff2_cache = linear_forward(u, p["ff2_w"], p["ff2_b"])  # eq:ffn  (B, T, d)
     y = h + u  # eq:block-ffn-residual
+    if trace is not None:
+        trace["out"] = y
     cache = (cfg.activation, ln1_cache, attn_cache, ln2_cache, ff1_cache, act_cache, ff2_cache)
     return y, cache
 

@@ -1,4 +1,4 @@
-"""Command line: python -m transformer {train,sample,gradcheck} ...
+"""Command line: python -m transformer {train,sample,gradcheck,crosscheck} ...
 
 A mistake in the input (a missing corpus, a bad option, a foreign checkpoint)
 prints one line, `error: ...`, and exits with status 2; never a traceback.
@@ -12,6 +12,7 @@ from dataclasses import fields
 import numpy as np
 
 from .config import PRESETS, preset
+from .crosscheck import DEVICES
 from .errors import TransformerError
 
 CORPUS_ENV = "TRANSFORMER_CORPUS"
@@ -64,7 +65,33 @@ def build_parser():
     check.add_argument("--activation", default="relu", choices=["relu", "gelu"])
     check.add_argument("--batch", type=int, default=2, help="sequences in the batch")
     check.add_argument("--seed", type=int, default=0)
+    cross = sub.add_parser("crosscheck", help="compare everything with PyTorch on every device found",
+                           description="Run the same parameters and inputs through NumPy and through "
+                                       "PyTorch on each device; compare logits, loss, gradients, "
+                                       "intermediates, ten AdamW steps and KV-cache decoding.")
+    cross.add_argument("--devices", nargs="+", default=list(DEVICES), choices=DEVICES,
+                       help="devices to try (default: all); missing ones are listed, not failed")
+    cross.add_argument("--dtype", choices=["float32", "float64"], default=None,
+                       help="torch dtype (default: float64 where the device has it, else float32)")
+    cross.add_argument("--activation", default="relu", choices=["relu", "gelu"])
+    cross.add_argument("--seed", type=int, default=0)
+    cross.add_argument("--json", metavar="PATH", help="also write the whole report as JSON")
+    cross.add_argument("--verbose", action="store_true", help="print every comparison, not only a summary")
     return parser
+
+
+def cmd_crosscheck(args):
+    from .crosscheck import format_report, run_crosscheck, write_json
+
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise TransformerError("the cross-check needs torch: pip install -e '.[torch]'") from None
+    report = run_crosscheck(args.devices, dtype=args.dtype, activation=args.activation, seed=args.seed)
+    print(format_report(report, verbose=args.verbose))
+    if args.json:
+        write_json(report, args.json)
+    return 0 if report["passed"] else EXIT_CHECK_FAILED
 
 
 def cmd_train(args):
@@ -82,7 +109,8 @@ def cmd_train(args):
     summary = train(corpus, args.out, model_cfg, TrainConfig(**given), resume=args.resume,
                     max_minutes=args.max_minutes, progress=False if args.no_progress else None)
     if summary["stopped"]:
-        print(f"stopped ({summary['stopped']}) after step {summary['step']} of {summary['steps']}; "
+        val = "" if summary["val_loss"] is None else f", validation loss {summary['val_loss']:.4f}"
+        print(f"stopped ({summary['stopped']}) after step {summary['step']} of {summary['steps']}{val}; "
               f"checkpoint {summary['checkpoint']}; continue with --resume --out {args.out}")
         return EXIT_INTERRUPTED if summary["stopped"] == "interrupted" else 0
     print(f"done: {summary['step']} steps in {summary['time_s']:.0f} s, validation loss "
@@ -136,7 +164,7 @@ def cfg_shape(cfg, name):
     return param_shapes(cfg)[name]
 
 
-COMMANDS = {"train": cmd_train, "sample": cmd_sample, "gradcheck": cmd_gradcheck}
+COMMANDS = {"train": cmd_train, "sample": cmd_sample, "gradcheck": cmd_gradcheck, "crosscheck": cmd_crosscheck}
 
 
 def main(argv=None):

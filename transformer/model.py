@@ -91,17 +91,27 @@ def check_params(params, cfg: ModelConfig):
             raise ConfigError(f"parameter {name!r} has shape {params[name].shape}, the config needs {shape}")
 
 
-def forward(params, ids, cfg: ModelConfig):
-    """ids (T,) or (B, T) ints -> logits (T, V) or (B, T, V), cache"""
+def forward(params, ids, cfg: ModelConfig, trace=None):
+    """ids (T,) or (B, T) ints -> logits (T, V) or (B, T, V), cache
+
+    If `trace` is a dict, the intermediates are put in it, always batched
+    (B, ...): embedding, b{l}.ln1, b{l}.attention, b{l}.ln2, b{l}.out, lnf, logits.
+    """
     single = np.ndim(ids) == 1
     ids = check_ids(ids, cfg)
     x, emb_cache = embedding_forward(ids, params["tok_emb"], params["pos_emb"])
-    block_caches = []
+    block_caches, block_trace = [], None if trace is None else {}
+    if trace is not None:
+        trace["embedding"] = x
     for layer in range(cfg.num_layers):
-        x, block_cache = block_forward(x, block_params(params, layer), cfg)
+        x, block_cache = block_forward(x, block_params(params, layer), cfg, block_trace)
         block_caches.append(block_cache)
+        if trace is not None:
+            trace.update({f"b{layer}.{name}": value for name, value in block_trace.items()})
     x, lnf_cache = layer_norm_forward(x, params["lnf_g"], params["lnf_b"], cfg.ln_eps)
     logits, head_cache = linear_forward(x, params["head_w"], params["head_b"])  # eq:head
+    if trace is not None:
+        trace.update({"lnf": x, "logits": logits})
     cache = (single, emb_cache, block_caches, lnf_cache, head_cache)
     return (logits[0] if single else logits), cache
 

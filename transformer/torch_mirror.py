@@ -2,6 +2,7 @@
 
 It never calls our backward functions: gradients come from torch.autograd, so
 agreement with the NumPy reference is evidence from an independent framework.
+It runs on any torch device (cpu, cuda, mps, xla) in the dtype it is given.
 torch is imported inside each function; the rest of the package never needs it.
 """
 
@@ -19,13 +20,16 @@ def to_torch(params, device="cpu", dtype=None, requires_grad=True):
 
     out = {}
     for name, value in params.items():
-        t = torch.tensor(np.asarray(value), device=device, dtype=dtype)
+        t = torch.tensor(np.asarray(value), dtype=dtype).to(device)
         out[name] = t.requires_grad_(requires_grad)
     return out
 
 
-def torch_block(x, p, cfg):
-    """One pre-norm block, x (B, T, d) -> (B, T, d); p has the short key names."""
+def torch_block(x, p, cfg, trace):
+    """One pre-norm block, x (B, T, d) -> (B, T, d); p has the short key names.
+
+    Records ln1, attention (probabilities), ln2 and out in `trace`.
+    """
     import torch
     import torch.nn.functional as F
 
@@ -41,35 +45,45 @@ def torch_block(x, p, cfg):
     heads = (att @ v).transpose(1, 2).reshape(B, T, d)
     h = x + heads @ p["wo"] + p["bo"]
     u = F.layer_norm(h, (d,), p["ln2_g"], p["ln2_b"], cfg.ln_eps)
+    trace.update({"ln1": a, "attention": att, "ln2": u})
     u = u @ p["ff1_w"] + p["ff1_b"]
     u = F.relu(u) if cfg.activation == "relu" else F.gelu(u)  # gelu's default is the exact erf form
-    return h + u @ p["ff2_w"] + p["ff2_b"], att
+    y = h + u @ p["ff2_w"] + p["ff2_b"]
+    trace["out"] = y
+    return y
 
 
-def torch_forward(tparams, ids, cfg):
-    """ids (T,) or (B, T) -> logits, computed by torch. Returns (logits, intermediates)."""
+def torch_forward(tparams, ids, cfg, trace=None):
+    """ids (T,) or (B, T) -> logits computed by torch, shaped like forward's.
+
+    If `trace` is a dict it receives the same intermediates, under the same
+    names, as transformer.model.forward's trace.
+    """
     import torch
     import torch.nn.functional as F
 
+    trace = {} if trace is None else trace
     single = np.ndim(ids) == 1
-    ids2 = torch.as_tensor(check_ids(ids, cfg), device=tparams["tok_emb"].device)
+    ids2 = torch.as_tensor(check_ids(ids, cfg)).to(tparams["tok_emb"].device)
     T = ids2.shape[1]
     x = tparams["tok_emb"][ids2] + tparams["pos_emb"][:T]
-    inter = {"embedding": x, "attention": []}
+    trace["embedding"] = x
     for layer in range(cfg.num_layers):
         p = {name: tparams[f"b{layer}.{name}"] for name in BLOCK_KEYS}
-        x, att = torch_block(x, p, cfg)
-        inter["attention"].append(att)
+        block_trace = {}
+        x = torch_block(x, p, cfg, block_trace)
+        trace.update({f"b{layer}.{name}": value for name, value in block_trace.items()})
     x = F.layer_norm(x, (cfg.emb_dim,), tparams["lnf_g"], tparams["lnf_b"], cfg.ln_eps)
     logits = x @ tparams["head_w"] + tparams["head_b"]
-    return (logits[0] if single else logits), inter
+    trace.update({"lnf": x, "logits": logits})
+    return logits[0] if single else logits
 
 
-def torch_loss(tparams, ids, targets, cfg):
+def torch_loss(tparams, ids, targets, cfg, trace=None):
     """Mean cross-entropy over all positions, by torch."""
     import torch
     import torch.nn.functional as F
 
-    logits, _ = torch_forward(tparams, ids, cfg)
-    t = torch.as_tensor(np.asarray(targets), device=logits.device).reshape(-1)
+    logits = torch_forward(tparams, ids, cfg, trace)
+    t = torch.as_tensor(np.asarray(targets)).reshape(-1).to(logits.device)
     return F.cross_entropy(logits.reshape(-1, cfg.vocab_size), t)

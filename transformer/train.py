@@ -12,6 +12,7 @@ never stopped.
 import json
 import math
 import signal
+import threading
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -111,97 +112,132 @@ class StopRequest:
         self.reason = "interrupted"
 
 
+@dataclass
+class Run:
+    """Everything a run carries from step to step, and saves in its checkpoint."""
+
+    model_cfg: ModelConfig
+    train_cfg: TrainConfig
+    tokenizer: object
+    params: dict
+    opt_state: dict
+    rng: np.random.Generator  # draws the training batches
+    step: int = 0
+    elapsed_s: float = 0.0  # wall time of earlier sessions of this run
+
+    def checkpoint(self, elapsed_s, corpus_path) -> Checkpoint:
+        extra = {"train": asdict(self.train_cfg), "sampler_state": self.rng.bit_generator.state,
+                 "elapsed_s": elapsed_s, "corpus": str(corpus_path)}
+        return Checkpoint(self.params, self.model_cfg, self.tokenizer, self.step, self.opt_state, extra)
+
+
+def new_run(text, model_cfg: ModelConfig, train_cfg: TrainConfig) -> Run:
+    tokenizer = make_tokenizer(train_cfg.tokenizer, text)
+    model_cfg = model_cfg.with_(vocab_size=tokenizer.vocab_size)
+    params = init_params(model_cfg, seed=train_cfg.seed, dtype=DTYPES[train_cfg.dtype])
+    return Run(model_cfg, train_cfg, tokenizer, params, adamw_init(params), np.random.default_rng(train_cfg.seed))
+
+
+def resumed_run(ckpt_path) -> Run:
+    ckpt = load_checkpoint(ckpt_path)
+    if ckpt.opt_state is None or "train" not in ckpt.extra or "sampler_state" not in ckpt.extra:
+        raise ConfigError(f"{ckpt_path} holds no optimizer or sampler state; it cannot be resumed")
+    train_cfg = TrainConfig.from_dict(ckpt.extra["train"])
+    if ckpt.step >= train_cfg.steps:
+        raise ConfigError(f"the run in {ckpt_path.parent} already finished ({ckpt.step} of {train_cfg.steps} "
+                          "steps); there is nothing to resume")
+    rng = np.random.default_rng()
+    rng.bit_generator.state = ckpt.extra["sampler_state"]
+    return Run(ckpt.cfg, train_cfg, ckpt.tokenizer, ckpt.params, ckpt.opt_state, rng, ckpt.step,
+               ckpt.extra.get("elapsed_s", 0.0))
+
+
 def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, resume=False,
           max_minutes=None, progress=None, on_step=None):
     """Train, writing checkpoints and metrics into out_dir. Returns a summary dict.
 
     With resume=True the model and training configuration come from the
     checkpoint in out_dir, and model_cfg / train_cfg are ignored.
+    progress: True shows a progress bar, False hides it, None shows it on a terminal only.
+    on_step(step, stop_request) is called after every step (tests use it to stop a run).
     """
     out_dir = Path(out_dir)
     ckpt_path, metrics_path = out_dir / CHECKPOINT_NAME, out_dir / METRICS_NAME
     text = load_corpus(corpus_path)
+    run = resumed_run(ckpt_path) if resume else new_run(text, model_cfg, train_cfg)
+    cfg, tc = run.model_cfg, run.train_cfg
+    seq_len = tc.seq_len or cfg.context_len
+    if seq_len > cfg.context_len:
+        raise ConfigError(f"seq_len={seq_len} is longer than context_len={cfg.context_len}")
+    train_ids, val_ids = train_val_split(run.tokenizer.encode(text), seq_len, source=f"corpus {corpus_path}")
     if resume:
-        ckpt = load_checkpoint(ckpt_path)
-        if ckpt.opt_state is None or "train" not in ckpt.extra:
-            raise ConfigError(f"{ckpt_path} holds no optimizer state; it cannot be resumed")
-        model_cfg, train_cfg, tokenizer = ckpt.cfg, TrainConfig.from_dict(ckpt.extra["train"]), ckpt.tokenizer
-        params, opt_state, start = ckpt.params, ckpt.opt_state, ckpt.step
-        rng = np.random.default_rng()
-        rng.bit_generator.state = ckpt.extra["sampler_state"]
-        elapsed = ckpt.extra.get("elapsed_s", 0.0)
-        _truncate_metrics(metrics_path, start)
+        _truncate_metrics(metrics_path, run.step)
     else:
-        tokenizer = make_tokenizer(train_cfg.tokenizer, text)
-        model_cfg = model_cfg.with_(vocab_size=tokenizer.vocab_size)
-        params = init_params(model_cfg, seed=train_cfg.seed, dtype=DTYPES[train_cfg.dtype])
-        opt_state, start, elapsed = adamw_init(params), 0, 0.0
-        rng = np.random.default_rng(train_cfg.seed)
         out_dir.mkdir(parents=True, exist_ok=True)
         metrics_path.write_text("")
-    seq_len = train_cfg.seq_len or model_cfg.context_len
-    if seq_len > model_cfg.context_len:
-        raise ConfigError(f"seq_len={seq_len} is longer than context_len={model_cfg.context_len}")
-    train_ids, val_ids = train_val_split(tokenizer.encode(text), seq_len, source=f"corpus {corpus_path}")
-    opt = train_cfg.adamw()
-
-    def save(step):
-        extra = {"train": asdict(train_cfg), "sampler_state": rng.bit_generator.state,
-                 "elapsed_s": elapsed + time.perf_counter() - t_start, "corpus": str(corpus_path)}
-        save_checkpoint(ckpt_path, Checkpoint(params, model_cfg, tokenizer, step, opt_state, extra))
 
     from tqdm import tqdm  # imported here: the model itself needs numpy alone
 
-    stop = StopRequest()
-    previous_handler = signal.signal(signal.SIGINT, stop)
     t_start = time.perf_counter()
-    step, val_loss = start, None
-    # progress: True shows the bar, False hides it, None shows it on a terminal only.
-    bar = tqdm(total=train_cfg.steps, initial=start, disable=None if progress is None else not progress,
+
+    def run_time():
+        return run.elapsed_s + time.perf_counter() - t_start
+
+    def validate(metrics):
+        loss = evaluate(run.params, cfg, val_ids, seq_len)
+        metrics.write(json.dumps({"step": run.step, "val_loss": loss, "time_s": run_time()}) + "\n")
+        return loss
+
+    stop, val_loss = StopRequest(), None
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous_handler = signal.signal(signal.SIGINT, stop) if in_main_thread else None
+    bar = tqdm(total=tc.steps, initial=run.step, disable=None if progress is None else not progress,
                dynamic_ncols=True, unit="step", desc="train")
     try:
         with open(metrics_path, "a") as metrics:
-            while step < train_cfg.steps and stop.reason is None:
-                t0 = time.perf_counter()
-                lr = lr_at(step, train_cfg.lr, train_cfg.warmup, train_cfg.steps, train_cfg.min_lr)
-                x, y = sample_batch(train_ids, train_cfg.batch_size, seq_len, rng)
-                with np.errstate(over="ignore", invalid="ignore"):  # a diverging run is reported below
-                    loss, grads = loss_and_grads(params, x, y, model_cfg)
-                grads, norm = clip_grads(grads, train_cfg.grad_clip or None)
-                adamw_update(params, grads, opt_state, lr, opt)
-                step += 1
-                now = time.perf_counter()
-                record = {"step": step, "loss": loss, "lr": lr, "grad_norm": norm,
-                          "tokens_per_s": x.size / (now - t0), "time_s": elapsed + now - t_start}
+            while run.step < tc.steps and stop.reason is None:
+                record = train_step(run, train_ids, seq_len)
+                record["time_s"] = run_time()
                 metrics.write(json.dumps(record) + "\n")
-                if not math.isfinite(loss):
-                    raise ConfigError(f"the loss became {loss} at step {step}; lower --lr or enable --grad-clip")
-                if step % train_cfg.eval_every == 0 or step == train_cfg.steps:
-                    val_loss = evaluate(params, model_cfg, val_ids, seq_len)
-                    metrics.write(json.dumps({"step": step, "val_loss": val_loss,
-                                              "time_s": elapsed + time.perf_counter() - t_start}) + "\n")
-                    bar.write(f"step {step}: train loss {loss:.4f}, validation loss {val_loss:.4f}")
+                if run.step % tc.eval_every == 0 or run.step == tc.steps:
+                    val_loss = validate(metrics)
+                    bar.write(f"step {run.step}: train loss {record['loss']:.4f}, validation loss {val_loss:.4f}")
                 metrics.flush()
-                if step % train_cfg.ckpt_every == 0 or step == train_cfg.steps:
-                    save(step)
-                if max_minutes is not None and elapsed + now - t_start > 60 * max_minutes:
+                if run.step % tc.ckpt_every == 0 or run.step == tc.steps:
+                    save_checkpoint(ckpt_path, run.checkpoint(run_time(), corpus_path))
+                if max_minutes is not None and run_time() > 60 * max_minutes:
                     stop.reason = "time limit"
-                bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
+                bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
                 bar.update(1)
                 if on_step is not None:
-                    on_step(step, stop)
+                    on_step(run.step, stop)
             if stop.reason is not None:
-                if stop.reason == "time limit" and step % train_cfg.eval_every:  # report where it got to
-                    val_loss = evaluate(params, model_cfg, val_ids, seq_len)
-                    metrics.write(json.dumps({"step": step, "val_loss": val_loss,
-                                              "time_s": elapsed + time.perf_counter() - t_start}) + "\n")
-                save(step)
+                if stop.reason == "time limit" and run.step % tc.eval_every:  # report where it got to
+                    val_loss = validate(metrics)
+                save_checkpoint(ckpt_path, run.checkpoint(run_time(), corpus_path))
     finally:
         bar.close()
-        signal.signal(signal.SIGINT, previous_handler)
-    return {"step": step, "steps": train_cfg.steps, "stopped": stop.reason, "val_loss": val_loss,
-            "checkpoint": str(ckpt_path), "metrics": str(metrics_path),
-            "time_s": elapsed + time.perf_counter() - t_start}
+        if in_main_thread:
+            signal.signal(signal.SIGINT, previous_handler)
+    return {"step": run.step, "steps": tc.steps, "stopped": stop.reason, "val_loss": val_loss,
+            "checkpoint": str(ckpt_path), "metrics": str(metrics_path), "time_s": run_time()}
+
+
+def train_step(run: Run, train_ids, seq_len) -> dict:
+    """One optimizer step on a fresh random batch; returns its metrics record."""
+    tc = run.train_cfg
+    t0 = time.perf_counter()
+    lr = lr_at(run.step, tc.lr, tc.warmup, tc.steps, tc.min_lr)
+    x, y = sample_batch(train_ids, tc.batch_size, seq_len, run.rng)
+    with np.errstate(over="ignore", invalid="ignore"):  # a diverging run is reported below
+        loss, grads = loss_and_grads(run.params, x, y, run.model_cfg)
+    if not math.isfinite(loss):
+        raise ConfigError(f"the loss became {loss} at step {run.step + 1}; lower --lr or enable --grad-clip")
+    grads, norm = clip_grads(grads, tc.grad_clip or None)
+    adamw_update(run.params, grads, run.opt_state, lr, tc.adamw())
+    run.step += 1
+    return {"step": run.step, "loss": loss, "lr": lr, "grad_norm": norm,
+            "tokens_per_s": x.size / (time.perf_counter() - t0)}
 
 
 def _truncate_metrics(metrics_path, step):

@@ -1,0 +1,145 @@
+"""The PyTorch cross-check: every device found agrees with the NumPy reference,
+missing devices are listed with a reason, and a wrong backward is caught."""
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from transformer.cli import main  # noqa: E402
+from transformer.crosscheck import DEVICES, TOLERANCES, discover_devices, run_crosscheck  # noqa: E402
+from transformer.model import param_shapes  # noqa: E402
+from transformer.config import PRESETS  # noqa: E402
+
+FOUND = {name: (dev, dtype, reason) for name, dev, dtype, reason in discover_devices(DEVICES)}
+
+
+def require(device):
+    dev, _, reason = FOUND[device]
+    if dev is None:
+        pytest.skip(f"{device}: {reason}")
+
+
+def categories(report):
+    return {(r["check"], r["tensor"]) for r in report["rows"]}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_device_agrees_with_the_numpy_reference(device, activation):
+    require(device)
+    report = run_crosscheck([device], activation=activation)
+    failed = [r for r in report["rows"] if not r["passed"]]
+    assert report["passed"], failed[:5]
+    seen = categories(report)
+    names = list(param_shapes(PRESETS["default"]))
+    assert ("forward", "logits") in seen and ("loss", "loss") in seen
+    assert all(("gradient", n) in seen for n in names)
+    assert all((f"adamw step {s}", n) in seen for s in range(1, 11) for n in names)
+    if FOUND[device][1] == "float64":
+        assert all((f"train step {s}", n) in seen for s in range(1, 11) for n in names)
+    intermediates = {t for c, t in seen if c == "intermediate"}
+    assert intermediates == {"embedding", "lnf"} | {f"b{l}.{k}" for l in range(2)
+                                                   for k in ("ln1", "attention", "ln2", "out")}
+    assert any(c == "kv-cache" for c, _ in seen)
+
+
+def test_float32_path_passes_on_the_cpu_with_its_own_tolerance():
+    """MPS and TPU run in float32; the CPU can run that path too, so it is tested everywhere."""
+    report = run_crosscheck(["cpu"], dtype="float32")
+    assert report["passed"], [r for r in report["rows"] if not r["passed"]][:5]
+    assert {r["tol_rel"] for r in report["rows"]} == {TOLERANCES["float32"].rel}
+    # float32 really was used: the gaps are far above float64's.
+    assert max(r["max_rel"] for r in report["rows"]) > 1e-8
+
+
+def test_float64_gaps_are_near_rounding_level():
+    """The tolerance (1e-9) is not what makes float64 pass: the gaps are rounding.
+
+    The exception is the training trajectory of the key biases, whose zero
+    gradient lets Adam amplify rounding noise (see crosscheck.check_training).
+    """
+    report = run_crosscheck(["cpu"])
+    def zero_gradient(r):  # the key-bias gradient is rounding noise on both sides
+        return r["check"] == "gradient" and r["tensor"].endswith(".bk")
+
+    rows = [r for r in report["rows"] if not r["check"].startswith("train step") and not zero_gradient(r)]
+    assert len(rows) > 400 and max(r["max_rel"] for r in rows) < 1e-13
+    trajectory = [r for r in report["rows"] if r["check"].startswith("train step")]
+    assert max(r["max_rel"] for r in trajectory if not r["tensor"].endswith(".bk")) < 1e-11
+
+
+def test_missing_devices_are_listed_with_a_reason():
+    report = run_crosscheck(list(DEVICES))
+    listed = {d["device"]: d for d in report["devices"]}
+    assert set(listed) == set(DEVICES)
+    for name, (dev, _, _) in FOUND.items():
+        if dev is None:
+            assert listed[name]["status"] == "not available"
+            assert "not available on this machine" in listed[name]["reason"]
+        else:
+            assert listed[name]["status"] == "checked"
+
+
+def layer_norm_backward_without_mean_term(dy, cache):
+    """LayerNorm backward with term 2 (the path through the mean) dropped."""
+    xhat, rstd, g = cache
+    d = xhat.shape[-1]
+    dxhat = dy * g
+    dx = rstd * (dxhat - xhat * (dxhat * xhat).sum(axis=-1, keepdims=True) / d)
+    dg = (dy * xhat).reshape(-1, d).sum(axis=0)
+    db = dy.reshape(-1, d).sum(axis=0)
+    return dx, dg, db
+
+
+def test_a_wrong_layer_norm_backward_is_reported(monkeypatch):
+    """Negative control: drop one term of the blocks' LayerNorm backward."""
+    import transformer.block as block
+
+    monkeypatch.setattr(block, "layer_norm_backward", layer_norm_backward_without_mean_term)
+    report = run_crosscheck(["cpu"])
+    assert not report["passed"]
+    failed = {(r["check"], r["tensor"]) for r in report["rows"] if not r["passed"]}
+    assert ("gradient", "tok_emb") in failed and ("gradient", "b0.wq") in failed
+    assert ("forward", "logits") not in failed  # the forward pass is still right
+    assert ("gradient", "head_w") not in failed  # above the first wrong LayerNorm
+
+
+def test_the_torch_side_never_calls_our_backward_functions(monkeypatch):
+    """Independence: with every NumPy backward broken, torch still computes its gradients."""
+    import transformer.block as block
+    import transformer.model as model
+    from transformer.torch_mirror import to_torch, torch_loss
+    from transformer.model import init_params
+
+    def broken(*args, **kwargs):
+        raise AssertionError("the torch mirror called a NumPy backward")
+
+    for module in (block, model):
+        for name in dir(module):
+            if name.endswith("_backward") or name == "backward":
+                monkeypatch.setattr(module, name, broken)
+    cfg = PRESETS["tiny"]
+    tparams = to_torch(init_params(cfg), dtype=torch.float64)
+    torch_loss(tparams, np.array([[1, 2, 3]]), np.array([[2, 3, 4]]), cfg).backward()
+    assert all(t.grad is not None for t in tparams.values())
+
+
+def test_crosscheck_command_prints_a_table_writes_json_and_sets_the_status(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "report.json"
+    code = main(["crosscheck", "--devices", "cpu", "mps", "xla", "--json", str(path)])
+    out = capsys.readouterr().out
+    assert code == 0 and "PASS" in out and "cpu" in out
+    for name in ("mps", "xla"):
+        if FOUND[name][0] is None:
+            assert f"{name:<5} not available on this machine" in out
+    report = json.loads(path.read_text())
+    assert report["passed"] and len(report["rows"]) > 100
+
+    import transformer.block as block
+    monkeypatch.setattr(block, "layer_norm_backward", layer_norm_backward_without_mean_term)
+    code = main(["crosscheck", "--devices", "cpu"])
+    out = capsys.readouterr().out
+    assert code == 1 and "FAIL" in out

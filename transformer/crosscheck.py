@@ -1,0 +1,296 @@
+"""Cross-check the NumPy reference against PyTorch on every device found.
+
+The same parameters and inputs go through our NumPy code and through the
+torch mirror (torch operations, torch autograd, torch.optim.AdamW) on each
+device. We compare the logits, the loss, every parameter gradient, the
+intermediates the pages show, ten AdamW steps and KV-cache decoding. Devices
+that are not present are listed with the reason, never silently dropped.
+
+The NumPy side always computes in float64: it is the reference. Each gap is
+reported two ways: max |ours - torch| and that divided by max |ours| (a
+scale-free relative gap, as in gradcheck.relative_gap).
+"""
+
+import json
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .config import PRESETS, ModelConfig
+from .generate import KVCache, decode_step
+from .gradcheck import relative_gap
+from .model import forward, init_params, loss_and_grads
+from .optim import AdamWConfig, adamw_init, adamw_update, is_decayed
+
+DEVICES = ("cpu", "cuda", "mps", "xla")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rel: float  # passes when max|ours - torch| / max|ours| <= rel ...
+    abs: float  # ... or when max|ours - torch| <= abs (tensors that are ~0, like the key-bias gradient)
+    why: str
+
+
+TOLERANCES = {
+    "float64": Tolerance(1e-9, 1e-12, (
+        "both sides compute in float64 and differ only in the order of additions (matmul blocking, "
+        "reductions); that leaves relative gaps near 1e-14 through this model, so 1e-9 keeps a margin "
+        "of 1e5 while a gradient 0.1% wrong (gap 1e-3) fails by a factor of 1e6")),
+    "float32": Tolerance(1e-4, 3e-8, (
+        "torch computes in float32 (unit round-off 6e-8) against our float64 reference; rounding "
+        "grows through a few layers, the backward pass and ten AdamW steps to gaps of about 1e-6 to "
+        "1e-5, so 1e-4 passes them and still fails a 0.1% error by a factor of 10. The key-bias "
+        "gradient, zero in exact arithmetic, comes out of float32 as noise near 3e-9")),
+}
+
+
+@dataclass
+class Row:
+    device: str
+    dtype: str
+    check: str  # forward, intermediate, loss, gradient, adamw step N, kv-cache
+    tensor: str
+    max_abs: float
+    max_rel: float
+    tol_rel: float
+    tol_abs: float
+    passed: bool
+
+
+def discover_devices(requested=DEVICES):
+    """[(device, torch.device or None, dtype name, reason)] for each requested name."""
+    import torch
+
+    found = []
+    for name in requested:
+        if name == "cpu":
+            found.append((name, torch.device("cpu"), "float64", "always present"))
+        elif name == "cuda":
+            if torch.cuda.is_available():
+                found.append((name, torch.device("cuda"), "float64", torch.cuda.get_device_name(0)))
+            else:
+                built = f"built with CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+                found.append((name, None, None, f"not available on this machine (torch {torch.__version__}, {built})"))
+        elif name == "mps":
+            mps = getattr(torch.backends, "mps", None)
+            if mps is not None and mps.is_available():  # MPS has no float64
+                found.append((name, torch.device("mps"), "float32", "Apple Metal"))
+            else:
+                found.append((name, None, None, "not available on this machine (no Apple Metal device)"))
+        elif name == "xla":
+            try:
+                import torch_xla.core.xla_model as xm
+            except ImportError:
+                found.append((name, None, None, "not available on this machine (torch_xla is not installed)"))
+            else:  # TPUs compute float64 in emulation if at all: check float32
+                found.append((name, xm.xla_device(), "float32", "XLA device"))
+        else:
+            raise ValueError(f"unknown device {name!r}; choose from {', '.join(DEVICES)}")
+    return found
+
+
+def compare(rows, device, dtype, check, tensor, ours, theirs):
+    """Append one Row comparing our float64 array with a torch tensor."""
+    theirs = theirs.detach().cpu().double().numpy() if hasattr(theirs, "detach") else np.asarray(theirs)
+    ours = np.asarray(ours, dtype=np.float64)
+    if ours.shape != theirs.shape:
+        raise ValueError(f"{check} {tensor}: shapes differ, ours {ours.shape}, torch {theirs.shape}")
+    tol = TOLERANCES[dtype]
+    max_abs = float(np.abs(ours - theirs).max())
+    max_rel = float(relative_gap(ours, theirs))
+    rows.append(Row(device, dtype, check, tensor, max_abs, max_rel, tol.rel, tol.abs,
+                    max_rel <= tol.rel or max_abs <= tol.abs))
+
+
+def check_device(device, torch_device, dtype, cfg, params, ids, targets, adam_steps=10):
+    """Every comparison on one device; returns a list of Rows."""
+    import torch
+
+    from .torch_mirror import to_torch, torch_loss
+
+    tdtype = getattr(torch, dtype)
+    rows = []
+    tparams = to_torch(params, torch_device, tdtype)
+    trace, ttrace = {}, {}
+    logits, _ = forward(params, ids, cfg, trace)
+    loss, grads = loss_and_grads(params, ids, targets, cfg)
+    tloss = torch_loss(tparams, ids, targets, cfg, ttrace)
+    tloss.backward()
+    compare(rows, device, dtype, "forward", "logits", logits, ttrace["logits"])
+    compare(rows, device, dtype, "loss", "loss", loss, tloss)
+    for name in trace:
+        if name != "logits":
+            compare(rows, device, dtype, "intermediate", name, trace[name], ttrace[name])
+    for name in params:
+        compare(rows, device, dtype, "gradient", name, grads[name], tparams[name].grad)
+    rows += check_adamw(device, torch_device, dtype, cfg, params, ids, targets, adam_steps)
+    if dtype == "float64":
+        rows += check_training(device, torch_device, dtype, cfg, params, ids, targets, adam_steps)
+    rows += check_kv_cache(device, torch_device, dtype, cfg, params, ids[0])
+    return rows
+
+
+def make_torch_adamw(tparams, opt: AdamWConfig):
+    """torch.optim.AdamW with our decay groups: matrices decayed, the rest not."""
+    import torch
+
+    groups = [{"params": [p for n, p in tparams.items() if is_decayed(n)], "weight_decay": opt.weight_decay},
+              {"params": [p for n, p in tparams.items() if not is_decayed(n)], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps)
+
+
+ADAMW = AdamWConfig(lr=1e-2)  # a large rate, so ten steps move every parameter visibly
+
+
+def check_adamw(device, torch_device, dtype, cfg, params, ids, targets, steps, opt=ADAMW):
+    """Our AdamW against torch.optim.AdamW, fed the same gradients at each step
+    (ours, computed at our current parameters): the optimizers alone, compared
+    after every step."""
+    import torch
+
+    from .torch_mirror import to_torch
+
+    ours = {k: v.copy() for k, v in params.items()}
+    state = adamw_init(ours)
+    theirs = to_torch(params, torch_device, getattr(torch, dtype))
+    optimizer = make_torch_adamw(theirs, opt)
+    rows = []
+    for step in range(1, steps + 1):
+        _, grads = loss_and_grads(ours, ids, targets, cfg)
+        for name, t in theirs.items():
+            t.grad = torch.tensor(grads[name], dtype=t.dtype).to(torch_device)
+        adamw_update(ours, grads, state, opt.lr, opt)
+        optimizer.step()
+        for name in ours:
+            compare(rows, device, dtype, f"adamw step {step}", name, ours[name], theirs[name])
+    return rows
+
+
+def check_training(device, torch_device, dtype, cfg, params, ids, targets, steps, opt=ADAMW):
+    """Whole training steps, each side with its own gradients and optimizer.
+
+    Only in float64: the key-bias gradient is zero in exact arithmetic, so each
+    framework moves bk by its own rounding noise divided by Adam's normaliser
+    (noise / (|noise| + eps)). In float32 that noise (~3e-9) is not small next
+    to eps (1e-8) and the two bk trajectories part by ~1e-3 within ten steps,
+    by design rather than by error; in float64 (noise ~1e-17) they stay together.
+    """
+    import torch
+
+    from .torch_mirror import to_torch, torch_loss
+
+    ours = {k: v.copy() for k, v in params.items()}
+    state = adamw_init(ours)
+    theirs = to_torch(params, torch_device, getattr(torch, dtype))
+    optimizer = make_torch_adamw(theirs, opt)
+    rows = []
+    for step in range(1, steps + 1):
+        _, grads = loss_and_grads(ours, ids, targets, cfg)
+        adamw_update(ours, grads, state, opt.lr, opt)
+        optimizer.zero_grad()
+        torch_loss(theirs, ids, targets, cfg).backward()
+        optimizer.step()
+        for name in ours:
+            compare(rows, device, dtype, f"train step {step}", name, ours[name], theirs[name])
+    return rows
+
+
+def check_kv_cache(device, torch_device, dtype, cfg, params, ids):
+    """Our cached decoding, one token at a time, against torch's full causal
+    forward over the whole sequence (position t sees tokens 0..t only)."""
+    import torch
+
+    from .torch_mirror import to_torch, torch_forward
+
+    cache = KVCache(cfg, np.float64)
+    ours = np.stack([decode_step(params, int(token), cache, cfg) for token in ids])
+    with torch.no_grad():
+        theirs = torch_forward(to_torch(params, torch_device, getattr(torch, dtype), False), ids, cfg)
+    rows = []
+    compare(rows, device, dtype, "kv-cache", f"logits at {len(ids)} positions", ours, theirs)
+    return rows
+
+
+def run_crosscheck(devices=DEVICES, dtype=None, activation="relu", seed=0, batch=2, seq_len=16):
+    """Run every check on every requested device. Returns a report dict."""
+    import torch
+
+    cfg: ModelConfig = PRESETS["default"].with_(activation=activation)
+    params = init_params(cfg, seed=seed, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    # Nudge LayerNorm gains and all biases off their initial 1 and 0 so that
+    # every term of every gradient is exercised.
+    for name, value in params.items():
+        if value.ndim == 1:
+            value += 0.1 * rng.standard_normal(value.shape)
+    ids = rng.integers(0, cfg.vocab_size, (batch, seq_len))
+    targets = rng.integers(0, cfg.vocab_size, (batch, seq_len))
+    report = {"versions": {"numpy": np.__version__, "torch": torch.__version__},
+              "config": cfg.to_dict(), "seed": seed, "ids_shape": [batch, seq_len],
+              "tolerances": {k: asdict(v) for k, v in TOLERANCES.items()},
+              "devices": [], "rows": []}
+    for name, torch_device, device_dtype, reason in discover_devices(devices):
+        if torch_device is None:
+            report["devices"].append({"device": name, "status": "not available", "reason": reason})
+            continue
+        use = dtype or device_dtype
+        if use == "float64" and device_dtype == "float32":
+            use = "float32"  # the device cannot do float64
+        rows = check_device(name, torch_device, use, cfg, params, ids, targets)
+        report["devices"].append({"device": name, "status": "checked", "reason": reason, "dtype": use,
+                                  "passed": all(r.passed for r in rows), "checks": len(rows)})
+        report["rows"] += [asdict(r) for r in rows]
+    report["passed"] = all(r["passed"] for r in report["rows"]) and bool(report["rows"])
+    return report
+
+
+def format_report(report, verbose=False):
+    """The report as text: a summary per device and check, and every failing row.
+
+    verbose=True lists every row.
+    """
+    lines = [f"cross-check of the NumPy reference against torch {report['versions']['torch']} "
+             f"(numpy {report['versions']['numpy']}); default config, {report['config']['activation']}, "
+             f"ids {tuple(report['ids_shape'])}, seed {report['seed']}"]
+    for d in report["devices"]:
+        if d["status"] != "checked":
+            lines.append(f"  {d['device']:<5} {d['reason']}")
+            continue
+        tol = report["tolerances"][d["dtype"]]
+        verdict = "pass" if d["passed"] else "FAIL"
+        lines.append(f"  {d['device']:<5} {d['dtype']} ({d['reason']}): {d['checks']} comparisons, {verdict}; "
+                     f"tolerance: relative gap <= {tol['rel']:g} or absolute gap <= {tol['abs']:g}")
+    header = (f"{'device':<6} {'check':<12} {'tensor':<36} {'max abs gap':>11} {'max rel gap':>11} "
+              f"{'tol':>6}  result")
+    lines += ["", header]
+    groups = {}
+    for r in report["rows"]:
+        check = r["check"].rsplit(" ", 1)[0] + "s" if r["check"][-1].isdigit() else r["check"]
+        groups.setdefault((r["device"], check), []).append(r)
+    for (device, check), group in groups.items():
+        for r in (group if verbose else [r for r in group if not r["passed"]]):
+            lines.append(_format_row(r, r["check"], r["tensor"]))
+        failed = sum(not r["passed"] for r in group)
+        worst = max(group, key=_closeness_to_failing)
+        label = f"{worst['tensor']} (closest of {len(group)})" if len(group) > 1 else worst["tensor"]
+        lines.append(_format_row(worst, check, label, "pass" if not failed else f"FAIL: {failed} of {len(group)}"))
+    lines.append("")
+    lines.append("PASS: every comparison within tolerance" if report["passed"] else "FAIL: see the rows above")
+    return "\n".join(lines)
+
+
+def _closeness_to_failing(row):
+    """1 at the edge of the tolerance; a row passes while either ratio is <= 1."""
+    return min(row["max_rel"] / row["tol_rel"], row["max_abs"] / row["tol_abs"])
+
+
+def _format_row(r, check, tensor, result=None):
+    result = result or ("pass" if r["passed"] else "FAIL")
+    return (f"{r['device']:<6} {check:<12} {tensor:<36} {r['max_abs']:>11.2e} "
+            f"{r['max_rel']:>11.2e} {r['tol_rel']:>6.0e}  {result}")
+
+
+def write_json(report, path):
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1)
