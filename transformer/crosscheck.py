@@ -125,9 +125,9 @@ def check_device(device, torch_device, dtype, cfg, params, ids, targets, adam_st
             compare(rows, device, dtype, "intermediate", name, trace[name], ttrace[name])
     for name in params:
         compare(rows, device, dtype, "gradient", name, grads[name], tparams[name].grad)
-    rows += check_adamw(device, torch_device, dtype, cfg, params, ids, targets, adam_steps)
-    if dtype == "float64":
-        rows += check_training(device, torch_device, dtype, cfg, params, ids, targets, adam_steps)
+    rows += check_steps(device, torch_device, dtype, cfg, params, ids, targets, adam_steps, own_gradients=False)
+    if dtype == "float64":  # see check_steps for why not in float32
+        rows += check_steps(device, torch_device, dtype, cfg, params, ids, targets, adam_steps, own_gradients=True)
     rows += check_kv_cache(device, torch_device, dtype, cfg, params, ids[0])
     return rows
 
@@ -144,38 +144,18 @@ def make_torch_adamw(tparams, opt: AdamWConfig):
 ADAMW = AdamWConfig(lr=1e-2)  # a large rate, so ten steps move every parameter visibly
 
 
-def check_adamw(device, torch_device, dtype, cfg, params, ids, targets, steps, opt=ADAMW):
-    """Our AdamW against torch.optim.AdamW, fed the same gradients at each step
-    (ours, computed at our current parameters): the optimizers alone, compared
-    after every step."""
-    import torch
+def check_steps(device, torch_device, dtype, cfg, params, ids, targets, steps, own_gradients, opt=ADAMW):
+    """Ten optimizer steps on both sides, every parameter compared after each.
 
-    from .torch_mirror import to_torch
-
-    ours = {k: v.copy() for k, v in params.items()}
-    state = adamw_init(ours)
-    theirs = to_torch(params, torch_device, getattr(torch, dtype))
-    optimizer = make_torch_adamw(theirs, opt)
-    rows = []
-    for step in range(1, steps + 1):
-        _, grads = loss_and_grads(ours, ids, targets, cfg)
-        for name, t in theirs.items():
-            t.grad = torch.tensor(grads[name], dtype=t.dtype).to(torch_device)
-        adamw_update(ours, grads, state, opt.lr, opt)
-        optimizer.step()
-        for name in ours:
-            compare(rows, device, dtype, f"adamw step {step}", name, ours[name], theirs[name])
-    return rows
-
-
-def check_training(device, torch_device, dtype, cfg, params, ids, targets, steps, opt=ADAMW):
-    """Whole training steps, each side with its own gradients and optimizer.
-
-    Only in float64: the key-bias gradient is zero in exact arithmetic, so each
-    framework moves bk by its own rounding noise divided by Adam's normaliser
-    (noise / (|noise| + eps)). In float32 that noise (~3e-9) is not small next
-    to eps (1e-8) and the two bk trajectories part by ~1e-3 within ten steps,
-    by design rather than by error; in float64 (noise ~1e-17) they stay together.
+    own_gradients=False ("adamw step N"): torch.optim.AdamW is fed our
+    gradients, so the two optimizers alone are compared.
+    own_gradients=True ("train step N"): whole training steps, each side with
+    its own gradients. Run in float64 only: the key-bias gradient is zero in
+    exact arithmetic, so each framework moves bk by its own rounding noise
+    divided by Adam's normaliser (noise / (|noise| + eps)). In float32 that
+    noise (~3e-9) is not small next to eps (1e-8) and the two bk trajectories
+    part by ~1e-3 within ten steps, by design rather than by error; in float64
+    (noise ~1e-17) they stay together.
     """
     import torch
 
@@ -185,15 +165,20 @@ def check_training(device, torch_device, dtype, cfg, params, ids, targets, steps
     state = adamw_init(ours)
     theirs = to_torch(params, torch_device, getattr(torch, dtype))
     optimizer = make_torch_adamw(theirs, opt)
+    label = "train step" if own_gradients else "adamw step"
     rows = []
     for step in range(1, steps + 1):
         _, grads = loss_and_grads(ours, ids, targets, cfg)
         adamw_update(ours, grads, state, opt.lr, opt)
-        optimizer.zero_grad()
-        torch_loss(theirs, ids, targets, cfg).backward()
+        if own_gradients:
+            optimizer.zero_grad()
+            torch_loss(theirs, ids, targets, cfg).backward()
+        else:
+            for name, t in theirs.items():
+                t.grad = torch.tensor(grads[name], dtype=t.dtype).to(torch_device)
         optimizer.step()
         for name in ours:
-            compare(rows, device, dtype, f"train step {step}", name, ours[name], theirs[name])
+            compare(rows, device, dtype, f"{label} {step}", name, ours[name], theirs[name])
     return rows
 
 
