@@ -135,3 +135,34 @@ def test_checkpoint_is_a_plain_zip_of_arrays(tmp_path):
     path = save_checkpoint(tmp_path / "c.npz", make_checkpoint())
     names = zipfile.ZipFile(path).namelist()
     assert "meta.npy" in names and "param/tok_emb.npy" in names and "adam_m/head_b.npy" in names
+
+
+@pytest.mark.parametrize("meta, message", [
+    (["format"], "not a checkpoint of this project"),
+    ({"format": "numpy-transformer-checkpoint", "version": 1, "config": {}, "tokenizer": "char", "step": 0},
+     "invalid description"),
+    ({"format": "numpy-transformer-checkpoint", "version": 1, "config": {"vocab_size": 5},
+      "tokenizer": {"kind": "char", "chars": "abcde"}}, "invalid description"),
+    ({"format": "numpy-transformer-checkpoint", "version": 1, "config": {"vocab_size": 5},
+      "tokenizer": {"kind": "char", "chars": "abcde"}, "step": 0, "adam_step": "x"}, "invalid description"),
+])
+def test_a_malformed_description_is_a_checkpoint_error(tmp_path, meta, message):
+    path = tmp_path / "bad.npz"
+    np.savez(path, meta=np.array(json.dumps(meta)))
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(path)
+
+
+def test_a_directory_is_not_a_checkpoint(tmp_path):
+    with pytest.raises(CheckpointError, match="is a directory"):
+        load_checkpoint(tmp_path)
+
+
+def test_checkpoint_files_get_the_usual_permissions(tmp_path):
+    import os
+    mask = os.umask(0o022)
+    try:
+        path = save_checkpoint(tmp_path / "c.npz", make_checkpoint())
+    finally:
+        os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o644

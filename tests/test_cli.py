@@ -11,7 +11,7 @@ from transformer.data import CharTokenizer
 from transformer.model import init_params
 
 SMALL = ["--context-len", "16", "--emb-dim", "16", "--num-layers", "1", "--ff-dim", "32",
-         "--num-heads", "2", "--batch-size", "4", "--seq-len", "8", "--no-progress"]
+         "--num-heads", "2", "--batch-size", "4", "--seq-len", "8", "--warmup", "1", "--no-progress"]
 
 
 @pytest.fixture
@@ -149,3 +149,70 @@ def test_the_real_command_prints_no_traceback_for_a_user_mistake(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == f"error: corpus {tmp_path / 'x.txt'} does not exist"
     assert result.stdout == ""
+
+
+def test_usage_mistakes_are_one_line_too(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["sample", "--checkpoint", "x.npz", "--seed", "-1"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith("error: ") and "must be >= 0, got -1" in err
+    with pytest.raises(SystemExit):
+        main(["train", "--out", "x", "--activation", "tanh"])
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "invalid choice: 'tanh'" in err
+
+
+def test_an_unwritable_out_folder_is_one_line(tmp_path, corpus, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    code, _, err = run_cli(["train", "--corpus", corpus, "--out", blocker, *SMALL, "--steps", "2"], capsys)
+    assert_one_line_error(code, err, "a-file")
+
+
+def test_resume_needs_only_the_out_folder(tmp_path, corpus, capsys, monkeypatch):
+    monkeypatch.delenv("TRANSFORMER_CORPUS", raising=False)
+    out = tmp_path / "run"
+    code, _, _ = run_cli(["train", "--corpus", corpus, "--out", out, *SMALL, "--steps", "4",
+                          "--max-minutes", "1e-9"], capsys)
+    assert code == 0
+    code, stdout, _ = run_cli(["train", "--resume", "--out", out, "--no-progress"], capsys)
+    assert code == 0 and "done: 4 steps" in stdout
+    code, _, err = run_cli(["train", "--resume", "--out", out, "--preset", "B"], capsys)
+    assert_one_line_error(code, err, "drop --preset")
+
+
+def test_a_second_train_into_the_same_folder_is_refused(tmp_path, corpus, capsys):
+    out = tmp_path / "run"
+    args = ["train", "--corpus", corpus, "--out", out, *SMALL, "--steps", "2"]
+    assert run_cli(args, capsys)[0] == 0
+    code, _, err = run_cli(args, capsys)
+    assert_one_line_error(code, err, "already holds a run")
+    assert run_cli(args + ["--overwrite"], capsys)[0] == 0
+
+
+def test_a_vanishing_temperature_is_greedy_not_a_crash(checkpoint, capsys):
+    code, out1, _ = run_cli(["sample", "--checkpoint", checkpoint, "--prompt", "ab", "--temperature", "1e-320",
+                             "--tokens", "8"], capsys)
+    code0, out0, _ = run_cli(["sample", "--checkpoint", checkpoint, "--prompt", "ab", "--temperature", "0",
+                              "--tokens", "8"], capsys)
+    assert code == code0 == 0 and out1 == out0
+
+
+def test_crosscheck_refuses_an_unwritable_json_path_before_running(tmp_path, capsys):
+    pytest.importorskip("torch")
+    code, out, err = run_cli(["crosscheck", "--devices", "cpu", "--json", tmp_path / "no" / "r.json"], capsys)
+    assert_one_line_error(code, err, "r.json")
+    assert out == ""
+
+
+def test_crosscheck_with_no_device_present_is_an_error_not_a_pass(capsys):
+    pytest.importorskip("torch")
+    from transformer.crosscheck import DEVICES, discover_devices
+
+    missing = [name for name, device, _, _ in discover_devices(DEVICES) if device is None]
+    if not missing:
+        pytest.skip("every device is present here")
+    code, out, err = run_cli(["crosscheck", "--devices", *missing], capsys)
+    assert "NOTHING CHECKED" in out
+    assert_one_line_error(code, err, "nothing was checked")

@@ -100,3 +100,9 @@ def test_load_corpus_names_what_is_wrong(tmp_path, content, message):
 def test_load_corpus_refuses_a_directory(tmp_path):
     with pytest.raises(CorpusError, match="is a directory"):
         load_corpus(tmp_path)
+
+
+def test_byte_tokenizer_keeps_undecodable_command_line_bytes():
+    """A non-UTF-8 command-line argument arrives with surrogate escapes; its bytes come back."""
+    text = b"a\xffb".decode("utf-8", errors="surrogateescape")
+    np.testing.assert_array_equal(ByteTokenizer().encode(text), [0x61, 0xFF, 0x62])

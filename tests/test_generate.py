@@ -93,3 +93,31 @@ def test_bad_generation_arguments_are_named(kwargs, message):
     args = {"prompt_ids": [0, 1], "num_tokens": 3, **kwargs}
     with pytest.raises(InputError, match=message):
         generate(params, cfg, **args)
+
+
+def test_every_prompt_id_is_checked_not_only_the_window():
+    cfg = PRESETS["tiny"]
+    params = init_params(cfg, seed=0)
+    with pytest.raises(InputError, match=r"found -3"):
+        generate(params, cfg, [-3] + [1] * 10, 2)
+
+
+def test_numpy_integers_are_accepted_where_integers_are():
+    cfg = PRESETS["tiny"]
+    params = init_params(cfg, seed=0)
+    assert len(generate(params, cfg, [1], np.int64(3), top_k=np.int64(2))) == 3
+
+
+def test_parameters_that_do_not_fit_the_config_are_named():
+    from transformer.errors import ConfigError
+
+    cfg = PRESETS["tiny"]
+    params = init_params(cfg, seed=0)
+    with pytest.raises(ConfigError, match="'head_b' is missing"):
+        forward({k: v for k, v in params.items() if k != "head_b"}, [1, 2], cfg)
+    with pytest.raises(ConfigError, match=r"'head_w' has shape \(4, 4\), the config needs \(4, 5\)"):
+        forward({**params, "head_w": np.zeros((4, 4))}, [1, 2], cfg)
+    with pytest.raises(ConfigError, match="parameters not in this config: extra"):
+        forward({**params, "extra": np.zeros(3)}, [1, 2], cfg)
+    with pytest.raises(ConfigError, match="'head_b' is missing"):
+        generate({k: v for k, v in params.items() if k != "head_b"}, cfg, [1], 2)

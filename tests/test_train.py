@@ -163,10 +163,63 @@ def test_resuming_a_finished_run_says_there_is_nothing_to_do(tmp_path, corpus):
 
 def test_time_limit_stops_with_a_checkpoint_and_a_validation_loss(tmp_path, corpus):
     out = tmp_path / "run"
-    summary = train(corpus, out, MODEL, small_config(steps=10_000, eval_every=10_000), max_minutes=0.0,
+    summary = train(corpus, out, MODEL, small_config(steps=10_000, eval_every=10_000), max_minutes=1e-9,
                     progress=False)
     assert summary["stopped"] == "time limit" and summary["step"] == 1
     assert summary["val_loss"] is not None and np.isfinite(summary["val_loss"])
     assert load_checkpoint(out / "checkpoint.npz").step == 1
     assert read_metrics(out)[-1] == {"step": 1, "val_loss": summary["val_loss"],
                                      "time_s": read_metrics(out)[-1]["time_s"]}
+
+
+def test_stopping_on_the_last_step_is_just_the_end_of_the_run(tmp_path, corpus):
+    """A time limit or Ctrl-C that lands on the final step must not claim the run can be resumed."""
+    out = tmp_path / "run"
+    summary = train(corpus, out, MODEL, small_config(steps=1, eval_every=1), max_minutes=1e-9, progress=False)
+    assert summary["stopped"] is None and summary["step"] == 1
+    assert [m["step"] for m in read_metrics(out) if "val_loss" in m] == [1]  # evaluated once, not twice
+
+
+def test_a_new_run_never_overwrites_an_existing_one_by_accident(tmp_path, corpus):
+    out = tmp_path / "run"
+    train(corpus, out, MODEL, small_config(steps=3), progress=False)
+    before = (out / "checkpoint.npz").read_bytes()
+    with pytest.raises(ConfigError, match="already holds a run; continue it with --resume"):
+        train(corpus, out, MODEL, small_config(steps=5), progress=False)
+    assert (out / "checkpoint.npz").read_bytes() == before
+    train(corpus, out, MODEL, small_config(steps=5), overwrite=True, progress=False)
+    assert load_checkpoint(out / "checkpoint.npz").step == 5
+
+
+def test_resume_refuses_a_different_corpus(tmp_path, corpus):
+    out = tmp_path / "run"
+
+    def stop_at_2(step, stop):
+        if step == 2:
+            stop.reason = "interrupted"
+
+    train(corpus, out, MODEL, small_config(), progress=False, on_step=stop_at_2)
+    other = tmp_path / "other.txt"
+    other.write_text(corpus.read_text()[:-50])
+    with pytest.raises(ConfigError, match="the corpus differs from the one this run was trained on"):
+        train(other, out, MODEL, small_config(), resume=True, progress=False)
+
+
+def test_resume_survives_a_metrics_line_torn_by_a_crash(tmp_path, corpus):
+    out = tmp_path / "run"
+
+    def stop_at_5(step, stop):
+        if step == 5:
+            stop.reason = "interrupted"
+
+    train(corpus, out, MODEL, small_config(), progress=False, on_step=stop_at_5)
+    with open(out / "metrics.jsonl", "a") as f:
+        f.write('{"step": 6, "loss": 2.3')  # half a line, as a crash mid-write leaves it
+    train(corpus, out, MODEL, small_config(), resume=True, progress=False)
+    assert [m["step"] for m in read_metrics(out) if "loss" in m] == list(range(1, 13))
+
+
+def test_max_minutes_must_be_positive(tmp_path, corpus):
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ConfigError, match="max_minutes must be a positive number"):
+            train(corpus, tmp_path / "run", MODEL, small_config(), max_minutes=bad, progress=False)

@@ -58,16 +58,36 @@ def save_checkpoint(path, ckpt: Checkpoint) -> Path:
             np.savez(f, **arrays)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private (0600); give it a normal file's mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _fsync_dir(path.parent)  # make the rename itself durable
     return path
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_dir(folder):
+    if os.name != "posix":
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def load_checkpoint(path) -> Checkpoint:
     """Read and validate a checkpoint, or raise CheckpointError saying why not."""
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"checkpoint {path} is a directory, not a file")
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     if not zipfile.is_zipfile(path):  # also what a truncated .npz looks like
@@ -83,17 +103,22 @@ def load_checkpoint(path) -> Checkpoint:
     try:
         cfg = ModelConfig.from_dict(meta["config"])
         tokenizer = tokenizer_from_dict(meta["tokenizer"])
-    except (TransformerError, KeyError, TypeError) as e:
-        raise CheckpointError(f"checkpoint {path} has an invalid description: {e}") from None
+        step = int(meta["step"])
+        adam_step = None if meta.get("adam_step") is None else int(meta["adam_step"])
+        extra = meta.get("extra", {})
+        if not isinstance(extra, dict):
+            raise TypeError("extra is not a mapping")
+    except (TransformerError, KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CheckpointError(f"checkpoint {path} has an invalid description: {e!r}") from None
     if tokenizer.vocab_size != cfg.vocab_size:
         raise CheckpointError(
             f"checkpoint {path}: tokenizer has {tokenizer.vocab_size} symbols, model expects {cfg.vocab_size}")
     params = _read_group(path, arrays, "param", cfg)
     opt_state = None
-    if meta.get("adam_step") is not None:
+    if adam_step is not None:
         opt_state = {"m": _read_group(path, arrays, "adam_m", cfg),
-                     "v": _read_group(path, arrays, "adam_v", cfg), "step": int(meta["adam_step"])}
-    return Checkpoint(params, cfg, tokenizer, int(meta["step"]), opt_state, meta.get("extra", {}))
+                     "v": _read_group(path, arrays, "adam_v", cfg), "step": adam_step}
+    return Checkpoint(params, cfg, tokenizer, step, opt_state, extra)
 
 
 def _read_meta(path, arrays) -> dict:
@@ -104,7 +129,8 @@ def _read_meta(path, arrays) -> dict:
     except json.JSONDecodeError:
         raise CheckpointError(f"{path}: its description is not valid JSON") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not a checkpoint of this project (format {meta.get('format')!r})")
+        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise CheckpointError(f"{path} is not a checkpoint of this project (format {found!r})")
     if meta.get("version") != VERSION:
         raise CheckpointError(
             f"{path} has checkpoint format version {meta.get('version')!r}; this code reads version {VERSION}")

@@ -16,40 +16,63 @@ from .crosscheck import DEVICES
 from .errors import TransformerError
 
 CORPUS_ENV = "TRANSFORMER_CORPUS"
-MODEL_OPTIONS = {"context_len": int, "emb_dim": int, "num_heads": int, "num_layers": int,
-                 "ff_dim": int, "activation": str}
+MODEL_OPTIONS = {  # name: (type, help)
+    "context_len": (int, "T_max: rows of the position table, the longest input"),
+    "emb_dim": (int, "d: width of the residual stream"),
+    "num_heads": (int, "H: attention heads; must divide emb_dim"),
+    "num_layers": (int, "L: transformer blocks"),
+    "ff_dim": (int, "F: hidden width of the feed-forward network"),
+    "activation": (str, "feed-forward non-linearity"),
+}
 EXIT_USER_ERROR, EXIT_INTERRUPTED, EXIT_CHECK_FAILED = 2, 130, 1
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (and the usage is a --help away)."""
+
+    def error(self, message):
+        self.exit(EXIT_USER_ERROR, f"error: {self.prog}: {message} (see --help)\n")
 
 
 def _option(name):
     return "--" + name.replace("_", "-")
 
 
+def non_negative_int(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def build_parser():
     from .train import TrainConfig
 
-    parser = argparse.ArgumentParser(prog="python -m transformer",
-                                     description="A NumPy reference transformer: train, sample, check.")
+    parser = Parser(prog="python -m transformer",
+                    description="A NumPy reference transformer: train, sample, check.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train a model on a UTF-8 text corpus",
                            description="Train on a text corpus; checkpoints and metrics go to --out.")
-    train.add_argument("--corpus", help=f"UTF-8 text file (default: ${CORPUS_ENV})")
+    train.add_argument("--corpus", help=f"UTF-8 text file (default: ${CORPUS_ENV}; "
+                                        "with --resume, the run's own corpus)")
     train.add_argument("--out", required=True, help="output folder for checkpoint.npz and metrics.jsonl")
     train.add_argument("--resume", action="store_true",
                        help="continue the run in --out exactly where it stopped")
-    train.add_argument("--preset", default="default", choices=sorted(PRESETS),
-                       help="model size to start from (default: %(default)s)")
-    train.add_argument("--max-minutes", type=float, help="stop (with a checkpoint) after this wall time")
+    train.add_argument("--overwrite", action="store_true", help="start a new run in an --out that holds one")
+    train.add_argument("--preset", default=None, choices=sorted(PRESETS),
+                       help="model size to start from (default: default)")
+    train.add_argument("--max-minutes", type=float,
+                       help="stop after this many minutes of training (with a checkpoint, resumable)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     model = train.add_argument_group("model (override the preset)")
-    for name, kind in MODEL_OPTIONS.items():
-        model.add_argument(_option(name), type=kind, default=None,
+    for name, (kind, text) in MODEL_OPTIONS.items():
+        model.add_argument(_option(name), type=kind, default=None, help=text,
                            choices=["relu", "gelu"] if name == "activation" else None)
     schedule = train.add_argument_group("training (defaults in brackets)")
     for f in fields(TrainConfig):
         schedule.add_argument(_option(f.name), type=type(f.default), default=None,
-                              help=f"[{f.default}]")
+                              choices=f.metadata.get("choices"), help=f"{f.metadata['help']} [{f.default}]")
 
     sample = sub.add_parser("sample", help="generate text from a checkpoint")
     sample.add_argument("--checkpoint", required=True)
@@ -58,13 +81,15 @@ def build_parser():
     sample.add_argument("--tokens", type=int, default=200, help="how many tokens to generate")
     sample.add_argument("--temperature", type=float, default=1.0, help="0 picks the most likely token")
     sample.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
-    sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument("--seed", type=non_negative_int, default=0)
 
     check = sub.add_parser("gradcheck", help="compare every gradient with central differences")
-    check.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    check.add_argument("--preset", default="tiny", choices=["tiny", "default"],
+                       help="tiny (377 parameters, about a second) or default (tens of thousands, minutes)")
     check.add_argument("--activation", default="relu", choices=["relu", "gelu"])
     check.add_argument("--batch", type=int, default=2, help="sequences in the batch")
-    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--seed", type=non_negative_int, default=0)
+
     cross = sub.add_parser("crosscheck", help="compare everything with PyTorch on every device found",
                            description="Run the same parameters and inputs through NumPy and through "
                                        "PyTorch on each device; compare logits, loss, gradients, "
@@ -74,7 +99,7 @@ def build_parser():
     cross.add_argument("--dtype", choices=["float32", "float64"], default=None,
                        help="torch dtype (default: float64 where the device has it, else float32)")
     cross.add_argument("--activation", default="relu", choices=["relu", "gelu"])
-    cross.add_argument("--seed", type=int, default=0)
+    cross.add_argument("--seed", type=non_negative_int, default=0)
     cross.add_argument("--json", metavar="PATH", help="also write the whole report as JSON")
     cross.add_argument("--verbose", action="store_true", help="print every comparison, not only a summary")
     return parser
@@ -87,35 +112,58 @@ def cmd_crosscheck(args):
         import torch  # noqa: F401
     except ImportError:
         raise TransformerError("the cross-check needs torch: pip install -e '.[torch]'") from None
+    if args.json:
+        with open(args.json, "a"):  # fail now, not after the run, if the path cannot be written
+            pass
     report = run_crosscheck(args.devices, dtype=args.dtype, activation=args.activation, seed=args.seed)
     print(format_report(report, verbose=args.verbose))
     if args.json:
         write_json(report, args.json)
+    if not report["rows"]:
+        raise TransformerError(f"nothing was checked: none of {', '.join(args.devices)} is on this machine")
     return 0 if report["passed"] else EXIT_CHECK_FAILED
 
 
 def cmd_train(args):
-    from .train import TrainConfig, train
+    from .train import CHECKPOINT_NAME, TrainConfig, train
 
-    corpus = args.corpus or os.environ.get(CORPUS_ENV)
-    if not corpus:
-        raise TransformerError(f"no corpus: pass --corpus PATH or set {CORPUS_ENV}")
     given = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name) is not None}
     model_given = {k: getattr(args, k) for k in MODEL_OPTIONS if getattr(args, k) is not None}
-    if args.resume and (given or model_given):
-        names = ", ".join(_option(k) for k in {**given, **model_given})
+    if args.preset is not None:
+        model_given["preset"] = args.preset
+    if args.resume and (given or model_given or args.overwrite):
+        names = ", ".join(_option(k) for k in [*given, *model_given] + (["overwrite"] if args.overwrite else []))
         raise TransformerError(f"--resume takes the configuration from the checkpoint; drop {names}")
-    model_cfg = preset(args.preset).with_(**model_given)
-    summary = train(corpus, args.out, model_cfg, TrainConfig(**given), resume=args.resume,
+    corpus = args.corpus or os.environ.get(CORPUS_ENV)
+    if args.resume and not args.corpus:
+        corpus = _corpus_of_run(os.path.join(args.out, CHECKPOINT_NAME)) or corpus
+    if not corpus:
+        raise TransformerError(f"no corpus: pass --corpus PATH or set {CORPUS_ENV}")
+    model_cfg = preset(model_given.pop("preset", "default")).with_(**model_given)
+    train_cfg = TrainConfig(**given)
+    if not args.resume and train_cfg.warmup >= train_cfg.steps:
+        print(f"warning: --warmup {train_cfg.warmup} >= --steps {train_cfg.steps}: "
+              "the learning rate never reaches its peak", file=sys.stderr)
+    summary = train(corpus, args.out, model_cfg, train_cfg, resume=args.resume, overwrite=args.overwrite,
                     max_minutes=args.max_minutes, progress=False if args.no_progress else None)
+    val = "" if summary["val_loss"] is None else \
+        f", validation loss {summary['val_loss']:.4f} (at step {summary['val_step']})"
     if summary["stopped"]:
-        val = "" if summary["val_loss"] is None else f", validation loss {summary['val_loss']:.4f}"
         print(f"stopped ({summary['stopped']}) after step {summary['step']} of {summary['steps']}{val}; "
-              f"checkpoint {summary['checkpoint']}; continue with --resume --out {args.out}")
+              f"checkpoint {summary['checkpoint']}; continue with: python -m transformer train "
+              f"--resume --out {args.out}")
         return EXIT_INTERRUPTED if summary["stopped"] == "interrupted" else 0
-    print(f"done: {summary['step']} steps in {summary['time_s']:.0f} s, validation loss "
-          f"{summary['val_loss']:.4f}; checkpoint {summary['checkpoint']}")
+    print(f"done: {summary['step']} steps in {summary['time_s']:.0f} s{val}; checkpoint {summary['checkpoint']}")
     return 0
+
+
+def _corpus_of_run(ckpt_path):
+    """The corpus path a run recorded, if its checkpoint can be read."""
+    from .checkpoint import load_checkpoint
+
+    if not os.path.isfile(ckpt_path):
+        return None
+    return load_checkpoint(ckpt_path).extra.get("corpus")
 
 
 def cmd_sample(args):
@@ -176,6 +224,10 @@ def main(argv=None):
         return COMMANDS[args.command](args)
     except TransformerError as e:
         print(f"error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except OSError as e:  # a path the user gave cannot be read or written
+        where = f": {e.filename}" if e.filename else ""
+        print(f"error: {e.strerror or e}{where}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:  # a second Ctrl-C during training, or Ctrl-C while sampling
         print("interrupted", file=sys.stderr)

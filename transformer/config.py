@@ -7,6 +7,8 @@ F feed-forward width, V vocabulary size, L layers.
 
 from dataclasses import asdict, dataclass, fields, replace
 
+import numpy as np
+
 from .errors import ConfigError
 
 ACTIVATIONS = ("relu", "gelu")
@@ -26,8 +28,9 @@ class ModelConfig:
     def __post_init__(self):
         for name in ("vocab_size", "context_len", "emb_dim", "num_heads", "num_layers", "ff_dim"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+            object.__setattr__(self, name, int(value))  # numpy integers become plain ints
         if self.emb_dim % self.num_heads:
             raise ConfigError(
                 f"num_heads={self.num_heads} does not divide emb_dim={self.emb_dim}: "

@@ -80,7 +80,9 @@ class ByteTokenizer:
     vocab_size = 256
 
     def encode(self, text: str) -> np.ndarray:
-        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+        # surrogateescape gives back the raw bytes of text that came from
+        # undecodable bytes (a command-line argument that is not UTF-8).
+        return np.frombuffer(text.encode("utf-8", errors="surrogateescape"), dtype=np.uint8).astype(np.int64)
 
     def decode(self, ids) -> str:
         # A sampled byte sequence need not be valid UTF-8: show U+FFFD there.
@@ -102,6 +104,8 @@ def make_tokenizer(kind: str, text: str):
 
 
 def tokenizer_from_dict(d: dict):
+    if not isinstance(d, dict):
+        raise InputError(f"a tokenizer description must be a mapping, got {d!r}")
     kind = d.get("kind")
     if kind == "char" and isinstance(d.get("chars"), str):
         return CharTokenizer(d["chars"])

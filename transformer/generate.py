@@ -12,6 +12,7 @@ cache no longer applies and each step reruns the full window.
 """
 
 import math
+import operator
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from .block import block_params
 from .errors import InputError
 from .layernorm import layer_norm_forward
 from .linear import linear_forward
-from .model import check_ids, forward
+from .model import check_ids, check_params, forward
 from .softmax import softmax_forward
 
 
@@ -71,20 +72,34 @@ def decode_step(params, token, cache: KVCache, cfg):
     return logits
 
 
+def as_int(value):
+    """value as a Python int if it is an integer (numpy integers included), else None."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def check_sampling(temperature, top_k, vocab_size):
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
+    if not (isinstance(temperature, (int, float, np.floating, np.integer)) and math.isfinite(temperature)
+            and temperature >= 0):
         raise InputError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
-                              or not 1 <= top_k <= vocab_size):
+    if top_k is not None and (as_int(top_k) is None or not 1 <= top_k <= vocab_size):
         raise InputError(f"top_k must be an integer in [1, {vocab_size}], got {top_k!r}")
 
 
 def sample_next(logits, temperature, top_k, rng):
     """Draw one id from softmax(logits / temperature), restricted to the top_k
-    largest logits when top_k is given. Temperature 0 means the argmax."""
+    largest logits when top_k is given (tokens tied with the k-th largest are
+    kept too). Temperature 0 means the argmax."""
     if temperature == 0:
         return int(np.argmax(logits))
-    z = np.asarray(logits, dtype=np.float64) / temperature
+    z = np.asarray(logits, dtype=np.float64)
+    # Shift so the largest logit is 0 before dividing: then a tiny temperature
+    # sends the others to -inf (probability 0) instead of overflowing to inf.
+    z = (z - z.max()) / temperature
     if top_k is not None and top_k < z.size:
         kth_largest = np.partition(z, -top_k)[-top_k]
         z = np.where(z >= kth_largest, z, -np.inf)
@@ -100,12 +115,14 @@ def generate(params, cfg, prompt_ids, num_tokens, temperature=1.0, top_k=None, s
     from (used by the tests to compare with full recomputation).
     """
     check_sampling(temperature, top_k, cfg.vocab_size)
-    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
+    check_params(params, cfg)
+    if as_int(num_tokens) is None or num_tokens < 0:
         raise InputError(f"number of tokens must be a non-negative integer, got {num_tokens!r}")
     prompt = np.asarray(prompt_ids)
     if prompt.ndim != 1 or prompt.size == 0:
         raise InputError("the prompt must be a non-empty sequence of token ids")
-    check_ids(prompt[-cfg.context_len:], cfg, what="prompt ids")  # the window the model sees
+    # Every id must be valid, also those before the window the model sees.
+    check_ids(prompt.reshape(-1, 1), cfg, what="prompt ids")
     ids = prompt.tolist()
     rng = np.random.default_rng(seed)
     dtype = params["tok_emb"].dtype

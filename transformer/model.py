@@ -83,12 +83,16 @@ def check_ids(ids, cfg: ModelConfig, what="ids"):
 
 
 def check_params(params, cfg: ModelConfig):
-    """Raise ConfigError when params do not match cfg (missing key or shape)."""
-    for name, shape in param_shapes(cfg).items():
+    """Raise ConfigError when params do not match cfg (a missing, extra or misshapen key)."""
+    shapes = param_shapes(cfg)
+    for name, shape in shapes.items():
         if name not in params:
             raise ConfigError(f"parameter {name!r} is missing")
-        if params[name].shape != shape:
-            raise ConfigError(f"parameter {name!r} has shape {params[name].shape}, the config needs {shape}")
+        if np.shape(params[name]) != shape:
+            raise ConfigError(f"parameter {name!r} has shape {np.shape(params[name])}, the config needs {shape}")
+    extra = sorted(set(params) - set(shapes))
+    if extra:
+        raise ConfigError(f"parameters not in this config: {', '.join(extra)}")
 
 
 def forward(params, ids, cfg: ModelConfig, trace=None):
@@ -99,6 +103,7 @@ def forward(params, ids, cfg: ModelConfig, trace=None):
     """
     single = np.ndim(ids) == 1
     ids = check_ids(ids, cfg)
+    check_params(params, cfg)
     x, emb_cache = embedding_forward(ids, params["tok_emb"], params["pos_emb"])
     block_caches, block_trace = [], None if trace is None else {}
     if trace is not None:

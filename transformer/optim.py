@@ -79,8 +79,9 @@ def global_norm(grads) -> float:
 def clip_grads(grads, max_norm):
     """Scale all gradients by one factor so their global norm is at most max_norm.
 
-    Returns (clipped grads, the norm before clipping). New arrays; the input
-    dict is left as it was.
+    Returns (grads, the norm before clipping): new arrays when clipping, the
+    input dict itself when the norm is already within max_norm. The input
+    arrays are never modified.
     """
     norm = global_norm(grads)
     if max_norm is None or norm <= max_norm:

@@ -14,14 +14,15 @@ import math
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass, fields
+import hashlib
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 
 from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from .config import ModelConfig
-from .data import eval_windows, load_corpus, make_tokenizer, sample_batch, train_val_split
+from .data import TOKENIZERS, eval_windows, load_corpus, make_tokenizer, sample_batch, train_val_split
 from .errors import ConfigError
 from .model import forward, init_params, loss_and_grads
 from .optim import AdamWConfig, adamw_init, adamw_update, clip_grads, lr_at
@@ -34,21 +35,23 @@ DTYPES = {"float32": np.float32, "float64": np.float64}
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 2000  # optimizer steps in the whole run
-    batch_size: int = 32  # windows per step
-    seq_len: int = 0  # tokens per window; 0 means the model's context_len
-    lr: float = 3e-3  # peak learning rate
-    min_lr: float = 3e-4  # learning rate at the end of the cosine decay
-    warmup: int = 100  # steps of linear warm-up
-    weight_decay: float = 0.1  # AdamW decoupled decay (matrices only)
-    beta1: float = 0.9
-    beta2: float = 0.99
-    grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
-    eval_every: int = 500  # steps between validation losses (whole split)
-    ckpt_every: int = 1000  # steps between checkpoints
-    seed: int = 0  # parameter initialisation and batch sampling
-    dtype: str = "float32"  # arithmetic of training; float64 for exactness
-    tokenizer: str = "char"  # "char" (vocabulary from the corpus) or "byte"
+    # Each field's "help" is its reason, shown by `python -m transformer train --help`.
+    steps: int = field(default=2000, metadata={"help": "optimizer steps in the whole run"})
+    batch_size: int = field(default=32, metadata={"help": "windows per step"})
+    seq_len: int = field(default=0, metadata={"help": "tokens per window; 0 means the model's context_len"})
+    lr: float = field(default=3e-3, metadata={"help": "peak learning rate, reached at the end of warm-up"})
+    min_lr: float = field(default=3e-4, metadata={"help": "learning rate at the end of the cosine decay"})
+    warmup: int = field(default=100, metadata={"help": "steps of linear warm-up"})
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW decoupled decay, matrices only"})
+    beta1: float = field(default=0.9, metadata={"help": "AdamW decay of the mean of gradients"})
+    beta2: float = field(default=0.99, metadata={"help": "AdamW decay of the mean of squared gradients"})
+    grad_clip: float = field(default=1.0, metadata={"help": "max global gradient norm; 0 disables clipping"})
+    eval_every: int = field(default=500, metadata={"help": "steps between validation losses (whole split)"})
+    ckpt_every: int = field(default=1000, metadata={"help": "steps between checkpoints"})
+    seed: int = field(default=0, metadata={"help": "parameter initialisation and batch sampling"})
+    dtype: str = field(default="float32", metadata={"help": "arithmetic of training", "choices": ["float32", "float64"]})
+    tokenizer: str = field(default="char", metadata={"help": "char: vocabulary from the corpus; byte: V = 256",
+                                                      "choices": ["char", "byte"]})
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_every", "ckpt_every"):
@@ -66,6 +69,8 @@ class TrainConfig:
                 raise ConfigError(f"{name} must lie in [0, 1), got {getattr(self, name)!r}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.tokenizer not in TOKENIZERS:
+            raise ConfigError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {self.tokenizer!r}")
 
     def adamw(self) -> AdamWConfig:
         return AdamWConfig(lr=self.lr, beta1=self.beta1, beta2=self.beta2, weight_decay=self.weight_decay)
@@ -125,9 +130,9 @@ class Run:
     step: int = 0
     elapsed_s: float = 0.0  # wall time of earlier sessions of this run
 
-    def checkpoint(self, elapsed_s, corpus_path) -> Checkpoint:
+    def checkpoint(self, elapsed_s, corpus_path, corpus_sha256) -> Checkpoint:
         extra = {"train": asdict(self.train_cfg), "sampler_state": self.rng.bit_generator.state,
-                 "elapsed_s": elapsed_s, "corpus": str(corpus_path)}
+                 "elapsed_s": elapsed_s, "corpus": str(corpus_path), "corpus_sha256": corpus_sha256}
         return Checkpoint(self.params, self.model_cfg, self.tokenizer, self.step, self.opt_state, extra)
 
 
@@ -138,8 +143,12 @@ def new_run(text, model_cfg: ModelConfig, train_cfg: TrainConfig) -> Run:
     return Run(model_cfg, train_cfg, tokenizer, params, adamw_init(params), np.random.default_rng(train_cfg.seed))
 
 
-def resumed_run(ckpt_path) -> Run:
+def resumed_run(ckpt_path, corpus_sha256) -> Run:
     ckpt = load_checkpoint(ckpt_path)
+    saved = ckpt.extra.get("corpus_sha256")
+    if saved is not None and saved != corpus_sha256:
+        raise ConfigError(f"the corpus differs from the one this run was trained on "
+                          f"({ckpt.extra.get('corpus')}); resume with that file")
     if ckpt.opt_state is None or "train" not in ckpt.extra or "sampler_state" not in ckpt.extra:
         raise ConfigError(f"{ckpt_path} holds no optimizer or sampler state; it cannot be resumed")
     train_cfg = TrainConfig.from_dict(ckpt.extra["train"])
@@ -153,18 +162,26 @@ def resumed_run(ckpt_path) -> Run:
 
 
 def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, resume=False,
-          max_minutes=None, progress=None, on_step=None):
+          overwrite=False, max_minutes=None, progress=None, on_step=None):
     """Train, writing checkpoints and metrics into out_dir. Returns a summary dict.
 
     With resume=True the model and training configuration come from the
-    checkpoint in out_dir, and model_cfg / train_cfg are ignored.
+    checkpoint in out_dir, and model_cfg / train_cfg are ignored. A new run
+    refuses an out_dir that already holds a checkpoint unless overwrite=True.
+    max_minutes: stop (with a checkpoint) after this much time in this call.
     progress: True shows a progress bar, False hides it, None shows it on a terminal only.
     on_step(step, stop_request) is called after every step (tests use it to stop a run).
     """
     out_dir = Path(out_dir)
     ckpt_path, metrics_path = out_dir / CHECKPOINT_NAME, out_dir / METRICS_NAME
+    if max_minutes is not None and not (math.isfinite(max_minutes) and max_minutes > 0):
+        raise ConfigError(f"max_minutes must be a positive number, got {max_minutes!r}")
+    if not resume and not overwrite and ckpt_path.exists():
+        raise ConfigError(f"{out_dir} already holds a run; continue it with --resume, "
+                          "start again with --overwrite, or choose another --out")
     text = load_corpus(corpus_path)
-    run = resumed_run(ckpt_path) if resume else new_run(text, model_cfg, train_cfg)
+    corpus_sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    run = resumed_run(ckpt_path, corpus_sha256) if resume else new_run(text, model_cfg, train_cfg)
     cfg, tc = run.model_cfg, run.train_cfg
     seq_len = tc.seq_len or cfg.context_len
     if seq_len > cfg.context_len:
@@ -204,22 +221,25 @@ def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, 
                     bar.write(f"step {run.step}: train loss {record['loss']:.4f}, validation loss {val_loss:.4f}")
                 metrics.flush()
                 if run.step % tc.ckpt_every == 0 or run.step == tc.steps:
-                    save_checkpoint(ckpt_path, run.checkpoint(run_time(), corpus_path))
-                if max_minutes is not None and run_time() > 60 * max_minutes:
+                    save_checkpoint(ckpt_path, run.checkpoint(run_time(), corpus_path, corpus_sha256))
+                if max_minutes is not None and time.perf_counter() - t_start > 60 * max_minutes:
                     stop.reason = "time limit"
                 bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
                 bar.update(1)
                 if on_step is not None:
                     on_step(run.step, stop)
+            if run.step == tc.steps:
+                stop.reason = None  # stopped on the last step: that is simply the end of the run
             if stop.reason is not None:
                 if stop.reason == "time limit" and run.step % tc.eval_every:  # report where it got to
                     val_loss = validate(metrics)
-                save_checkpoint(ckpt_path, run.checkpoint(run_time(), corpus_path))
+                save_checkpoint(ckpt_path, run.checkpoint(run_time(), corpus_path, corpus_sha256))
     finally:
         bar.close()
         if in_main_thread:
             signal.signal(signal.SIGINT, previous_handler)
     return {"step": run.step, "steps": tc.steps, "stopped": stop.reason, "val_loss": val_loss,
+            "val_step": None if val_loss is None else _last_val_step(metrics_path),
             "checkpoint": str(ckpt_path), "metrics": str(metrics_path), "time_s": run_time()}
 
 
@@ -232,7 +252,8 @@ def train_step(run: Run, train_ids, seq_len) -> dict:
     with np.errstate(over="ignore", invalid="ignore"):  # a diverging run is reported below
         loss, grads = loss_and_grads(run.params, x, y, run.model_cfg)
     if not math.isfinite(loss):
-        raise ConfigError(f"the loss became {loss} at step {run.step + 1}; lower --lr or enable --grad-clip")
+        hint = "lower --lr" if tc.grad_clip else "lower --lr or set --grad-clip (e.g. 1.0)"
+        raise ConfigError(f"the loss became {loss} at step {run.step + 1}: training diverged; {hint}")
     grads, norm = clip_grads(grads, tc.grad_clip or None)
     adamw_update(run.params, grads, run.opt_state, lr, tc.adamw())
     run.step += 1
@@ -240,10 +261,22 @@ def train_step(run: Run, train_ids, seq_len) -> dict:
             "tokens_per_s": x.size / (time.perf_counter() - t0)}
 
 
+def _read_metrics(metrics_path):
+    """The metric records; a line torn by a crash mid-write is skipped."""
+    records = []
+    for line in metrics_path.read_text().splitlines() if metrics_path.exists() else []:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
 def _truncate_metrics(metrics_path, step):
     """Drop metric lines after `step`: the steps a resumed run will redo."""
-    if not metrics_path.exists():
-        return
-    kept = [line for line in metrics_path.read_text().splitlines()
-            if line.strip() and json.loads(line)["step"] <= step]
-    metrics_path.write_text("".join(line + "\n" for line in kept))
+    kept = [r for r in _read_metrics(metrics_path) if r.get("step", 0) <= step]
+    metrics_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+
+def _last_val_step(metrics_path):
+    return max((r["step"] for r in _read_metrics(metrics_path) if "val_loss" in r), default=None)
