@@ -1,0 +1,38 @@
+"""The model really learns: a short float32 run on Tiny Shakespeare (slow; CI runs it).
+
+    scripts/test -m slow
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from transformer.config import PRESETS
+from transformer.train import TrainConfig, train
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = Path(os.environ.get("TRANSFORMER_CORPUS", ROOT / "data" / "tinyshakespeare" / "input.txt"))
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    if not CORPUS.is_file():
+        result = subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py")],
+                                capture_output=True, text=True)
+        if result.returncode != 0 or not CORPUS.is_file():
+            pytest.skip(f"Tiny Shakespeare is not available: {result.stderr.strip()}")
+    return CORPUS
+
+
+@pytest.mark.slow
+def test_config_a_learns_tiny_shakespeare_in_1000_steps(tmp_path, corpus):
+    """1000 steps of the demo's settings (about 100 s here). The full 7000-step
+    demo reaches 1.59; at step 1000 it was at 1.88. A model that only learned
+    character frequencies scores 3.35 on the validation split (the training
+    split's unigram distribution), an untrained one about ln 65 = 4.17."""
+    cfg = TrainConfig(steps=1000, batch_size=32, lr=3e-3, warmup=200, eval_every=1000, ckpt_every=1000)
+    summary = train(corpus, tmp_path / "run", PRESETS["A"], cfg, progress=False)
+    assert summary["val_loss"] < 2.0
