@@ -89,7 +89,7 @@ def _outputs(path, fn):
 def run_mutant(mutant, pytest_args):
     with tempfile.TemporaryDirectory(prefix="mutant-") as tmp:
         tmp = Path(tmp)
-        for item in ("transformer", "tests", "pyproject.toml"):
+        for item in ("transformer", "site_scripts", "tests", "pyproject.toml"):
             src = ROOT / item
             (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp / item)
         target = tmp / mutant.path
@@ -116,9 +116,9 @@ def main():
         for m in mutants:
             print(f"{m.name:<40} {m.path}:{m.start[0]}")
         return 0
-    for m in mutants:
-        if m.name in EQUIVALENT:
-            print(f"{m.name:<40} not run: equivalent mutant ({EQUIVALENT[m.name]})")
+    equivalent = [m for m in mutants if m.name in EQUIVALENT]
+    for m in equivalent:
+        print(f"{m.name:<40} not run: equivalent mutant ({EQUIVALENT[m.name]})")
     mutants = [m for m in mutants if m.name not in EQUIVALENT]
     survivors = 0
     with ThreadPoolExecutor(args.jobs) as pool:
@@ -128,7 +128,7 @@ def main():
             what = f"caught by {failed[0]}" if caught else f"SURVIVED (pytest exit {code})"
             print(f"{mutant.name:<40} {what}", flush=True)
     print(f"{len(mutants) - survivors} of {len(mutants)} scaled outputs caught "
-          f"({len(EQUIVALENT)} equivalent mutant not run)")
+          f"({len(equivalent)} equivalent mutant(s) not run)")
     return 1 if survivors else 0
 
 

@@ -1,0 +1,1 @@
+"""Page generators for the documentation site (they import transformer; never the reverse)."""
