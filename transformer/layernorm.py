@@ -16,7 +16,7 @@ def layer_norm_forward(x, g, b, eps):
     var = np.einsum("...i,...i->...", xhat, xhat)[..., None] / d  # eq:ln-var
     rstd = 1.0 / np.sqrt(var + eps)  # eq:ln-norm
     xhat *= rstd  # eq:ln-norm  (now xhat = (x - mean) / sigma)
-    y = xhat * g
+    y = xhat * g  # eq:ln-affine
     y += b  # eq:ln-affine
     # The cache keeps the normalised rows and 1/sigma: all the backward needs.
     cache = (xhat, rstd, g)
@@ -35,9 +35,9 @@ def layer_norm_backward(dy, cache):
     dxhat = dy * g
     mean_dxhat = dxhat.mean(axis=-1, keepdims=True)
     mean_dxhat_xhat = np.einsum("...i,...i->...", dxhat, xhat)[..., None] / d
-    dx = dxhat  # term 1: x_i -> xhat_i directly
-    dx -= mean_dxhat  # term 2: through the mean
-    dx -= xhat * mean_dxhat_xhat  # term 3: through the variance
+    dx = dxhat  # eq:ln-grad  term 1: x_i -> xhat_i directly
+    dx -= mean_dxhat  # eq:ln-grad  term 2: through the mean
+    dx -= xhat * mean_dxhat_xhat  # eq:ln-grad  term 3: through the variance
     dx *= rstd  # eq:ln-grad
     dy2, xhat2 = dy.reshape(-1, d), xhat.reshape(-1, d)
     dg = np.einsum("ni,ni->i", dy2, xhat2)  # sum over every row of dy * xhat

@@ -1,0 +1,26 @@
+"""mkdocs hook: `mkdocs build` and `mkdocs serve` rerun the page generators
+that need it before reading the docs, so no page can be built stale."""
+
+import sys
+from pathlib import Path
+
+from mkdocs.exceptions import PluginError
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from site_scripts import build  # noqa: E402
+
+
+def on_pre_build(config, **kwargs):
+    import logging
+
+    log = logging.getLogger("mkdocs.hooks.site_scripts")
+    vendor = Path(config["docs_dir"]) / "assets" / "vendor" / "mathjax" / "tex-mml-chtml.js"
+    if not vendor.exists():
+        raise PluginError(f"{vendor} is missing: run scripts/setup, which copies MathJax and mermaid from npm")
+    try:
+        build.generate_all({"repo_url": config["repo_url"]}, log=log.info)
+    except RuntimeError as e:
+        raise PluginError(str(e)) from None
