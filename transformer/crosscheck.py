@@ -224,7 +224,7 @@ def run_crosscheck(devices=DEVICES, dtype=None, activation="relu", seed=0, batch
     rng = np.random.default_rng(seed)
     # Nudge LayerNorm gains and all biases off their initial 1 and 0 so that
     # every term of every gradient is exercised.
-    for name, value in params.items():
+    for value in params.values():
         if value.ndim == 1:
             value += 0.1 * rng.standard_normal(value.shape)
     ids = rng.integers(0, cfg.vocab_size, (batch, seq_len))
@@ -272,7 +272,7 @@ def format_report(report, verbose=False):
     for r in report["rows"]:
         check = r["check"].rsplit(" ", 1)[0] + "s" if r["check"][-1].isdigit() else r["check"]
         groups.setdefault((r["device"], check), []).append(r)
-    for (device, check), group in groups.items():
+    for (_, check), group in groups.items():
         for r in (group if verbose else [r for r in group if not r["passed"]]):
             lines.append(_format_row(r, r["check"], r["tensor"]))
         failed = sum(not r["passed"] for r in group)

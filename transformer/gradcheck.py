@@ -67,7 +67,7 @@ def gradcheck_model(cfg: ModelConfig, ids, targets, seed=0, h=1e-5, perturb=0.0)
     params = init_params(cfg, seed=seed, dtype=np.float64)
     if perturb:
         rng = np.random.default_rng(seed + 1)
-        for name, value in params.items():
+        for value in params.values():
             if value.ndim == 1:
                 value += perturb * rng.standard_normal(value.shape)
     _, grads = loss_and_grads(params, ids, targets, cfg)
