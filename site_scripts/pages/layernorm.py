@@ -57,7 +57,8 @@ def shapes_md():
     dx, dg, db = layer_norm_backward(np.ones_like(y), (xhat, rstd, g))
     rows = [["x, y, dx", "(B, T, d)", x.shape], ["g, b, dg, db", "(d,)", g.shape],
             ["x̂ (cached)", "(B, T, d)", xhat.shape], ["1/σ (cached)", "(B, T, 1)", rstd.shape]]
-    assert y.shape == dx.shape == x.shape and dg.shape == db.shape == g.shape
+    if not (y.shape == dx.shape == x.shape and dg.shape == db.shape == g.shape):
+        raise RuntimeError("layer_norm shapes changed: update the shape table's rows")
     return (sections.md_table(["Tensor", "Symbolic", f"Default config (B = {B}, T = {T}, d = {d})"],
                               [[n, s, f"`{tuple(v)}`"] for n, s, v in rows])
             + "\nRecorded by running `layer_norm_forward` and `layer_norm_backward` on arrays of these sizes; "
