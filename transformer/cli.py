@@ -183,6 +183,7 @@ def cmd_sample(args):
 
 def cmd_gradcheck(args):
     from .gradcheck import ABS_FLOOR, REL_TOL, check_passes, gradcheck_model
+    from .model import param_shapes
 
     cfg = preset(args.preset).with_(activation=args.activation)
     if args.batch < 1:
@@ -191,6 +192,7 @@ def cmd_gradcheck(args):
     shape = (args.batch, cfg.context_len)
     ids, targets = rng.integers(0, cfg.vocab_size, shape), rng.integers(0, cfg.vocab_size, shape)
     report = gradcheck_model(cfg, ids, targets, seed=args.seed, perturb=0.1)
+    shapes = param_shapes(cfg)
     print(f"float64 central differences (h = 1e-5), {cfg.activation}, ids {shape}; "
           f"pass: relative gap < {REL_TOL:g} or absolute gap < {ABS_FLOOR:g}")
     print(f"{'parameter':<12} {'shape':<10} {'max abs gap':>12} {'relative gap':>13}  result")
@@ -198,18 +200,13 @@ def cmd_gradcheck(args):
     for name, (abs_gap, rel_gap) in report.items():
         ok = check_passes(abs_gap, rel_gap)
         failed += not ok
-        shape_text = "x".join(map(str, cfg_shape(cfg, name)))
+        shape_text = "x".join(map(str, shapes[name]))
         # A gradient that is zero in exact arithmetic (the key bias) has a
         # meaningless relative gap: it passes on the absolute floor instead.
         result = "FAIL" if not ok else "pass" if rel_gap < REL_TOL else "pass (gradient ~0)"
         print(f"{name:<12} {shape_text:<10} {abs_gap:>12.2e} {rel_gap:>13.2e}  {result}")
     print(f"{len(report) - failed} of {len(report)} parameters pass")
     return EXIT_CHECK_FAILED if failed else 0
-
-
-def cfg_shape(cfg, name):
-    from .model import param_shapes
-    return param_shapes(cfg)[name]
 
 
 COMMANDS = {"train": cmd_train, "sample": cmd_sample, "gradcheck": cmd_gradcheck, "crosscheck": cmd_crosscheck}

@@ -65,8 +65,7 @@ def check_ids(ids, cfg: ModelConfig, what="ids"):
     ids = np.asarray(ids)
     if ids.size == 0:
         raise InputError(f"{what} is empty: shape {ids.shape}")
-    if ids.dtype == bool or not np.issubdtype(ids.dtype, np.integer):
-        raise InputError(f"{what} must be integers, got dtype {ids.dtype}")
+    _check_token_values(ids, cfg.vocab_size, what)
     if ids.ndim not in (1, 2):
         raise InputError(f"{what} must have shape (T,) or (B, T), got {ids.shape}")
     T = ids.shape[-1]
@@ -75,11 +74,17 @@ def check_ids(ids, cfg: ModelConfig, what="ids"):
             f"sequence of {T} tokens is longer than the position table "
             f"(context_len={cfg.context_len})"
         )
-    low, high = ids.min(), ids.max()
-    if low < 0 or high >= cfg.vocab_size:
-        bad = low if low < 0 else high
-        raise InputError(f"{what} must lie in [0, {cfg.vocab_size}), found {bad}")
     return ids.reshape(-1, T)
+
+
+def _check_token_values(arr, vocab_size, what):
+    """Integer dtype, every value in [0, V). arr is a non-empty numpy array."""
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        raise InputError(f"{what} must be integers, got dtype {arr.dtype}")
+    low, high = arr.min(), arr.max()
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise InputError(f"{what} must lie in [0, {vocab_size}), found {bad}")
 
 
 def check_params(params, cfg: ModelConfig):
@@ -143,12 +148,7 @@ def check_targets(targets, ids, cfg: ModelConfig):
         raise InputError(f"targets are empty: shape {targets_arr.shape}")
     if targets_arr.shape != np.shape(ids):
         raise InputError(f"targets have shape {targets_arr.shape}, ids have shape {np.shape(ids)}")
-    if targets_arr.dtype == bool or not np.issubdtype(targets_arr.dtype, np.integer):
-        raise InputError(f"targets must be integers, got dtype {targets_arr.dtype}")
-    low, high = targets_arr.min(), targets_arr.max()
-    if low < 0 or high >= cfg.vocab_size:
-        bad = low if low < 0 else high
-        raise InputError(f"targets must lie in [0, {cfg.vocab_size}), found {bad}")
+    _check_token_values(targets_arr, cfg.vocab_size, "targets")
     return targets_arr
 
 
