@@ -7,6 +7,50 @@ an equation has no implementing line or a marker names no equation here.
 
 from dataclasses import dataclass
 
+# Page ids (an Equation's `page`, a generator's name) and their files under docs/.
+PAGE_PATHS = {
+    "tokenizer": "model/tokenizer.md",
+    "embeddings": "model/embeddings.md",
+    "linear": "model/linear.md",
+    "layernorm": "model/layernorm.md",
+    "softmax": "model/softmax.md",
+    "attention": "model/attention.md",
+    "block": "model/block.md",
+    "model": "model/full-model.md",
+    "optim": "training/optim.md",
+    "training": "training/loop.md",
+    "checkpoints": "training/checkpoints.md",
+    "sampling": "generation/sampling.md",
+    "kvcache": "generation/kv-cache.md",
+    "gradcheck": "verification/gradcheck.md",
+    "crosscheck": "verification/crosscheck.md",
+    "configuration": "reference/configuration.md",
+    "cli": "reference/cli.md",
+}
+
+# Functions a page lists besides those holding a marker of its equations
+# ("path:function"). Together with the markers this says, for any function,
+# which page shows its code, so links can reach it from anywhere on the site.
+EXTRA_LISTINGS = {
+    "tokenizer": ["transformer/data.py:CharTokenizer", "transformer/data.py:ByteTokenizer",
+                  "transformer/data.py:make_tokenizer"],
+    "block": ["transformer/block.py:block_params"],
+    "model": ["transformer/model.py:param_shapes", "transformer/model.py:check_ids",
+              "transformer/model.py:check_params", "transformer/model.py:backward",
+              "transformer/model.py:check_targets", "transformer/model.py:loss_and_grads"],
+    "optim": ["transformer/optim.py:is_decayed", "transformer/optim.py:adamw_init",
+              "transformer/optim.py:global_norm"],
+    "training": ["transformer/data.py:train_val_split", "transformer/data.py:eval_windows",
+                 "transformer/train.py:train_step", "transformer/train.py:evaluate"],
+    "checkpoints": ["transformer/checkpoint.py:save_checkpoint", "transformer/checkpoint.py:load_checkpoint"],
+    "sampling": ["transformer/generate.py:generate"],
+    "kvcache": ["transformer/generate.py:KVCache"],
+    "gradcheck": ["transformer/gradcheck.py:relative_gap", "transformer/gradcheck.py:check_passes",
+                  "transformer/gradcheck.py:gradcheck_model"],
+    "crosscheck": ["transformer/crosscheck.py:compare", "transformer/crosscheck.py:check_device",
+                   "transformer/crosscheck.py:run_crosscheck"],
+}
+
 
 @dataclass(frozen=True)
 class Equation:
@@ -49,6 +93,9 @@ EQUATIONS = [
              r"\frac{\partial \ell}{\partial x_i} = \frac{1}{\sqrt{\sigma^2+\epsilon}}\left("
              r"\delta_i - \frac{1}{d}\sum_j \delta_j - \hat{x}_i\,\frac{1}{d}\sum_j \delta_j \hat{x}_j\right),"
              r"\quad \delta_i = g_i \frac{\partial \ell}{\partial y_i}"),
+    Equation("ln-grad-params", "layernorm", "LayerNorm, backward to the gain and shift",
+             r"\frac{\partial \ell}{\partial g_i} = \sum_{\text{rows}} \frac{\partial \ell}{\partial y_i}\,\hat{x}_i,"
+             r"\quad \frac{\partial \ell}{\partial b_i} = \sum_{\text{rows}} \frac{\partial \ell}{\partial y_i}"),
     # Softmax and cross-entropy
     Equation("softmax", "softmax", "Stable softmax",
              r"p_i = \frac{e^{z_i - \max_k z_k}}{\sum_j e^{z_j - \max_k z_k}}"),
@@ -70,6 +117,13 @@ EQUATIONS = [
     Equation("attn-mix", "attention", "Weighted values", r"O^{(h)} = A^{(h)} V^{(h)}"),
     Equation("attn-out", "attention", "Heads joined and projected",
              r"\operatorname{Attn}(X) = [O^{(1)} \cdots O^{(H)}]\, W_o + b_o"),
+    Equation("attn-grad-mix", "attention", "Backward through the weighted values",
+             r"\frac{\partial \ell}{\partial A^{(h)}} = \frac{\partial \ell}{\partial O^{(h)}} V^{(h)\top},\quad"
+             r"\frac{\partial \ell}{\partial V^{(h)}} = A^{(h)\top} \frac{\partial \ell}{\partial O^{(h)}}"),
+    Equation("attn-grad-qk", "attention", "Backward through the scores",
+             r"\frac{\partial \ell}{\partial Q^{(h)}} = \frac{1}{\sqrt{d_h}} \frac{\partial \ell}{\partial S^{(h)}} K^{(h)},"
+             r"\quad \frac{\partial \ell}{\partial K^{(h)}} = \frac{1}{\sqrt{d_h}}"
+             r" \left(\frac{\partial \ell}{\partial S^{(h)}}\right)^{\!\top} Q^{(h)}"),
     # Block
     Equation("block-attn-residual", "block", "Attention sub-layer",
              r"H = X + \operatorname{Attn}(\operatorname{LN}_1(X))"),
@@ -97,6 +151,19 @@ EQUATIONS = [
              r"\left(1 + \cos\frac{\pi (s - S_w)}{S - S_w}\right)"),
     Equation("clip", "optim", "Global-norm clipping",
              r"g \leftarrow g \cdot \frac{c}{\lVert g \rVert + 10^{-6}} \quad \text{if } \lVert g \rVert > c"),
+    # Training data
+    Equation("next-token", "training", "Targets are the inputs shifted by one",
+             r"x_{b,t} = c_{s_b + t},\quad y_{b,t} = c_{s_b + t + 1},\quad s_b \sim \mathcal{U}\{0, \ldots, N - T - 1\}"),
+    # Sampling and the KV cache
+    Equation("sample-temperature", "sampling", "Temperature",
+             r"P(v) = \frac{e^{(z_v - \max_k z_k)/\tau}}{\sum_j e^{(z_j - \max_k z_k)/\tau}},\quad"
+             r"\tau = 0 \Rightarrow \arg\max_v z_v"),
+    Equation("sample-topk", "sampling", "Top-k",
+             r"z_v \leftarrow -\infty \quad \text{if } z_v < z_{(k)} \text{ (the } k\text{-th largest logit)}"),
+    Equation("kv-append", "kvcache", "Append the new position's key and value",
+             r"K_{0:t} = [K_{0:t-1};\, k_t],\quad V_{0:t} = [V_{0:t-1};\, v_t]"),
+    Equation("kv-attend", "kvcache", "Attend from the new position only",
+             r"o_t = \operatorname{softmax}\!\left(\frac{q_t K_{0:t}^\top}{\sqrt{d_h}}\right) V_{0:t}"),
     # Verification
     Equation("central-diff", "gradcheck", "Central differences",
              r"\frac{\partial f}{\partial x_i} \approx \frac{f(x + h e_i) - f(x - h e_i)}{2h}"),
@@ -105,3 +172,5 @@ EQUATIONS = [
 BY_ID = {eq.id: eq for eq in EQUATIONS}
 if len(BY_ID) != len(EQUATIONS):
     raise RuntimeError("an equation id is declared twice in site_scripts/equations.py")
+if {eq.page for eq in EQUATIONS} - set(PAGE_PATHS):
+    raise RuntimeError(f"equations name pages not in PAGE_PATHS: {({eq.page for eq in EQUATIONS} - set(PAGE_PATHS))}")

@@ -65,11 +65,11 @@ def attention_backward(dy, cache):
     scale = 1.0 / math.sqrt(k.shape[-1])
     dheads, dwo, dbo = linear_backward(dy, o_cache)
     dheads = split_heads(dheads, num_heads)  # (B, H, T, dh)
-    datt = dheads @ v.transpose(0, 1, 3, 2)  # (B, H, T, T)
-    dv = att.transpose(0, 1, 3, 2) @ dheads  # (B, H, T, dh)
+    datt = dheads @ v.transpose(0, 1, 3, 2)  # eq:attn-grad-mix  (B, H, T, T)
+    dv = att.transpose(0, 1, 3, 2) @ dheads  # eq:attn-grad-mix  (B, H, T, dh)
     dscores = softmax_backward(datt, att_cache)  # masked entries have att = 0, so get 0
-    dq = (dscores @ k) * scale  # (B, H, T, dh)
-    dk = dscores.transpose(0, 1, 3, 2) @ q_scaled  # (B, H, T, dh)
+    dq = (dscores @ k) * scale  # eq:attn-grad-qk  (B, H, T, dh)
+    dk = dscores.transpose(0, 1, 3, 2) @ q_scaled  # eq:attn-grad-qk  (B, H, T, dh)
     dqkv = np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)  # (B, T, 3d)
     # x fed all three projections: the one matmul sums their contributions to dx.
     dx, dw_qkv, db_qkv = linear_backward(dqkv, qkv_cache)

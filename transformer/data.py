@@ -140,7 +140,7 @@ def sample_batch(data: np.ndarray, batch_size: int, seq_len: int, rng: np.random
     starts = rng.integers(0, len(data) - seq_len, size=batch_size)
     offsets = np.arange(seq_len)
     x = data[starts[:, None] + offsets]  # (B, T)
-    y = data[starts[:, None] + offsets + 1]  # (B, T) the next token of each input
+    y = data[starts[:, None] + offsets + 1]  # eq:next-token  (B, T) the next token of each input
     return x, y
 
 

@@ -54,11 +54,11 @@ def decode_step(params, token, cache: KVCache, cfg):
         k, _ = linear_forward(a, p["wk"], p["bk"])
         v, _ = linear_forward(a, p["wv"], p["bv"])
         keys, values = cache.keys[layer], cache.values[layer]
-        keys[:, pos], values[:, pos] = k.reshape(H, dh), v.reshape(H, dh)
+        keys[:, pos], values[:, pos] = k.reshape(H, dh), v.reshape(H, dh)  # eq:kv-append
         q = q.reshape(H, 1, dh) * (1.0 / math.sqrt(dh))
-        scores = q @ keys[:, :pos + 1].transpose(0, 2, 1)  # (H, 1, pos+1): no mask, all are past
+        scores = q @ keys[:, :pos + 1].transpose(0, 2, 1)  # eq:kv-attend  (H, 1, pos+1): no mask, all are past
         att, _ = softmax_forward(scores)
-        heads = (att @ values[:, :pos + 1]).reshape(H * dh)  # (d,)
+        heads = (att @ values[:, :pos + 1]).reshape(H * dh)  # eq:kv-attend  (d,)
         a, _ = linear_forward(heads, p["wo"], p["bo"])
         x = x + a
         u, _ = layer_norm_forward(x, p["ln2_g"], p["ln2_b"], cfg.ln_eps)
@@ -99,11 +99,12 @@ def sample_next(logits, temperature, top_k, rng):
     z = np.asarray(logits, dtype=np.float64)
     # Shift so the largest logit is 0 before dividing: then a tiny temperature
     # sends the others to -inf (probability 0) instead of overflowing to inf.
-    z = (z - z.max()) / temperature
+    with np.errstate(over="ignore"):  # overflowing to -inf is the intent: probability 0
+        z = (z - z.max()) / temperature  # eq:sample-temperature
     if top_k is not None and top_k < z.size:
         kth_largest = np.partition(z, -top_k)[-top_k]
-        z = np.where(z >= kth_largest, z, -np.inf)
-    probs, _ = softmax_forward(z)
+        z = np.where(z >= kth_largest, z, -np.inf)  # eq:sample-topk
+    probs, _ = softmax_forward(z)  # eq:sample-temperature
     return int(rng.choice(z.size, p=probs))
 
 

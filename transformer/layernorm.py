@@ -40,6 +40,6 @@ def layer_norm_backward(dy, cache):
     dx -= xhat * mean_dxhat_xhat  # eq:ln-grad  term 3: through the variance
     dx *= rstd  # eq:ln-grad
     dy2, xhat2 = dy.reshape(-1, d), xhat.reshape(-1, d)
-    dg = np.einsum("ni,ni->i", dy2, xhat2)  # sum over every row of dy * xhat
-    db = dy2.sum(axis=0)
+    dg = np.einsum("ni,ni->i", dy2, xhat2)  # eq:ln-grad-params  sum over every row of dy * xhat
+    db = dy2.sum(axis=0)  # eq:ln-grad-params
     return dx, dg, db
