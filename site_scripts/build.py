@@ -6,16 +6,17 @@ build/snippets/<name>/<fragment>.md, which the docs pages include with
 pymdownx.snippets (`--8<-- "<name>/<fragment>.md"`).
 
 A page's cache key hashes everything its output depends on: its generator's
-source, the shared site_scripts modules, the source of every transformer
-module it imports (and what those import), the numpy and torch versions and
-the build context (the repository URL). Files are rewritten only when their
+source, the shared site_scripts modules, the source and first line of every
+transformer function and class it can reach (site_scripts/depends.py), the
+callers and the tests of those functions (the pages print them), the numpy
+and torch versions and the build context (the repository URL). Editing one
+function therefore reruns exactly the pages that reach it. Files are rewritten only when their
 content changes, so `mkdocs serve` does not rebuild forever.
 
     python -m site_scripts.build [--page NAME ...] [--force]
 """
 
 import argparse
-import ast
 import hashlib
 import importlib
 import json
@@ -23,56 +24,50 @@ import sys
 import time
 from pathlib import Path
 
+from . import depends
+
 ROOT = Path(__file__).resolve().parent.parent
 SNIPPETS = ROOT / "build" / "snippets"
 PAGES_DIR = ROOT / "site_scripts" / "pages"
-SHARED = ["build.py", "equations.py", "markers.py", "code_facts.py", "sections.py"]
+SHARED = ["build.py", "depends.py", "equations.py", "markers.py", "code_facts.py", "sections.py"]
 
 
 def page_names():
     return sorted(p.stem for p in PAGES_DIR.glob("*.py") if not p.name.startswith("_"))
 
 
-def transformer_dependencies(source: str) -> set:
-    """transformer modules a source file imports, followed through their own imports."""
-    todo, seen = set(_imports(source, absolute=True)), set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        path = ROOT / "transformer" / f"{name}.py"
-        todo |= set(_imports(path.read_text(), absolute=False))
-    return seen
+def page_sources(name, root=ROOT):
+    """The page generator and the site_scripts helpers it imports (beyond the shared ones)."""
+    path = root / "site_scripts" / "pages" / f"{name}.py"
+    helpers = sorted(set(depends.Source(path.read_text()).site_modules) - {s[:-3] for s in SHARED} - {"pages"})
+    return [path] + [root / "site_scripts" / f"{h}.py" for h in helpers]
 
 
-def _imports(source, absolute):
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom):
-            if absolute and node.module and node.module.startswith("transformer."):
-                yield node.module.split(".")[1]
-            elif absolute and node.module == "transformer":
-                yield from (a.name for a in node.names if (ROOT / "transformer" / f"{a.name}.py").exists())
-            elif not absolute and node.level == 1 and node.module:
-                yield node.module.split(".")[0]
-        elif isinstance(node, ast.Import) and absolute:
-            yield from (a.name.split(".")[1] for a in node.names if a.name.startswith("transformer."))
+def code_facts_text(units, root=ROOT):
+    """Who calls each unit and which tests mention it: the pages print both."""
+    from .code_facts import all_calls, all_test_mentions
+
+    calls, tests = all_calls(root), all_test_mentions(root)
+    names = sorted({unit for _, unit in units if unit != depends.MODULE})
+    return "\n".join(f"{n}: {calls.get(n, [])} {tests.get(n, [])}" for n in names)
 
 
-def page_key(name, context) -> str:
+def page_key(name, context, root=ROOT) -> str:
+    """The hash of everything the page's output depends on (see the module docstring)."""
     import numpy
 
-    source = (PAGES_DIR / f"{name}.py").read_text()
+    units = depends.page_units(root / "site_scripts" / "pages" / f"{name}.py", root)
     digest = hashlib.sha256()
-    for part in [source, *[(ROOT / "site_scripts" / s).read_text() for s in SHARED],
-                 *[(ROOT / "transformer" / f"{m}.py").read_text() for m in sorted(transformer_dependencies(source))],
-                 numpy.__version__, _torch_version(), json.dumps(context, sort_keys=True)]:
+    for part in [*[p.read_text() for p in page_sources(name, root)],
+                 *[(root / "site_scripts" / s).read_text() for s in SHARED],
+                 depends.units_text(units, root), code_facts_text(units, root),
+                 numpy.__version__, torch_version(), json.dumps(context, sort_keys=True)]:
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()
 
 
-def _torch_version():
+def torch_version():
     try:
         from importlib.metadata import version
         return version("torch")

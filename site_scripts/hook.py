@@ -1,6 +1,7 @@
 """mkdocs hook: `mkdocs build` and `mkdocs serve` rerun the page generators
 that need it before reading the docs, so no page can be built stale."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -24,3 +25,11 @@ def on_pre_build(config, **kwargs):
         build.generate_all({"repo_url": config["repo_url"]}, log=log.info)
     except RuntimeError as e:
         raise PluginError(str(e)) from None
+
+
+def on_page_content(html, page, **kwargs):
+    """Let mkdocs validate links to code lines too: the line anchors come from the
+    highlighter's raw HTML, which mkdocs does not scan for ids by itself."""
+    if page.present_anchor_ids is not None:
+        page.present_anchor_ids |= set(re.findall(r'\bid="([^"]+)"', html))
+    return html

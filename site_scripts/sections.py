@@ -2,26 +2,39 @@
 the code or runs it; none holds a number, a line or a name typed by hand."""
 
 import platform
+import posixpath
+from pathlib import Path
 
 import numpy as np
 
-from .code_facts import ROOT, called_by, enclosing_function, function_location, tested_by
-from .equations import EQUATIONS
+from .code_facts import (
+    ROOT,
+    called_by,
+    enclosing_function,
+    named_function,
+    test_mentions,
+    top_level_function,
+)
+from .equations import BY_ID, EQUATIONS, EXTRA_LISTINGS, PAGE_PATHS
 from .markers import collect_markers
 
 
 def md_table(header, rows):
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = ["| " + " | ".join(str(h).replace("|", "\\|") for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
-def array_md(name, a, decimals=4):
+def array_md(name, a, decimals=4, row_label=""):
     """A labelled 1-D or 2-D array as a markdown table (rows = first axis)."""
     a = np.atleast_2d(np.asarray(a, dtype=np.float64))
-    header = [f"`{name}`"] + [str(j) for j in range(a.shape[1])]
+    header = [f"`{name}`" + (f" ({row_label})" if row_label else "")] + [str(j) for j in range(a.shape[1])]
     rows = [[str(i)] + [f"{v:.{decimals}f}" for v in row] for i, row in enumerate(a)]
     return md_table(header, rows)
+
+
+def shape_text(shape):
+    return f"`{tuple(int(n) for n in shape)}`"
 
 
 def source_url(repo_url, path, start, end=None):
@@ -29,56 +42,187 @@ def source_url(repo_url, path, start, end=None):
     return f"{repo_url}/blob/main/{path}{lines}"
 
 
+def page_link(from_page, to_page, anchor=""):
+    """A relative link between two pages' markdown files (mkdocs checks it at build)."""
+    here = posixpath.dirname(PAGE_PATHS[from_page])
+    target = "" if from_page == to_page else posixpath.relpath(PAGE_PATHS[to_page], here or ".")
+    return target + (f"#{anchor}" if anchor else "")
+
+
 def page_equations(page):
     return [eq for eq in EQUATIONS if eq.page == page]
 
 
+# ---------------------------------------------------------------- code listings
+
+def listing_id(path, name):
+    return f"src-{Path(path).stem}-{name}"
+
+
+def line_anchor(path, function, line):
+    """The id pymdownx.highlight gives line `line` of the listing of `function`."""
+    return f"__codelineno-{listing_id(path, function)}-{line}"
+
+
+def equation_home(eq_id):
+    """(page, path, function) where the first marker of an equation is listed."""
+    marker = next(m for m in collect_markers() if m.eq_id == eq_id)
+    return BY_ID[eq_id].page, marker.path, top_level_function(marker.path, marker.line)[0]
+
+
+def listed_functions(page):
+    """(path, name) of every function listed on the page: each one holding a marker of
+    the page's equations (in file order), then its EXTRA_LISTINGS."""
+    ids = {eq.id for eq in page_equations(page)}
+    found = []
+    for m in collect_markers():
+        if m.eq_id in ids:
+            place = (m.path, top_level_function(m.path, m.line)[0])
+            if place not in found:
+                found.append(place)
+    for entry in EXTRA_LISTINGS.get(page, []):
+        place = tuple(entry.split(":"))
+        if place not in found:
+            found.append(place)
+    return found
+
+
+def function_page(path, name):
+    """The page that lists a function's code, or None."""
+    for page in PAGE_PATHS:
+        if (path, name) in listed_functions(page):
+            return page
+    return None
+
+
+def function_link(from_page, path, name, line=None):
+    """A link to a function's listing (at `line`, else its first line) wherever it is shown."""
+    page = function_page(path, name)
+    if page is None:
+        raise LookupError(f"no page lists {path}:{name}; add it to EXTRA_LISTINGS")
+    line = line or named_function(path, name)[1]
+    return page_link(from_page, page, line_anchor(path, name, line))
+
+
+def listing_md(page, path, name, repo_url):
+    """One function's source with the file's line numbers. A line that computes an
+    equation is highlighted and carries an annotation linking to that equation."""
+    _, start, end = named_function(path, name)
+    lines = (ROOT / path).read_text().splitlines()[start - 1:end]
+    by_line = {}
+    for m in collect_markers():
+        if m.path == path and start <= m.line <= end:
+            by_line.setdefault(m.line, []).append(m.eq_id)
+    shown, notes = [], []
+    for number, text in enumerate(lines, start=start):
+        if number in by_line:
+            notes.append(", ".join(f"[{BY_ID[i].title}]({page_link(page, BY_ID[i].page, 'eq-' + i)})"
+                                   for i in dict.fromkeys(by_line[number])))
+            text += f" ({len(notes)})"
+        shown.append(text)
+    hl = " ".join(str(n - start + 1) for n in by_line)
+    annotations = "\n".join(f"{i}.  Line {n} computes {note}." for i, (n, note) in
+                            enumerate(zip(by_line, notes, strict=True), start=1))
+    code = "\n".join(shown)
+    header = (f"**`{name}`**, [`{path}:{start}-{end}`]({source_url(repo_url, path, start, end)})"
+              + (" (highlighted lines compute an equation; click their marker to go to it)" if by_line else ""))
+    return (f"{header}\n\n"
+            f'``` {{ .python #{listing_id(path, name)} linenums="{start}"' + (f' hl_lines="{hl}"' if hl else "")
+            + f" }}\n{code}\n```\n\n" + (annotations + "\n" if annotations else ""))
+
+
+def implementation_md(page, repo_url):
+    return "\n".join(listing_md(page, path, name, repo_url) for path, name in listed_functions(page))
+
+
+# ---------------------------------------------------------------- equations and their code
+
 def equations_md(page, repo_url):
-    """Each equation with its stable anchor, and the lines that compute it."""
+    """Each equation with its stable anchor, and links to the lines that compute it."""
     markers = collect_markers()
     out = []
     for eq in page_equations(page):
         out.append(f"### {eq.title} {{#eq-{eq.id}}}\n\n$$\n{eq.latex}\n$$\n")
-        places = [m for m in markers if m.eq_id == eq.id]
-        links = ", ".join(f"[`{m.path}:{m.line}`]({source_url(repo_url, m.path, m.line)})" for m in places)
-        out.append(f"Computed at {links} ([connection table](#code-and-math)).\n")
+        links = []
+        for m in (m for m in markers if m.eq_id == eq.id):
+            function = top_level_function(m.path, m.line)[0]
+            here = page_link(page, page, line_anchor(m.path, function, m.line))
+            links.append(f"[`{m.path}:{m.line}`]({here}) ([source]({source_url(repo_url, m.path, m.line)}))")
+        out.append("Computed at " + ", ".join(links) + " ([connection table](#code-and-math)).\n")
     return "\n".join(out)
 
 
-def implementation_md(func, repo_url):
-    """The function's source with the file's own line numbers; marked lines highlighted."""
-    path, start, end = function_location(func)
-    lines = (ROOT / path).read_text().splitlines()[start - 1:end]
-    marked = [i + 1 for i, text in enumerate(lines) if "# eq:" in text]
-    hl = f' hl_lines="{" ".join(map(str, marked))}"' if marked else ""
-    code = "\n".join(lines)
-    return (f"[`{path}:{start}-{end}`]({source_url(repo_url, path, start, end)}) "
-            f"(highlighted: lines that compute an equation)\n\n"
-            f'```python linenums="{start}"{hl}\n{code}\n```\n')
-
-
 def connection_md(page, repo_url):
-    """Equation | Role | file:line | the code on that line."""
-    rows = []
+    """Equation | Role | file:line | the code on that line: the lines that compute each
+    equation, then the tests that exercise those functions."""
+    rows, functions = [], {}
     for eq in page_equations(page):
         for m in (m for m in collect_markers() if m.eq_id == eq.id):
             function = enclosing_function(m.path, m.line)
             role = "computes it" if function.endswith(("_forward", "_backward")) else f"written inline in `{function}`"
             rows.append([f"[{eq.id}](#eq-{eq.id})", role,
                          f"[`{m.path}:{m.line}`]({source_url(repo_url, m.path, m.line)})", f"`{m.code.strip()}`"])
+            top = top_level_function(m.path, m.line)[0]
+            functions.setdefault(top, [])
+            if eq.id not in functions[top]:
+                functions[top].append(eq.id)
+    for function, eq_ids in functions.items():
+        for place in test_mentions(function):
+            code = (ROOT / place.path).read_text().splitlines()[place.line - 1]
+            rows.append([", ".join(f"[{i}](#eq-{i})" for i in eq_ids), f"tests it (`{place.function}`)",
+                         f"[`{place.path}:{place.line}`]({source_url(repo_url, place.path, place.line)})",
+                         f"`{code.strip()}`"])
     return md_table(["Equation", "Role", "file:line", "Code on that line"], rows)
 
+
+def symbols_md(rows, default_note):
+    """Symbol | Meaning | In code | Shape | Shape at the default config.
+    rows: (LaTeX symbol, meaning, name in code, symbolic shape, recorded shape or text)."""
+    table = [[f"\\({sym}\\)", meaning, f"`{code}`", symbolic,
+              shape_text(recorded) if isinstance(recorded, tuple) else recorded]
+             for sym, meaning, code, symbolic, recorded in rows]
+    return (md_table(["Symbol", "Meaning", "In code", "Shape", "At the default config"], table)
+            + f"\nThe last column was recorded by running the code: {default_note}.\n")
+
+
+# ---------------------------------------------------------------- gradient checks
+
+def gradcheck_rows(loss, checks, h, dtype="float64"):
+    """checks: (label, analytic gradient, array the loss reads). Central differences of
+    `loss()` against each analytic gradient."""
+    from transformer.gradcheck import check_passes, numerical_grad, relative_gap
+
+    rows = []
+    for label, analytic, wrt in checks:
+        numeric = numerical_grad(loss, wrt, h)
+        gap, rel = float(np.abs(analytic - numeric).max()), relative_gap(analytic, numeric)
+        rows.append([f"`{label}`", shape_text(np.shape(wrt)), f"{gap:.2e}", f"{rel:.2e}", dtype, f"{h:g}",
+                     "pass" if check_passes(gap, rel) else "**FAIL**"])
+    return rows
+
+
+def gradcheck_table(rows):
+    from transformer.gradcheck import ABS_FLOOR, REL_TOL
+
+    return (md_table(["Gradient", "Shape", "Largest gap", "Relative gap", "dtype", "Step h", "Result"], rows)
+            + f"\nPass: relative gap below {REL_TOL:g}, or largest gap below {ABS_FLOOR:g} "
+              "(the thresholds of `transformer/gradcheck.py`).\n")
+
+
+# ---------------------------------------------------------------- where it is used, status, provenance
 
 def used_md(funcs):
     """Called by and tested by, found by reading the code."""
     out = []
     for func in funcs:
-        callers = called_by(func.__name__)
-        tests = tested_by(func.__name__)
+        name = func.__name__
+        callers = called_by(name)
+        tests = test_mentions(name)
         caller_text = ", ".join(f"`{p.function}` (`{p.path}:{p.line}`)" for p in callers) or "no caller in transformer/"
-        out.append(f"**`{func.__name__}`** is called by {caller_text}.\n")
+        out.append(f"**`{name}`** is called by {caller_text}.\n")
         if tests:
-            out.append(md_table(["Tested by", "Run it"], [[f"`{t.split('::')[1]}`", f"`pytest {t}`"] for t in tests]))
+            out.append(md_table(["Tested by", "Run it"],
+                                [[f"`{t.function}`", f"`pytest {t.path}::{t.function}`"] for t in tests]))
         else:
             out.append("No test calls it directly.\n")
     return "\n".join(out)
@@ -87,6 +231,8 @@ def used_md(funcs):
 def status_md(page):
     implemented = {m.eq_id for m in collect_markers()}
     eqs = page_equations(page)
+    if not eqs:
+        return "**Implemented**: this page declares no equation; its tables come from running the code.\n"
     done = [eq for eq in eqs if eq.id in implemented]
     state = "Implemented" if len(done) == len(eqs) else "Planned"
     return f"**{state}**: {len(done)} of {len(eqs)} equations of this page have implementing lines.\n"
@@ -100,7 +246,7 @@ def provenance_md(page, seeds):
         torch_version = torch.__version__
     except ImportError:
         torch_version = "not installed"
-    seed_text = ", ".join(f"{k} = {v}" for k, v in seeds.items())
+    seed_text = ", ".join(f"{k} = {v}" for k, v in seeds.items()) or "none (nothing random)"
     return (f"Generated by `site_scripts/pages/{page}.py` with numpy {numpy.__version__}, torch {torch_version}, "
             f"Python {platform.python_version()}; seeds: {seed_text}. "
             f"Rerun only this page: `python -m site_scripts.build --page {page} --force`.\n")

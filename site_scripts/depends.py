@@ -1,0 +1,172 @@
+"""Which transformer functions a page generator uses, read from the source.
+
+A page's cache key hashes the source of exactly the code its numbers can come
+from, so editing one function reruns only the pages that reach it. The unit
+is a top-level function or class of a transformer module; each module also
+has a unit "<module>" holding everything outside its functions (imports,
+constants, tables such as PRESETS), which comes along with any unit of that
+module. From a unit we follow every name it mentions that resolves to
+another unit: a function of the same module, a name imported from a sibling
+module (`from .layernorm import layer_norm_forward`, also inside a function),
+or an attribute of an imported sibling module.
+
+    python -m site_scripts.depends layernorm    # the units a page reaches
+"""
+
+import ast
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODULE = "<module>"
+
+
+class Source:
+    """One parsed file: its units and, for each, the (module, unit) pairs it mentions."""
+
+    def __init__(self, text, package_module=None, root=ROOT):
+        self.tree = ast.parse(text)
+        self.lines = text.splitlines()
+        self.root = root
+        self.package_module = package_module  # the transformer module this file is, if it is one
+        self.defs = {node.name: node for node in self.tree.body
+                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        self.names, self.modules, self.site_modules, self._mentions = {}, {}, [], {}
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.ImportFrom):
+                self._import_from(node)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("transformer."):
+                        target = alias.name.split(".")[1]
+                        self.modules[alias.asname or alias.name] = target
+
+    def _is_module(self, name):
+        return (self.root / "transformer" / f"{name}.py").exists()
+
+    def _import_from(self, node):
+        relative_to_transformer = self.package_module is not None and node.level == 1
+        if relative_to_transformer or (node.level == 0 and (node.module or "").startswith("transformer")):
+            base = node.module.split(".")[-1] if node.module and node.module != "transformer" else None
+            for alias in node.names:
+                local = alias.asname or alias.name
+                if base is None:
+                    if self._is_module(alias.name):
+                        self.modules[local] = alias.name
+                else:
+                    self.names[local] = (base, alias.name)
+        elif self.package_module is None and node.level >= 1 and node.module:
+            # a page importing a helper of site_scripts: its transformer uses count too
+            self.site_modules.append(node.module.split(".")[-1])
+
+    def unit_source(self, unit):
+        if unit == MODULE:
+            inside = set()
+            for node in self.defs.values():
+                first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+                inside.update(range(first, node.end_lineno + 1))
+            return "\n".join(text for i, text in enumerate(self.lines, start=1) if i not in inside)
+        node = self.defs[unit]
+        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        return "\n".join(self.lines[first - 1:node.end_lineno])
+
+    def mentions(self, unit):
+        """(module, unit) pairs the unit refers to (computed once per unit)."""
+        if unit not in self._mentions:
+            self._mentions[unit] = self._find_mentions(unit)
+        return self._mentions[unit]
+
+    def _find_mentions(self, unit):
+        nodes = [self.defs[unit]] if unit != MODULE else [n for n in self.tree.body if n not in self.defs.values()]
+        found = set()
+        for top in nodes:
+            for node in ast.walk(top):
+                if isinstance(node, ast.Name):
+                    if node.id in self.defs and self.package_module:
+                        found.add((self.package_module, node.id))
+                    elif node.id in self.names:
+                        found.add(self.names[node.id])
+                    elif node.id in self.modules:
+                        found.add((self.modules[node.id], MODULE))
+                elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                    if node.value.id in self.modules:
+                        found.add((self.modules[node.value.id], node.attr))
+        return found
+
+
+def read_text(path):
+    """A file's text, read again only when its size or modification time changed."""
+    stat = Path(path).stat()
+    return _read(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=1024)
+def _read(path, mtime_ns, size):
+    return Path(path).read_text()
+
+
+def _module(name, root=ROOT):
+    return _parse(read_text(root / "transformer" / f"{name}.py"), name, root)
+
+
+@lru_cache(maxsize=256)
+def _parse(text, name, root):
+    """Keyed by the text, so a long `mkdocs serve` sees every edit."""
+    return Source(text, package_module=name, root=root)
+
+
+def closure(seeds, root=ROOT):
+    """Every (module, unit) reachable from the seeds, each module's "<module>" included."""
+    todo, seen = set(seeds), set()
+    while todo:
+        module, unit = todo.pop()
+        if (module, unit) in seen:
+            continue
+        source = _module(module, root)
+        if unit != MODULE and unit not in source.defs:
+            unit = MODULE  # a constant or an imported name: the module-level code holds it
+            if (module, unit) in seen:
+                continue
+        seen.add((module, unit))
+        todo.add((module, MODULE))
+        todo |= source.mentions(unit)
+    return seen
+
+
+def page_units(page_path, root=ROOT):
+    """The transformer units a page generator (and the site_scripts helpers it imports) reaches."""
+    seeds, files, done = set(), [Path(page_path)], set()
+    while files:
+        path = files.pop()
+        if path in done or not path.exists():
+            continue
+        done.add(path)
+        source = _parse(read_text(path), None, root)
+        for unit in [*source.defs, MODULE]:
+            seeds |= source.mentions(unit)
+        files += [root / "site_scripts" / f"{m}.py" for m in source.site_modules]
+    return closure(seeds, root)
+
+
+def unit_line(module, unit, root=ROOT):
+    """The first line of a unit (0 for "<module>"): listings print it, so it belongs in a key."""
+    node = _module(module, root).defs.get(unit)
+    return 0 if node is None else min([node.lineno] + [d.lineno for d in node.decorator_list])
+
+
+def units_text(units, root=ROOT):
+    """The source and first line of the units, in a fixed order, for hashing."""
+    return "\n\0".join(f"{m}:{u}@{unit_line(m, u, root)}\n{_module(m, root).unit_source(u)}"
+                        for m, u in sorted(units))
+
+
+def main():
+    page = sys.argv[1]
+    for module, unit in sorted(page_units(ROOT / "site_scripts" / "pages" / f"{page}.py")):
+        print(f"{module}.{unit}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
