@@ -2,27 +2,28 @@
 
 import numpy as np
 
-from transformer.config import PRESETS
-from transformer.crosscheck import run_crosscheck
 from transformer.embedding import embedding_forward
-from transformer.gradcheck import numerical_grad, relative_gap
 from transformer.layernorm import layer_norm_backward, layer_norm_forward
-from transformer.model import init_params
-from transformer.train import TrainConfig
 
 from .. import sections
+from ..examples import (
+    H_STEP,
+    SEED,
+    TINY_IDS,
+    default_note,
+    default_run,
+    illustrative,
+    tiny,
+)
+from ..results import devices_md
 
 PAGE = "layernorm"
-SEED = 0
-TINY_IDS = [2, 0, 2]
-H_STEP = 1e-5
 
 
 def tiny_input():
-    """X = the embedding output of the tiny model for TINY_IDS, and block 0's LN1 parameters."""
-    cfg = PRESETS["tiny"]
-    params = init_params(cfg, seed=SEED)
-    x, _ = embedding_forward(np.array([TINY_IDS]), params["tok_emb"], params["pos_emb"])
+    """X = the embedding output of the tiny model for TINY_IDS (one sequence)."""
+    cfg, params, ids = tiny()
+    x, _ = embedding_forward(ids, params["tok_emb"], params["pos_emb"])
     return cfg, params, x[0]
 
 
@@ -32,15 +33,13 @@ def example_md():
     y, (xhat, rstd, _) = layer_norm_forward(x, g, b, cfg.ln_eps)
     mean = x.mean(axis=-1)
     var = ((x - mean[:, None]) ** 2).mean(axis=-1)
-    sizes = f"V = {cfg.vocab_size}, T_max = {cfg.context_len}, d = {cfg.emb_dim}"
     return "\n".join([
-        f'!!! example "Illustrative: a tiny model from the real `init_params` (seed {SEED}), not learned values"\n'
-        f"    Sizes: {sizes}. Input: the embedding output `X` for ids `{TINY_IDS}`; block 0's LN1 "
-        f"parameters as initialised (g = 1, b = 0).\n",
-        sections.array_md("X", x),
-        sections.md_table(["row", "mean μ", "variance σ²", "1/√(σ²+ε)"],
+        illustrative(f"Input: the embedding output `X` for ids `{TINY_IDS}`; block 0's LN1 parameters as "
+                     "initialised (g = 1, b = 0). Rows are positions."),
+        sections.array_md("X", x, row_label="position"),
+        sections.md_table(["position", "mean μ", "variance σ²", "1/√(σ²+ε)"],
                           [[i, f"{m:.4f}", f"{v:.4f}", f"{r:.4f}"] for i, (m, v, r) in
-                           enumerate(zip(mean, var, rstd[:, 0]))]),
+                           enumerate(zip(mean, var, rstd[:, 0], strict=True))]),
         sections.array_md("x̂ = (X − μ)/√(σ²+ε)", xhat),
         sections.array_md("y = g ⊙ x̂ + b", y),
         f"Each row of `y` has mean {np.abs(y.mean(axis=-1)).max():.1e} (0 up to rounding) and variance "
@@ -48,21 +47,33 @@ def example_md():
     ])
 
 
-def shapes_md():
-    cfg = PRESETS["default"]
-    B, T, d = TrainConfig().batch_size, cfg.context_len, cfg.emb_dim
-    x = np.zeros((B, T, d))
-    g, b = np.ones(d), np.zeros(d)
+def recorded():
+    """The shapes at the default config, recorded by running forward and backward."""
+    cfg, B, T, trace = default_run()
+    x = trace["embedding"]
+    g, b = np.ones(cfg.emb_dim), np.zeros(cfg.emb_dim)
     y, (xhat, rstd, _) = layer_norm_forward(x, g, b, cfg.ln_eps)
     dx, dg, db = layer_norm_backward(np.ones_like(y), (xhat, rstd, g))
-    rows = [["x, y, dx", "(B, T, d)", x.shape], ["g, b, dg, db", "(d,)", g.shape],
-            ["x̂ (cached)", "(B, T, d)", xhat.shape], ["1/σ (cached)", "(B, T, 1)", rstd.shape]]
-    if not (y.shape == dx.shape == x.shape and dg.shape == db.shape == g.shape):
-        raise RuntimeError("layer_norm shapes changed: update the shape table's rows")
-    return (sections.md_table(["Tensor", "Symbolic", f"Default config (B = {B}, T = {T}, d = {d})"],
-                              [[n, s, f"`{tuple(v)}`"] for n, s, v in rows])
-            + "\nRecorded by running `layer_norm_forward` and `layer_norm_backward` on arrays of these sizes; "
-              "B is the training batch size and T the default context length.\n")
+    return {"x": x.shape, "y": y.shape, "xhat": xhat.shape, "rstd": rstd.shape, "g": g.shape, "b": b.shape,
+            "dx": dx.shape, "dg": dg.shape, "db": db.shape, "eps": cfg.ln_eps}
+
+
+def symbols_md():
+    s = recorded()
+    rows = [
+        (r"x", "the input: one row of width d per position", "x", "(B, T, d)", s["x"]),
+        (r"d", "the width of a row", "x.shape[-1]", "scalar", f"{s['x'][-1]}"),
+        (r"\mu, \sigma^2", "each row's mean and population variance", "mean, var", "(B, T, 1)", s["rstd"]),
+        (r"\epsilon", "keeps the division finite for a constant row", "eps (cfg.ln_eps)", "scalar", f"{s['eps']:g}"),
+        (r"1/\sqrt{\sigma^2+\epsilon}", "the reciprocal spread, cached for the backward", "rstd", "(B, T, 1)",
+         s["rstd"]),
+        (r"\hat{x}", "the normalised rows", "xhat", "(B, T, d)", s["xhat"]),
+        (r"g, b", "learned gain and shift", "g, b (b{l}.ln1_g, ...)", "(d,)", s["g"]),
+        (r"y", "the output", "y", "(B, T, d)", s["y"]),
+        (r"\delta", "the upstream gradient times the gain", "dxhat", "(B, T, d)", s["dx"]),
+        (r"\partial\ell/\partial g, \partial\ell/\partial b", "the parameter gradients", "dg, db", "(d,)", s["dg"]),
+    ]
+    return sections.symbols_md(rows, default_note() + "; x is the embedding output")
 
 
 def gradcheck_md():
@@ -73,53 +84,32 @@ def gradcheck_md():
     dy = rng.standard_normal(x.shape)
     x = x.copy()
 
-    def f():
+    def loss():
         return float(np.sum(layer_norm_forward(x, g, b, cfg.ln_eps)[0] * dy))
 
-    _, cache = layer_norm_forward(x, g, b, cfg.ln_eps)
-    grads = dict(zip(["dx", "dg", "db"], layer_norm_backward(dy, cache)))
-    rows = []
-    for name, wrt in [("dx", x), ("dg", g), ("db", b)]:
-        numeric = numerical_grad(f, wrt, H_STEP)
-        gap = np.abs(grads[name] - numeric).max()
-        rows.append([f"`{name}`", f"{gap:.2e}", f"{relative_gap(grads[name], numeric):.2e}", "float64", f"{H_STEP:g}"])
+    dx, dg, db = layer_norm_backward(dy, layer_norm_forward(x, g, b, cfg.ln_eps)[1])
+    rows = sections.gradcheck_rows(loss, [("dx", dx, x), ("dg", dg, g), ("db", db, b)], H_STEP)
     return ("The backward formula against central differences of f = Σ y ⊙ dy, for a random upstream "
-            f"gradient dy (seed {SEED}) and random g, b, on the tiny example's X.\n\n"
-            + sections.md_table(["Gradient", "Largest gap", "Relative gap", "dtype", "Step h"], rows))
+            f"gradient dy (seed {SEED}) and random g, b, on the tiny example's X.\n\n" + sections.gradcheck_table(rows))
 
 
 def is_layernorm_row(row):
     t = row["tensor"]
     if row["check"] == "intermediate":
         return t.endswith((".ln1", ".ln2")) or t == "lnf"
-    if row["check"] == "gradient":
-        return "ln" in t
-    return False
-
-
-def devices_md():
-    report = run_crosscheck()
-    rows = [[r["device"], r["dtype"], r["check"], f"`{r['tensor']}`", f"{r['max_abs']:.2e}", f"{r['max_rel']:.2e}",
-             f"{r['tol_rel']:g}", "pass" if r["passed"] else "**FAIL**"]
-            for r in report["rows"] if is_layernorm_row(r)]
-    missing = [f"- **{d['device']}**: {d['reason']}" for d in report["devices"] if d["status"] != "checked"]
-    return (sections.md_table(["Device", "dtype", "Check", "Tensor", "Max abs gap", "Max rel gap", "Tolerance",
-                               "Result"], rows)
-            + ("\nNot checked on the build machine:\n\n" + "\n".join(missing) + "\n" if missing else "")
-            + "\nFrom `python -m transformer crosscheck` (torch's `F.layer_norm` and autograd), run at build time.\n")
+    return row["check"] == "gradient" and "ln" in t
 
 
 def generate(context):
     repo = context["repo_url"]
     return {
         "equations": sections.equations_md(PAGE, repo),
+        "symbols": symbols_md(),
         "example": example_md(),
-        "shapes": shapes_md(),
-        "implementation": sections.implementation_md(layer_norm_forward, repo) + "\n"
-                          + sections.implementation_md(layer_norm_backward, repo),
+        "implementation": sections.implementation_md(PAGE, repo),
         "connection": sections.connection_md(PAGE, repo),
         "gradcheck": gradcheck_md(),
-        "devices": devices_md(),
+        "devices": devices_md(PAGE, is_layernorm_row, "torch's `F.layer_norm` and autograd"),
         "used": sections.used_md([layer_norm_forward, layer_norm_backward]),
         "status": sections.status_md(PAGE),
         "provenance": sections.provenance_md(PAGE, {"init_params": SEED, "gradient check": SEED}),

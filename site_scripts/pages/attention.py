@@ -1,0 +1,104 @@
+"""Generator of the Attention page's fragments."""
+
+import numpy as np
+
+from transformer.attention import attention_backward, attention_forward
+from transformer.block import ATTENTION_KEYS, block_params
+from transformer.model import init_params
+
+from .. import sections
+from ..examples import (
+    H_STEP,
+    SEED,
+    TINY_IDS,
+    default_note,
+    default_run,
+    illustrative,
+    tiny,
+    tiny_trace,
+)
+from ..results import devices_md
+
+PAGE = "attention"
+
+
+def example_md():
+    cfg, params, ids = tiny()
+    trace = tiny_trace()
+    a = trace["b0.ln1"]
+    att = trace["b0.attention"][0]  # (H, T, T)
+    y, _ = attention_forward(a, block_params(params, 0), cfg.num_heads)
+    parts = [illustrative(f"Block 0 of the tiny model on ids `{TINY_IDS}`: its input is the LN1 output "
+                          f"below; {cfg.num_heads} heads of width d/H = {cfg.head_dim}.")]
+    parts.append(sections.array_md("LN1(X)", a[0], row_label="position"))
+    for h in range(cfg.num_heads):
+        parts.append(f"Head {h}: attention weights A (row = query position t, column = key position s).\n")
+        parts.append(sections.array_md(f"A (head {h})", att[h], row_label="query t"))
+    upper = att[:, np.triu_indices(att.shape[-1], 1)[0], np.triu_indices(att.shape[-1], 1)[1]]
+    parts.append(f"Every entry above the diagonal is exactly {upper.max():g}: position t never sees a later "
+                 f"position. Each row sums to 1 (largest deviation {np.abs(att.sum(-1) - 1).max():.1e}); row 0 "
+                 "can only attend to itself.\n")
+    parts.append(sections.array_md("Attn(LN1(X))", y[0], row_label="position"))
+    return "\n".join(parts)
+
+
+def symbols_md():
+    cfg, B, T, trace = default_run()
+    p = block_params(init_params(cfg, seed=SEED), 0)
+    x = trace["b0.ln1"]
+    y, cache = attention_forward(x, p, cfg.num_heads)
+    q_scaled, k, v, att, *_ = cache
+    dx, grads = attention_backward(np.ones_like(y), cache)
+    rows = [
+        (r"X", "the block's LN1 output", "x", "(B, T, d)", x.shape),
+        (r"W_q, W_k, W_v, W_o", "projections (weights side by side as one (d, 3d) matmul for q, k, v)",
+         "wq, wk, wv, wo", "(d, d)", p["wq"].shape),
+        (r"b_q, b_k, b_v, b_o", "biases", "bq, bk, bv, bo", "(d,)", p["bq"].shape),
+        (r"Q^{(h)}, K^{(h)}, V^{(h)}", "per-head queries (pre-scaled by 1/√dh), keys, values",
+         "q_scaled, k, v", "(B, H, T, dh)", k.shape),
+        (r"d_h", "head width d/H", "cfg.head_dim", "scalar", f"{cfg.head_dim}"),
+        (r"S^{(h)}, A^{(h)}", "scores and attention weights", "scores, att", "(B, H, T, T)", att.shape),
+        (r"O^{(h)}", "weighted values of each head", "heads", "(B, H, T, dh)", v.shape),
+        (r"\operatorname{Attn}(X)", "the sub-layer's output", "y", "(B, T, d)", y.shape),
+        (r"\partial\ell/\partial X", "gradient to the input", "dx", "(B, T, d)", dx.shape),
+    ]
+    return sections.symbols_md(rows, default_note())
+
+
+def gradcheck_md():
+    cfg, params, _ = tiny()
+    rng = np.random.default_rng(SEED)
+    p = {k: v + 0.1 * rng.standard_normal(v.shape) if v.ndim == 1 else v.copy()
+         for k, v in block_params(params, 0).items()}  # biases off zero so their terms count
+    x = rng.standard_normal((2, cfg.context_len, cfg.emb_dim))
+    dy = rng.standard_normal(x.shape)
+    dx, grads = attention_backward(dy, attention_forward(x, p, cfg.num_heads)[1])
+    checks = [("dx", dx, x)] + [(f"d{k}", grads[k], p[k]) for k in ATTENTION_KEYS]
+    rows = sections.gradcheck_rows(lambda: float(np.sum(attention_forward(x, p, cfg.num_heads)[0] * dy)),
+                                   checks, H_STEP)
+    return (f"f = Σ Attn(X) ⊙ dY on the tiny model's block 0 parameters (biases moved off zero), random X of "
+            f"shape {x.shape} and dY (seed {SEED}). The key bias gradient is zero in exact arithmetic: adding "
+            "the same vector to every key adds the same number to every score of a row, which the softmax "
+            "ignores; its row passes on the absolute floor.\n\n" + sections.gradcheck_table(rows))
+
+
+def keep(row):
+    if row["check"] == "intermediate":
+        return row["tensor"].endswith(".attention")
+    return row["check"] == "gradient" and row["tensor"].split(".")[-1] in ATTENTION_KEYS
+
+
+def generate(context):
+    repo = context["repo_url"]
+    return {
+        "equations": sections.equations_md(PAGE, repo),
+        "symbols": symbols_md(),
+        "example": example_md(),
+        "implementation": sections.implementation_md(PAGE, repo),
+        "connection": sections.connection_md(PAGE, repo),
+        "gradcheck": gradcheck_md(),
+        "devices": devices_md(PAGE, keep, "torch matmuls, a masked `torch.softmax` and autograd"),
+        "used": sections.used_md([attention_forward, attention_backward]),
+        "status": sections.status_md(PAGE),
+        "provenance": sections.provenance_md(PAGE, {"init_params": SEED, "gradient check": SEED}),
+    }

@@ -1,0 +1,114 @@
+"""Generator of the Transformer Block page's fragments."""
+
+import numpy as np
+
+from transformer.block import BLOCK_KEYS, block_backward, block_forward, block_params
+from transformer.model import init_params
+
+from .. import sections
+from ..examples import (
+    H_STEP,
+    SEED,
+    TINY_IDS,
+    default_note,
+    default_run,
+    illustrative,
+    tiny,
+    tiny_trace,
+)
+from ..results import devices_md
+
+PAGE = "block"
+
+
+def example_md():
+    cfg, params, ids = tiny()
+    trace = tiny_trace()
+    x = trace["embedding"]
+    inner = {}
+    y, cache = block_forward(x, block_params(params, 0), cfg, inner)
+    dy = np.ones_like(y)
+    dx, _ = block_backward(dy, cache)
+    return "\n".join([
+        illustrative(f"Block 0 of the tiny model ({cfg.activation}) on ids `{TINY_IDS}`."),
+        sections.array_md("X (block input)", x[0], row_label="position"),
+        sections.array_md("LN1(X)", inner["ln1"][0], row_label="position"),
+        sections.array_md("H = X + Attn(LN1(X))", _h(cfg, params, x)[0], row_label="position"),
+        sections.array_md("LN2(H)", inner["ln2"][0], row_label="position"),
+        sections.array_md("Y = H + FFN(LN2(H))", y[0], row_label="position"),
+        "Backward with dY = 1 everywhere: the residual connections hand dY straight to the input, and the two "
+        "branches add their own gradients on top.\n",
+        sections.array_md("dX", dx[0], row_label="position"),
+        f"dX − dY ranges from {(dx - dy).min():.4f} to {(dx - dy).max():.4f}: the branches' share.\n",
+    ])
+
+
+def _h(cfg, params, x):
+    """H, recomputed from the same functions block_forward calls (it does not return H)."""
+    from transformer.attention import attention_forward
+    from transformer.layernorm import layer_norm_forward
+
+    p = block_params(params, 0)
+    a, _ = layer_norm_forward(x, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
+    return x + attention_forward(a, p, cfg.num_heads)[0]
+
+
+def symbols_md():
+    cfg, B, T, trace = default_run()
+    p = block_params(init_params(cfg, seed=SEED), 0)
+    x = trace["embedding"]
+    y, cache = block_forward(x, p, cfg)
+    dx, grads = block_backward(np.ones_like(y), cache)
+    rows = [
+        (r"X", "the residual stream entering the block", "x", "(B, T, d)", x.shape),
+        (r"H", "after the attention sub-layer", "h", "(B, T, d)", y.shape),
+        (r"U", "LN2(H), the feed-forward input", "u", "(B, T, d)", y.shape),
+        (r"W_1, b_1", "first feed-forward layer", "ff1_w, ff1_b", "(d, F), (F,)", p["ff1_w"].shape),
+        (r"W_2, b_2", "second feed-forward layer", "ff2_w, ff2_b", "(F, d), (d,)", p["ff2_w"].shape),
+        (r"\phi", "ReLU or exact GELU", "act_forward", "element-wise", "—"),
+        (r"Y", "the block's output", "y", "(B, T, d)", y.shape),
+        (r"\partial\ell/\partial X", "gradient to the block's input", "dx", "(B, T, d)", dx.shape),
+    ]
+    return sections.symbols_md(rows, default_note() + f"; {len(grads)} parameter gradients per block")
+
+
+def gradcheck_md():
+    rows_all = []
+    cfg0, params, _ = tiny()
+    rng = np.random.default_rng(SEED)
+    for activation in ("relu", "gelu"):
+        cfg = cfg0.with_(activation=activation)
+        p = {k: v + 0.1 * rng.standard_normal(v.shape) if v.ndim == 1 else v.copy()
+             for k, v in block_params(params, 0).items()}
+        x = rng.standard_normal((2, cfg.context_len, cfg.emb_dim))
+        dy = rng.standard_normal(x.shape)
+        dx, grads = block_backward(dy, block_forward(x, p, cfg)[1])
+        checks = [(f"{activation}: dx", dx, x)] + [(f"{activation}: d{k}", grads[k], p[k]) for k in BLOCK_KEYS]
+        def loss(x=x, p=p, cfg=cfg, dy=dy):
+            return float(np.sum(block_forward(x, p, cfg)[0] * dy))
+
+        rows_all += sections.gradcheck_rows(loss, checks, H_STEP)
+    return (f"f = Σ Y ⊙ dY through a whole block (tiny sizes, 1-D parameters moved off their initial values, random "
+            f"X and dY, seed {SEED}), once with ReLU and once with GELU.\n\n" + sections.gradcheck_table(rows_all))
+
+
+def keep(row):
+    if row["check"] == "intermediate":
+        return row["tensor"].endswith(".out")
+    return row["check"] == "gradient" and row["tensor"].startswith("b0.")
+
+
+def generate(context):
+    repo = context["repo_url"]
+    return {
+        "equations": sections.equations_md(PAGE, repo),
+        "symbols": symbols_md(),
+        "example": example_md(),
+        "implementation": sections.implementation_md(PAGE, repo),
+        "connection": sections.connection_md(PAGE, repo),
+        "gradcheck": gradcheck_md(),
+        "devices": devices_md(PAGE, keep, "the torch mirror of a block (`torch_block`) and autograd"),
+        "used": sections.used_md([block_forward, block_backward]),
+        "status": sections.status_md(PAGE),
+        "provenance": sections.provenance_md(PAGE, {"init_params": SEED, "gradient check": SEED}),
+    }

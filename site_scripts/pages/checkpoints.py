@@ -1,0 +1,89 @@
+"""Generator of the Checkpoints page's fragments: a real save and load, and the refusals."""
+
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from transformer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from transformer.data import CharTokenizer
+from transformer.errors import CheckpointError
+from transformer.model import init_params
+from transformer.optim import adamw_init
+
+from .. import sections
+from ..examples import SEED, tiny
+
+PAGE = "checkpoints"
+
+
+def make(folder):
+    cfg, params, _ = tiny()
+    ckpt = Checkpoint(params, cfg, CharTokenizer("abcde"), step=7, opt_state=adamw_init(params),
+                      extra={"note": "page example"})
+    return save_checkpoint(Path(folder) / "checkpoint.npz", ckpt), ckpt
+
+
+def layout_md():
+    with tempfile.TemporaryDirectory() as folder:
+        path, ckpt = make(folder)
+        with np.load(path, allow_pickle=False) as npz:
+            entries = [[f"`{k}`", sections.shape_text(npz[k].shape), str(npz[k].dtype)] for k in npz.files]
+            meta = json.loads(str(npz["meta"]))
+        loaded = load_checkpoint(path)
+        same = all(np.array_equal(loaded.params[k], v) for k, v in ckpt.params.items()) and all(
+            np.array_equal(loaded.opt_state[g][k], ckpt.opt_state[g][k]) for g in ("m", "v") for k in ckpt.params)
+    return (f"A checkpoint of the tiny model (seed {SEED}) with its AdamW state, written by `save_checkpoint` at "
+            f"build time, holds {len(entries)} arrays:\n\n"
+            + "??? note \"Every entry of the file\"\n\n"
+            + "\n".join("    " + line for line in
+                        sections.md_table(["Entry", "Shape", "dtype"], entries).splitlines()) + "\n\n"
+            + "Its `meta` entry, as JSON:\n\n```json\n" + json.dumps(meta, indent=2) + "\n```\n\n"
+            + f"Loading it back with `load_checkpoint` gives every parameter and moment bit for bit: "
+              f"**{'yes' if same else 'NO'}**.\n")
+
+
+def refusals_md():
+    cases = []
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        path, _ = make(folder)
+        good = path.read_bytes()
+        (folder / "truncated.npz").write_bytes(good[: len(good) // 2])
+        (folder / "notes.txt").write_text("not a checkpoint")
+        np.savez(folder / "foreign.npz", weights=np.zeros(3))
+        other = init_params(tiny()[0].with_(emb_dim=6, num_heads=2), seed=SEED)
+        cfg = tiny()[0]
+        bad = {"format": "numpy-transformer-checkpoint", "version": 1, "config": cfg.to_dict(),
+               "tokenizer": {"kind": "char", "chars": "abcde"}, "step": 0, "adam_step": None, "extra": {}}
+        np.savez(folder / "wrong-shapes.npz", meta=np.array(json.dumps(bad)),
+                 **{f"param/{k}": v for k, v in other.items()})
+        np.savez(folder / "pickled.npz", meta=np.array([{"a": 1}], dtype=object))
+        for label, name in [("a file that does not exist", "missing.npz"),
+                            ("half of a real checkpoint", "truncated.npz"),
+                            ("a text file", "notes.txt"),
+                            ("another program's .npz", "foreign.npz"),
+                            ("parameters of another size", "wrong-shapes.npz"),
+                            ("an object array (needs pickle)", "pickled.npz")]:
+            try:
+                load_checkpoint(folder / name)
+                message = "**loaded without error**"
+            except CheckpointError as e:
+                message = "`" + str(e).replace(str(folder) + "/", "") + "`"
+            cases.append([label, message])
+    return ("Each of these was written and then loaded at build time; the message is the real one "
+            "(with the temporary folder's name removed):\n\n" + sections.md_table(["Given", "`load_checkpoint` says"],
+                                                                                 cases))
+
+
+def generate(context):
+    repo = context["repo_url"]
+    return {
+        "layout": layout_md(),
+        "refusals": refusals_md(),
+        "implementation": sections.implementation_md(PAGE, repo),
+        "used": sections.used_md([save_checkpoint, load_checkpoint]),
+        "status": sections.status_md(PAGE),
+        "provenance": sections.provenance_md(PAGE, {"init_params": SEED}),
+    }

@@ -1,0 +1,98 @@
+"""Generator of the Gradient checking page's fragments."""
+
+import numpy as np
+
+from transformer.activations import relu_backward, relu_forward
+from transformer.config import PRESETS
+from transformer.gradcheck import (
+    ABS_FLOOR,
+    REL_TOL,
+    check_passes,
+    gradcheck_model,
+    numerical_grad,
+    relative_gap,
+)
+from transformer.layernorm import layer_norm_backward, layer_norm_forward
+from transformer.model import param_shapes
+
+from .. import sections
+from ..examples import H_STEP, SEED
+
+PAGE = "gradcheck"
+STEPS = [1e-2, 1e-3, 1e-5, 1e-8]
+
+
+def steps_md():
+    rng = np.random.default_rng(SEED)
+    x = rng.standard_normal((3, 4))
+    g, b = 1 + 0.3 * rng.standard_normal(4), 0.3 * rng.standard_normal(4)
+    dy = rng.standard_normal(x.shape)
+    dx = layer_norm_backward(dy, layer_norm_forward(x, g, b, 1e-5)[1])[0]
+    z = rng.standard_normal((3, 4))
+    z[0, 0] = 3e-4  # one input just right of ReLU's corner
+    dz = rng.standard_normal(z.shape)
+    dr = relu_backward(dz, relu_forward(z)[1])
+    rows = []
+    for h in STEPS:
+        ln = relative_gap(dx, numerical_grad(lambda: float(np.sum(layer_norm_forward(x, g, b, 1e-5)[0] * dy)), x, h))
+        relu = relative_gap(dr, numerical_grad(lambda: float(np.sum(relu_forward(z)[0] * dz)), z, h))
+        rows.append([f"{h:g}", f"{ln:.2e}", f"{relu:.2e}"])
+    return ("The relative gap between the backward formula and central differences, for a smooth function "
+            "(LayerNorm's dx on a random 3 × 4 input) and for ReLU with one input at 3e-4, just right of its "
+            f"corner (seed {SEED}):\n\n"
+            + sections.md_table(["Step h", "LayerNorm dx", "ReLU dx, input 3e-4 from the corner"], rows)
+            + "\nFor the smooth function the error first falls like h² (truncation), then rises again as h shrinks "
+              "because f(x + h) − f(x − h) loses digits to rounding, about ε·|f|/h. Next to the corner, any step "
+              "larger than the distance to it straddles the kink and averages the two slopes: only the smaller "
+              "steps see the true derivative.\n")
+
+
+def model_md():
+    cfg = PRESETS["tiny"].with_(activation="gelu")
+    rng = np.random.default_rng(SEED)
+    ids = rng.integers(0, cfg.vocab_size, (2, cfg.context_len))
+    targets = rng.integers(0, cfg.vocab_size, (2, cfg.context_len))
+    report = gradcheck_model(cfg, ids, targets, seed=SEED, h=H_STEP, perturb=0.1)
+    shapes = param_shapes(cfg)
+    rows = [[f"`{k}`", sections.shape_text(shapes[k]), f"{gap:.2e}", f"{rel:.2e}", "float64", f"{H_STEP:g}",
+             "pass" if check_passes(gap, rel) else "**FAIL**"] for k, (gap, rel) in report.items()]
+    passed = sum(r[-1] == "pass" for r in rows)
+    return (f"`gradcheck_model` on the tiny model with GELU, a batch of 2 random sequences of length "
+            f"{cfg.context_len} (seed {SEED}): **{passed} of {len(rows)}** gradients pass.\n\n"
+            + sections.gradcheck_table(rows))
+
+
+def negative_md():
+    rng = np.random.default_rng(SEED)
+    x = rng.standard_normal((3, 4))
+    g, b = 1 + 0.3 * rng.standard_normal(4), 0.3 * rng.standard_normal(4)
+    dy = rng.standard_normal(x.shape)
+    numeric = numerical_grad(lambda: float(np.sum(layer_norm_forward(x, g, b, 1e-5)[0] * dy)), g, H_STEP)
+    _, dg, _ = layer_norm_backward(dy, layer_norm_forward(x, g, b, 1e-5)[1])
+    rows = []
+    for label, wrong in [("the real dg", dg), ("dg × 1.001", dg * 1.001), ("dg without its last entry",
+                                                                          np.r_[dg[:-1], 0.0])]:
+        gap, rel = float(np.abs(wrong - numeric).max()), relative_gap(wrong, numeric)
+        rows.append([label, f"{gap:.2e}", f"{rel:.2e}", "pass" if check_passes(gap, rel) else "**fails**, as it must"])
+    return ("A check is only worth something if it can fail. The same comparison, for LayerNorm's dg, with the "
+            "right gradient and two wrong ones:\n\n" + sections.md_table(["Backward", "Largest gap", "Relative gap",
+                                                                         "Result"], rows)
+            + f"\nThe pass rule: relative gap below {REL_TOL:g} or largest gap below {ABS_FLOOR:g}. A gradient 0.1% "
+              "off fails by a factor of about a thousand. The tests keep such negative controls, and "
+              "`tools/scale_backward_outputs.py` scales every backward output by 1.001 in turn to show each is "
+              "caught.\n")
+
+
+def generate(context):
+    repo = context["repo_url"]
+    return {
+        "equations": sections.equations_md(PAGE, repo),
+        "steps": steps_md(),
+        "model": model_md(),
+        "negative": negative_md(),
+        "implementation": sections.implementation_md(PAGE, repo),
+        "connection": sections.connection_md(PAGE, repo),
+        "used": sections.used_md([numerical_grad, relative_gap, gradcheck_model]),
+        "status": sections.status_md(PAGE),
+        "provenance": sections.provenance_md(PAGE, {"inputs": SEED}),
+    }

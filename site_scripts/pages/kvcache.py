@@ -1,0 +1,80 @@
+"""Generator of the KV cache page's fragments."""
+
+import numpy as np
+
+from transformer.config import PRESETS
+from transformer.generate import KVCache, decode_step
+from transformer.model import forward, init_params
+
+from .. import sections
+from ..examples import SEED, TINY_IDS, default_note, illustrative, tiny
+from ..results import devices_md
+
+PAGE = "kvcache"
+
+
+def example_md():
+    cfg, params, ids = tiny()
+    cache = KVCache(cfg, np.float64)
+    full = forward(params, ids[0], cfg)[0]
+    rows = []
+    for t, token in enumerate(TINY_IDS):
+        logits = decode_step(params, token, cache, cfg)
+        rows.append([t, token, cache.length, " ".join(f"{v:.4f}" for v in logits),
+                     f"{np.abs(logits - full[t]).max():.1e}"])
+    return "\n".join([
+        illustrative(f"ids `{TINY_IDS}` fed one at a time to `decode_step`, each result compared with row t of "
+                     "the full `forward` over all the ids."),
+        sections.md_table(["t", "token", "cache length after", "logits from the cache", "max gap to forward"], rows),
+        f"Block 0's cached keys after the last step, head 0 (rows = positions; the rest of the {cfg.context_len} "
+        "rows are still zero):\n",
+        sections.array_md("keys[0][head 0]", cache.keys[0][0], row_label="position"),
+    ])
+
+
+def cost_md():
+    cfg = PRESETS["default"]
+    T = cfg.context_len
+    with_cache = T  # one position through the model per new token
+    without = T * (T + 1) // 2  # the whole prefix again for every new token
+    return (f"Generating T = {T} tokens at {default_note()}: with the cache the model processes one position per "
+            f"token, {with_cache} in all; without it, the whole prefix each time, 1 + 2 + … + {T} = {without} "
+            f"positions, {without / with_cache:.1f} times as many. Attention itself still reads every cached key "
+            "and value, so each step's attention cost grows with t either way.\n")
+
+
+def symbols_md():
+    cfg = PRESETS["default"]
+    params = init_params(cfg, seed=SEED)
+    cache = KVCache(cfg, np.float64)
+    logits = decode_step(params, 0, cache, cfg)
+    rows = [
+        (r"K_{0:t}, V_{0:t}", "one block's cached keys and values, filled up to `length`",
+         "cache.keys[l], cache.values[l]", "(H, T_max, dh)", cache.keys[0].shape),
+        (r"q_t, k_t, v_t", "the new position's query, key, value", "q, k, v", "(d,)", (cfg.emb_dim,)),
+        (r"t", "the new position", "pos = cache.length", "scalar", "int"),
+        (r"o_t", "its attention output, heads joined", "heads", "(d,)", (cfg.emb_dim,)),
+        (r"z_t", "the next-token logits", "logits", "(V,)", logits.shape),
+    ]
+    return sections.symbols_md(rows, default_note())
+
+
+def keep(row):
+    return row["check"] == "kv-cache"
+
+
+def generate(context):
+    repo = context["repo_url"]
+    return {
+        "equations": sections.equations_md(PAGE, repo),
+        "symbols": symbols_md(),
+        "example": example_md(),
+        "cost": cost_md(),
+        "implementation": sections.implementation_md(PAGE, repo),
+        "connection": sections.connection_md(PAGE, repo),
+        "devices": devices_md(PAGE, keep, "our `decode_step`, one token at a time, against torch's full causal "
+                              "forward over the whole sequence"),
+        "used": sections.used_md([decode_step, KVCache]),
+        "status": sections.status_md(PAGE),
+        "provenance": sections.provenance_md(PAGE, {"init_params": SEED}),
+    }

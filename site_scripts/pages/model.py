@@ -1,0 +1,234 @@
+"""Generator of the Full Model page's fragments: call order, parameter keys,
+the scalar count and the gradient-flow diagram of loss_and_grads."""
+
+import ast
+
+import numpy as np
+
+from transformer.config import PRESETS, ModelConfig
+from transformer.gradcheck import check_passes, gradcheck_model
+from transformer.model import (
+    backward,
+    forward,
+    init_params,
+    loss_and_grads,
+    param_count,
+    param_shapes,
+)
+from transformer.optim import is_decayed
+
+from .. import depends, sections
+from ..code_facts import ROOT
+from ..examples import (
+    H_STEP,
+    SEED,
+    TINY_IDS,
+    TINY_TARGETS,
+    default_note,
+    illustrative,
+    tiny,
+)
+from ..results import devices_md
+
+PAGE = "model"
+MODEL_PY = "transformer/model.py"
+# Distinct primes for each size: a shape computed with them reads back as symbols.
+SYMBOLIC = {101: "V", 103: "T_max", 107: "d", 109: "F"}
+ROLES = {  # what each parameter is for (prose); a key missing here stops the build
+    "tok_emb": "token embedding table", "pos_emb": "position embedding table",
+    "ln1_g": "LN1 gain", "ln1_b": "LN1 shift", "wq": "query projection", "bq": "query bias",
+    "wk": "key projection", "bk": "key bias", "wv": "value projection", "bv": "value bias",
+    "wo": "output projection of the heads", "bo": "output bias", "ln2_g": "LN2 gain", "ln2_b": "LN2 shift",
+    "ff1_w": "feed-forward, first layer", "ff1_b": "its bias", "ff2_w": "feed-forward, second layer",
+    "ff2_b": "its bias", "lnf_g": "final LayerNorm gain", "lnf_b": "final LayerNorm shift",
+    "head_w": "the head: width d to V logits", "head_b": "head bias",
+}
+
+
+def calls_in(name):
+    """(line, callee module, callee name, source text) of each transformer call in a model.py function, in order."""
+    source = depends._module("model")
+    node = source.defs[name]
+    found = []
+    for call in ast.walk(node):
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name):
+            target = (source.names.get(call.func.id)
+                      or (("model", call.func.id) if call.func.id in source.defs else None))
+            if target:
+                found.append((call.lineno, target[0], target[1], ast.get_source_segment(source_text(), call)))
+    return sorted(found)
+
+
+def source_text():
+    return (ROOT / MODEL_PY).read_text()
+
+
+def call_link(line_no, module, name):
+    path = f"transformer/{module}.py"
+    return f"[`{name}`]({sections.function_link(PAGE, path, name)})"
+
+
+def forward_order_md():
+    cfg, params, ids = tiny()
+    trace = {}
+    forward(params, ids, cfg, trace)
+    out = [illustrative(f"ids `{TINY_IDS}`; the tensors are `forward(..., trace=...)`'s intermediates."), ""]
+    rows = [[f"[{line}]({sections.page_link(PAGE, PAGE, sections.line_anchor(MODEL_PY, 'forward', line))})",
+             call_link(line, module, name), f"`{text}`"] for line, module, name, text in calls_in("forward")]
+    out.append("The calls `forward` makes, in source order (the block call runs once per layer):\n")
+    out.append(sections.md_table(["Line", "Function", "Call"], rows))
+    out.append("The tensors at each step, in the order they are computed:\n")
+    for key, value in trace.items():
+        v = value[0]
+        shown = v if v.ndim <= 2 else v[0]
+        label = f"{key} {sections.shape_text(value.shape)}" + (", head 0" if v.ndim > 2 else "")
+        out.append(f"**{label}**\n\n" + sections.array_md(key, shown, row_label="position"))
+    return "\n".join(out)
+
+
+def backward_order_md():
+    cfg, params, ids = tiny()
+    loss, grads = loss_and_grads(params, ids, np.array([TINY_TARGETS]), cfg)
+    rows = [[f"[{line}]({sections.page_link(PAGE, PAGE, sections.line_anchor(MODEL_PY, 'backward', line))})",
+             call_link(line, module, name), f"`{text}`"] for line, module, name, text in calls_in("backward")]
+    table = [[f"`{k}`", sections.shape_text(g.shape), f"{np.linalg.norm(g):.4f}", f"{np.abs(g).max():.4f}"]
+             for k, g in grads.items()]
+    return ("The calls `backward` makes, in source order; the block call runs once per layer, last layer first:\n\n"
+            + sections.md_table(["Line", "Function", "Call"], rows)
+            + f"\nThe gradient dictionary `loss_and_grads` returns for the tiny example (targets `{TINY_TARGETS}`, "
+              f"loss {loss:.4f}): one entry per parameter, in the order of `params`.\n\n"
+            + sections.md_table(["Key", "Shape", "‖grad‖", "max |grad|"], table))
+
+
+def symbolic_shape(shape):
+    return "(" + ", ".join(SYMBOLIC[n] for n in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def init_rule(name, value, shape):
+    if len(shape) == 2:
+        return f"Xavier U(−a, a), a = √(6/({shape[0]}+{shape[1]})) = {np.sqrt(6 / sum(shape)):.4f}"
+    if np.all(value == 1):
+        return "ones"
+    if np.all(value == 0):
+        return "zeros"
+    raise RuntimeError(f"{name}: an initialisation this table does not know")
+
+
+def params_md():
+    sym = ModelConfig(vocab_size=101, context_len=103, emb_dim=107, num_heads=1, num_layers=1, ff_dim=109)
+    cfg = PRESETS["default"]
+    shapes, params = param_shapes(cfg), init_params(cfg, seed=SEED)
+    kinds = {}
+    for name, shape in param_shapes(sym).items():
+        short = name.split(".", 1)[-1]
+        kinds[short if "." not in name else "b{l}." + short] = (short, symbolic_shape(shape))
+    rows = []
+    for key, (short, symbolic) in kinds.items():
+        real = key.replace("{l}", "0")
+        shape = shapes[real]
+        rows.append([f"`{key}`", symbolic, sections.shape_text(shape), int(np.prod(shape)), ROLES[short],
+                     init_rule(real, params[real], shape), "yes" if is_decayed(real) else "no"])
+    every = [[f"`{k}`", sections.shape_text(s), int(np.prod(s)), "yes" if is_decayed(k) else "no"]
+             for k, s in shapes.items()]
+    total = sum(int(np.prod(s)) for s in shapes.values())
+    counts = [[name, f"`{tuple(param_shapes(c)['tok_emb'])}`", param_count(c),
+               sum(v.size for v in init_params(c, seed=SEED).values()),
+               "equal" if param_count(c) == sum(v.size for v in init_params(c, seed=SEED).values()) else "**DIFFER**"]
+              for name, c in PRESETS.items()]
+    return {
+        "param-kinds": sections.md_table(["Key", "Shape", "At the default config", "Scalars", "Role",
+                                          "Initialisation (default config)", "Weight decay"], rows)
+        + "\nThe symbolic shapes were read back from `param_shapes` called with distinct primes for V, T_max, d and "
+          "F; `b{l}.` keys repeat for each block l = 0 .. L−1. Weight decay is `is_decayed(key)`.\n",
+        "param-every": f"All {len(shapes)} keys at {default_note()}, in the order of `param_shapes`:\n\n"
+        + sections.md_table(["Key", "Shape", "Scalars", "Weight decay"], every)
+        + f"\nTotal: **{total}** scalars.\n",
+        "param-count": sections.md_table(["Preset", "tok_emb shape", "Closed form `param_count`",
+                                          "Scalars in `init_params`", "Check"], counts),
+    }
+
+
+def flow_md():
+    """A mermaid diagram of loss_and_grads: one box per call, arrows for the values passed."""
+    source = depends._module("model")
+    fn = source.defs["loss_and_grads"]
+    made_by, nodes, edges, clicks = {}, [], [], []
+    for arg in fn.args.args:
+        nodes.append(f'  {arg.arg}(["{arg.arg}"])')
+        made_by[arg.arg] = arg.arg
+    for i, stmt in enumerate(fn.body):
+        call = stmt.value if isinstance(stmt, (ast.Assign, ast.Return)) else None
+        if isinstance(call, ast.Tuple):
+            call = call.elts[0] if isinstance(call.elts[0], ast.Call) else None
+        if not isinstance(call, ast.Call):
+            continue
+        name = call.func.id
+        module = source.names.get(name, ("model", name))[0]
+        node = f"c{i}"
+        nodes.append(f'  {node}["{name}<br/>line {stmt.lineno}"]')
+        here = sections.page_link(PAGE, PAGE, sections.line_anchor(MODEL_PY, "loss_and_grads", stmt.lineno))
+        clicks.append(f'  click {node} href "{_url(here)}" "line {stmt.lineno} of transformer/model.py"')
+        doc = f"d{i}"
+        nodes.append(f'  {doc}>"{name} explained"]')
+        edges.append(f"  {node} -.- {doc}")
+        explained = _url(sections.function_link(PAGE, f"transformer/{module}.py", name))
+        clicks.append(f'  click {doc} href "{explained}"')
+        used = [n.id for n in ast.walk(call) if isinstance(n, ast.Name) and n.id in made_by and n.id != name]
+        for var in dict.fromkeys(used):
+            edges.append(f"  {made_by[var]} -->|{var}| {node}")
+        if isinstance(stmt, ast.Assign):
+            for target in ast.walk(stmt.targets[0]):
+                if isinstance(target, ast.Name):
+                    made_by[target.id] = node
+        else:
+            nodes.append('  out(["loss, grads"])')
+            edges.append(f"  {node} --> out")
+    return ("```mermaid\nflowchart TD\n" + "\n".join(nodes + edges + clicks) + "\n```\n\n"
+            "Generated from the source of `loss_and_grads`: a box per call (click it for its line), the "
+            "arrows carry the variables passed on, and each flag opens the page that explains the function.\n")
+
+
+def _url(md_link):
+    """mermaid links are followed by the browser, so they need the built URL, not the .md path."""
+    path, _, anchor = md_link.partition("#")
+    if path:
+        path = "../" + path.replace(".md", "/")  # pages are served as folders: model/x.md -> model/x/
+    return path + ("#" + anchor if anchor else "")
+
+
+def gradcheck_md():
+    cfg, _, ids = tiny()
+    report = gradcheck_model(cfg, ids, np.array([TINY_TARGETS]), seed=SEED, h=H_STEP, perturb=0.1)
+    shapes = param_shapes(cfg)
+    rows = [[f"`{name}`", sections.shape_text(shapes[name]), f"{gap:.2e}", f"{rel:.2e}", "float64", f"{H_STEP:g}",
+             "pass" if check_passes(gap, rel) else "**FAIL**"] for name, (gap, rel) in report.items()]
+    return (f"`gradcheck_model` on the tiny model: every one of the {len(rows)} gradients of the loss, from "
+            f"`loss_and_grads`, against central differences of `loss_fn` (ids `{TINY_IDS}`, targets "
+            f"`{TINY_TARGETS}`, 1-D parameters moved by 0.1 × N(0, 1) off their initial values, seeds {SEED} "
+            f"and {SEED + 1}).\n\n"
+            + sections.gradcheck_table(rows))
+
+
+def keep(row):
+    return row["check"] in ("forward", "loss", "gradient")
+
+
+def generate(context):
+    repo = context["repo_url"]
+    cfg = PRESETS["default"]
+    return {
+        "equations": sections.equations_md(PAGE, repo),
+        "forward": forward_order_md(),
+        "backward": backward_order_md(),
+        **params_md(),
+        "flow": flow_md(),
+        "implementation": sections.implementation_md(PAGE, repo),
+        "connection": sections.connection_md(PAGE, repo),
+        "gradcheck": gradcheck_md(),
+        "devices": devices_md(PAGE, keep, "the torch mirror (`torch_forward`, `F.cross_entropy`) and autograd"),
+        "used": sections.used_md([forward, backward, loss_and_grads, param_count]),
+        "status": sections.status_md(PAGE),
+        "provenance": sections.provenance_md(PAGE, {"init_params": SEED, "gradient check": SEED}),
+        "sizes": f"At the default config: V = {cfg.vocab_size}, T_max = {cfg.context_len}, d = {cfg.emb_dim}, "
+                 f"H = {cfg.num_heads}, L = {cfg.num_layers}, F = {cfg.ff_dim}.\n",
+    }

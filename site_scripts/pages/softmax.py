@@ -1,0 +1,103 @@
+"""Generator of the Softmax & Cross-Entropy page's fragments."""
+
+import numpy as np
+
+from transformer.model import forward
+from transformer.softmax import (
+    cross_entropy_backward,
+    cross_entropy_forward,
+    softmax_backward,
+    softmax_forward,
+)
+
+from .. import sections
+from ..examples import (
+    H_STEP,
+    SEED,
+    TINY_IDS,
+    TINY_TARGETS,
+    default_note,
+    default_run,
+    illustrative,
+    tiny,
+)
+from ..results import devices_md
+
+PAGE = "softmax"
+
+
+def example_md():
+    cfg, params, ids = tiny()
+    logits, _ = forward(params, ids, cfg)
+    z = logits[0]
+    p, _ = softmax_forward(z.copy())
+    targets = np.array(TINY_TARGETS)
+    loss, cache = cross_entropy_forward(z, targets)
+    dz = cross_entropy_backward(1.0, cache)
+    per_position = -np.log(p[np.arange(len(targets)), targets])
+    return "\n".join([
+        illustrative(f"The tiny model's logits for ids `{TINY_IDS}`, with targets `{TINY_TARGETS}`."),
+        sections.array_md("logits z", z, row_label="position"),
+        sections.array_md("p = softmax(z)", p, row_label="position"),
+        sections.md_table(["position", "target", "p[target]", "−log p[target]"],
+                          [[t, y, f"{p[t, y]:.4f}", f"{per_position[t]:.4f}"] for t, y in enumerate(targets)]),
+        f"The loss is their mean, **{loss:.4f}**; a uniform guess over V = {cfg.vocab_size} tokens would give "
+        f"log V = {np.log(cfg.vocab_size):.4f}.\n",
+        sections.array_md("dz = (p − onehot(y)) / N", dz, row_label="position"),
+        f"Each row of `dz` sums to {np.abs(dz.sum(axis=-1)).max():.1e} (0 up to rounding): the probabilities sum to "
+        "1 and the one-hot target takes 1 away.\n",
+    ])
+
+
+def symbols_md():
+    cfg, B, T, trace = default_run()
+    z = trace["logits"]
+    targets = np.zeros(z.shape[:-1], dtype=np.int64)
+    p, _ = softmax_forward(z.copy())
+    _, cache = cross_entropy_forward(z, targets)
+    dz = cross_entropy_backward(1.0, cache)
+    rows = [
+        (r"z", "logits: one score per vocabulary entry", "logits", "(B, T, V)", z.shape),
+        (r"p", "probabilities, each row sums to 1", "p, probs", "(B, T, V)", p.shape),
+        (r"y", "target ids", "targets", "(B, T)", targets.shape),
+        (r"N", "number of positions averaged over", "n = t.size", "scalar", f"{targets.size}"),
+        (r"\mathcal{L}", "mean cross-entropy", "loss", "scalar", "a float"),
+        (r"\partial\mathcal{L}/\partial z", "gradient of the loss w.r.t. the logits", "dlogits", "(B, T, V)",
+         dz.shape),
+    ]
+    return sections.symbols_md(rows, default_note())
+
+
+def gradcheck_md():
+    rng = np.random.default_rng(SEED)
+    z = rng.standard_normal((2, 3, 5))
+    dp = rng.standard_normal(z.shape)
+    analytic = softmax_backward(dp, softmax_forward(z.copy())[1])
+    rows = sections.gradcheck_rows(lambda: float(np.sum(softmax_forward(z.copy())[0] * dp)),
+                                   [("softmax: dz", analytic, z)], H_STEP)
+    targets = rng.integers(0, 5, (2, 3))
+    analytic = cross_entropy_backward(1.0, cross_entropy_forward(z, targets)[1])
+    rows += sections.gradcheck_rows(lambda: cross_entropy_forward(z, targets)[0],
+                                    [("cross-entropy: dlogits", analytic, z)], H_STEP)
+    return (f"Softmax: f = Σ p ⊙ dp for random z (2 × 3 × 5) and dp; cross-entropy: f = the loss itself, random "
+            f"targets (seed {SEED}).\n\n" + sections.gradcheck_table(rows))
+
+
+def keep(row):
+    return row["check"] in ("forward", "loss")
+
+
+def generate(context):
+    repo = context["repo_url"]
+    return {
+        "equations": sections.equations_md(PAGE, repo),
+        "symbols": symbols_md(),
+        "example": example_md(),
+        "implementation": sections.implementation_md(PAGE, repo),
+        "connection": sections.connection_md(PAGE, repo),
+        "gradcheck": gradcheck_md(),
+        "devices": devices_md(PAGE, keep, "torch's `F.cross_entropy` (the logits and the loss)"),
+        "used": sections.used_md([softmax_forward, softmax_backward, cross_entropy_forward, cross_entropy_backward]),
+        "status": sections.status_md(PAGE),
+        "provenance": sections.provenance_md(PAGE, {"init_params": SEED, "gradient check": SEED}),
+    }
