@@ -93,6 +93,8 @@ def generate(name, context, force=False) -> bool:
     fragments = module.generate(context)
     for fragment, text in fragments.items():
         write_if_changed(SNIPPETS / name / f"{fragment}.md", text)
+    for stale in set((SNIPPETS / name).glob("*.md")) - {SNIPPETS / name / f"{f}.md" for f in fragments}:
+        stale.unlink()  # a fragment the generator no longer makes must not linger
     write_if_changed(stamp, key)
     return True
 

@@ -23,29 +23,64 @@ MODULE = "<module>"
 
 
 class Source:
-    """One parsed file: its units and, for each, the (module, unit) pairs it mentions."""
+    """One parsed file: its units and, for each, the (module, unit) pairs it mentions.
+
+    Units: each top-level function or class (named by its name), each top-level
+    assignment (named "<NAME>" after the first name it assigns, so a table such
+    as PRESETS is followed only where it is used), and "<module>", the rest
+    (docstring, imports, module-level checks), which comes with any unit.
+    """
 
     def __init__(self, text, package_module=None, root=ROOT):
         self.tree = ast.parse(text)
         self.lines = text.splitlines()
         self.root = root
         self.package_module = package_module  # the transformer module this file is, if it is one
-        self.defs = {node.name: node for node in self.tree.body
-                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-        self.names, self.modules, self.site_modules, self._mentions = {}, {}, [], {}
-        for node in ast.walk(self.tree):
-            if isinstance(node, ast.ImportFrom):
-                self._import_from(node)
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.name.startswith("transformer."):
-                        target = alias.name.split(".")[1]
-                        self.modules[alias.asname or alias.name] = target
+        self.nodes, self.unit_of = {}, {}  # unit -> its top-level statement; global name -> its unit
+        for node in self.tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.nodes[node.name] = node
+                self.unit_of[node.name] = node.name
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+                if names:
+                    unit = self.unit_of.get(names[0], f"<{names[0]}>")
+                    self.nodes.setdefault(unit, node)
+                    if self.nodes[unit] is not node:  # assigned again further down: keep every statement
+                        unit = f"<{names[0]}@{node.lineno}>"
+                        self.nodes[unit] = node
+                    for name in names:
+                        self.unit_of.setdefault(name, unit)
+        self.site_modules, self._mentions = [], {}
+        # Imports at module level are seen by every unit; an import inside a
+        # function only by that function (see _find_mentions).
+        self.names, self.modules = self._imports([n for n in self.tree.body if n not in self.nodes.values()])
+        for node in self.defs.values():
+            self._imports([node])  # records the site_scripts helpers a page imports inside a function
+
+    def _imports(self, statements):
+        """({local name: (module, name)}, {local name: module}) of the transformer imports in the statements."""
+        names, modules = {}, {}
+        for top in statements:
+            for node in ast.walk(top):
+                if isinstance(node, ast.ImportFrom):
+                    self._import_from(node, names, modules)
+                elif isinstance(node, ast.Import):
+                    for alias in node.names:
+                        if alias.name.startswith("transformer."):
+                            modules[alias.asname or alias.name] = alias.name.split(".")[1]
+        return names, modules
+
+    @property
+    def defs(self):
+        """The top-level functions and classes, by name."""
+        return {name: node for name, node in self.nodes.items() if not name.startswith("<")}
 
     def _is_module(self, name):
         return (self.root / "transformer" / f"{name}.py").exists()
 
-    def _import_from(self, node):
+    def _import_from(self, node, names, modules):
         relative_to_transformer = self.package_module is not None and node.level == 1
         if relative_to_transformer or (node.level == 0 and (node.module or "").startswith("transformer")):
             base = node.module.split(".")[-1] if node.module and node.module != "transformer" else None
@@ -53,23 +88,29 @@ class Source:
                 local = alias.asname or alias.name
                 if base is None:
                     if self._is_module(alias.name):
-                        self.modules[local] = alias.name
+                        modules[local] = alias.name
                 else:
-                    self.names[local] = (base, alias.name)
+                    names[local] = (base, alias.name)
         elif self.package_module is None and node.level >= 1 and node.module:
             # a page importing a helper of site_scripts: its transformer uses count too
-            self.site_modules.append(node.module.split(".")[-1])
+            if node.module.split(".")[-1] not in self.site_modules:
+                self.site_modules.append(node.module.split(".")[-1])
+
+    def resolve(self, name):
+        """The unit holding a global name of this module ("<module>" when none does)."""
+        return self.unit_of.get(name, MODULE)
+
+    def first_line(self, unit):
+        node = self.nodes.get(unit)
+        return 0 if node is None else min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
 
     def unit_source(self, unit):
         if unit == MODULE:
             inside = set()
-            for node in self.defs.values():
-                first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-                inside.update(range(first, node.end_lineno + 1))
+            for u, node in self.nodes.items():
+                inside.update(range(self.first_line(u), node.end_lineno + 1))
             return "\n".join(text for i, text in enumerate(self.lines, start=1) if i not in inside)
-        node = self.defs[unit]
-        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-        return "\n".join(self.lines[first - 1:node.end_lineno])
+        return "\n".join(self.lines[self.first_line(unit) - 1:self.nodes[unit].end_lineno])
 
     def mentions(self, unit):
         """(module, unit) pairs the unit refers to (computed once per unit)."""
@@ -78,20 +119,26 @@ class Source:
         return self._mentions[unit]
 
     def _find_mentions(self, unit):
-        nodes = [self.defs[unit]] if unit != MODULE else [n for n in self.tree.body if n not in self.defs.values()]
+        if unit == MODULE:
+            units = set(self.nodes.values())
+            nodes = [n for n in self.tree.body if n not in units]
+        else:
+            nodes = [self.nodes[unit]]
+        local_names, local_modules = self._imports(nodes)
+        names, modules = {**self.names, **local_names}, {**self.modules, **local_modules}
         found = set()
         for top in nodes:
             for node in ast.walk(top):
                 if isinstance(node, ast.Name):
-                    if node.id in self.defs and self.package_module:
-                        found.add((self.package_module, node.id))
-                    elif node.id in self.names:
-                        found.add(self.names[node.id])
-                    elif node.id in self.modules:
-                        found.add((self.modules[node.id], MODULE))
+                    if node.id in names:
+                        found.add(names[node.id])
+                    elif node.id in modules:
+                        found.add((modules[node.id], MODULE))
+                    elif node.id in self.unit_of and self.package_module:
+                        found.add((self.package_module, self.unit_of[node.id]))
                 elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-                    if node.value.id in self.modules:
-                        found.add((self.modules[node.value.id], node.attr))
+                    if node.value.id in modules:
+                        found.add((modules[node.value.id], node.attr))
         return found
 
 
@@ -124,8 +171,8 @@ def closure(seeds, root=ROOT):
         if (module, unit) in seen:
             continue
         source = _module(module, root)
-        if unit != MODULE and unit not in source.defs:
-            unit = MODULE  # a constant or an imported name: the module-level code holds it
+        if unit != MODULE and unit not in source.nodes:
+            unit = source.resolve(unit)  # a name imported from the module: the unit that assigns it
             if (module, unit) in seen:
                 continue
         seen.add((module, unit))
@@ -143,7 +190,7 @@ def page_units(page_path, root=ROOT):
             continue
         done.add(path)
         source = _parse(read_text(path), None, root)
-        for unit in [*source.defs, MODULE]:
+        for unit in [*source.nodes, MODULE]:
             seeds |= source.mentions(unit)
         files += [root / "site_scripts" / f"{m}.py" for m in source.site_modules]
     return closure(seeds, root)
@@ -151,8 +198,7 @@ def page_units(page_path, root=ROOT):
 
 def unit_line(module, unit, root=ROOT):
     """The first line of a unit (0 for "<module>"): listings print it, so it belongs in a key."""
-    node = _module(module, root).defs.get(unit)
-    return 0 if node is None else min([node.lineno] + [d.lineno for d in node.decorator_list])
+    return _module(module, root).first_line(unit)
 
 
 def units_text(units, root=ROOT):

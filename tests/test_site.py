@@ -1,17 +1,29 @@
-"""The site builds strictly, its generated tables match the code, and the build is cached and deterministic."""
+"""The site builds strictly, its generated tables match the code, links run both
+ways between equations and code, and the build is cached and deterministic."""
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
-from site_scripts import build
-from site_scripts.markers import Marker
+from site_scripts import build, depends
+from site_scripts.equations import BY_ID, PAGE_PATHS
+from site_scripts.markers import Marker, collect_markers
+from site_scripts.sections import listed_functions
 
 ROOT = build.ROOT
-CONTEXT = {"repo_url": "https://example.invalid/repo"}
+CONTEXT = {"repo_url": "https://github.com/transformer-explained/transformer"}  # what mkdocs.yml gives by default
+ENV = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+ENV.pop("SITE_REPO_URL", None)
+
+
+def mkdocs_build(site_dir, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],
+                          cwd=cwd, capture_output=True, text=True, env=ENV)
 
 
 @pytest.fixture(scope="module")
@@ -19,44 +31,203 @@ def built_site(tmp_path_factory):
     if not (ROOT / "docs/assets/vendor/mathjax/tex-mml-chtml.js").exists():
         pytest.fail("docs/assets/vendor is missing: run scripts/setup")
     out = tmp_path_factory.mktemp("site")
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                            cwd=ROOT, capture_output=True, text=True, env=env)
+    result = mkdocs_build(out)
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
 
-def test_site_builds_strictly_with_every_page(built_site):
-    for page in ["index.html", "model/layernorm/index.html"]:
-        assert (built_site / page).is_file()
-    html = (built_site / "model/layernorm/index.html").read_text()
-    assert 'id="eq-ln-grad"' in html and 'class="arithmatex"' in html
-    assert "--8<--" not in html  # every snippet was included
+def nav_pages():
+    from mkdocs.config import load_config
+
+    def walk(items):
+        for item in items:
+            for value in (item.values() if isinstance(item, dict) else [item]):
+                yield from (walk(value) if isinstance(value, list) else [value])
+
+    return list(walk(load_config(str(ROOT / "mkdocs.yml"))["nav"]))
 
 
-def test_connection_table_lines_point_at_the_code_shown(built_site):
-    table = (build.SNIPPETS / "layernorm" / "connection.md").read_text()
-    rows = re.findall(r"\[`([\w/.]+):(\d+)`\]\([^)]*\) \| `(.*)` \|$", table, flags=re.M)
-    assert len(rows) >= 6
-    for path, line, code in rows:
-        text = (ROOT / path).read_text().splitlines()[int(line) - 1]
-        assert text.strip().startswith(code.replace("\\|", "|")), (path, line)
+def html_of(site, md_path):
+    return (site / md_path.replace(".md", "/index.html").replace("index/index.html", "index.html")).read_text()
 
 
-def test_an_unchanged_page_is_not_regenerated_and_output_is_deterministic():
-    build.generate_all(CONTEXT, ["layernorm"], force=True)
-    first = {p.name: p.read_bytes() for p in (build.SNIPPETS / "layernorm").iterdir()}
-    assert build.generate_all(CONTEXT, ["layernorm"]) == []  # nothing changed, nothing reruns
-    assert build.generate_all(CONTEXT, ["layernorm"], force=True) == ["layernorm"]
-    second = {p.name: p.read_bytes() for p in (build.SNIPPETS / "layernorm").iterdir()}
-    assert first == second  # byte-identical
+def fragments(name):
+    return sorted((build.SNIPPETS / name).glob("*.md"))
 
 
-def test_the_page_key_follows_the_transformer_modules_a_page_uses():
-    source = (build.PAGES_DIR / "layernorm.py").read_text()
-    deps = build.transformer_dependencies(source)
-    assert {"layernorm", "embedding", "model", "gradcheck", "crosscheck"} <= deps
-    assert build.page_key("layernorm", CONTEXT) != build.page_key("layernorm", {"repo_url": "elsewhere"})
+def test_every_page_has_a_generator_a_docs_file_and_a_nav_entry():
+    assert set(PAGE_PATHS) == set(build.page_names())
+    nav = nav_pages()
+    for page, path in PAGE_PATHS.items():
+        assert (ROOT / "docs" / path).is_file(), path
+        assert path in nav, f"{path} is not in the nav of mkdocs.yml"
+    assert {"index.md", "reference/api.md"} <= set(nav)
+
+
+def test_every_nav_page_is_built_with_every_fragment_included(built_site):
+    for md in nav_pages():
+        html = html_of(built_site, md)
+        assert "--8<--" not in html, md
+    for page in PAGE_PATHS:
+        html = html_of(built_site, PAGE_PATHS[page])
+        for eq in (eq for eq in BY_ID.values() if eq.page == page):
+            assert f'id="eq-{eq.id}"' in html and 'class="arithmatex"' in html, (page, eq.id)
+    api = html_of(built_site, "reference/api.md")
+    assert 'id="transformer.model.loss_and_grads"' in api  # mkdocstrings rendered the functions
+
+
+def test_every_included_fragment_is_generated_and_every_generated_one_is_used(built_site):
+    included = set()
+    for md in (ROOT / "docs").rglob("*.md"):
+        included |= set(re.findall(r'--8<-- "([^"]+)"', md.read_text()))
+    generated = {p.relative_to(build.SNIPPETS).as_posix() for p in build.SNIPPETS.rglob("*.md")}
+    assert included <= generated, included - generated
+    assert generated <= included, f"generated but shown on no page: {generated - included}"
+
+
+def test_no_page_shows_a_failed_check(built_site):
+    for md in nav_pages():
+        assert "**FAIL" not in html_of(built_site, md) and "<strong>FAIL" not in html_of(built_site, md), md
+
+
+def test_connection_tables_point_at_the_code_shown(built_site):
+    roles = set()
+    for page in PAGE_PATHS:
+        path = build.SNIPPETS / page / "connection.md"
+        if not path.exists():
+            continue
+        rows = re.findall(r"^\| [^|]* \| ([^|]*) \| \[`([\w/.]+):(\d+)`\]\([^)]*\) \| `(.*)` \|$", path.read_text(),
+                          flags=re.M)
+        assert rows, page
+        for role, file, line, code in rows:
+            roles.add(role.split(" (")[0])
+            text = (ROOT / file).read_text().splitlines()[int(line) - 1]
+            assert text.strip().startswith(code.replace("\\|", "|")), (page, file, line)
+    assert roles >= {"computes it", "tests it"}
+    assert any(r.startswith("written inline") for r in roles)
+
+
+def test_listings_show_the_file_lines_they_claim(built_site):
+    blocks = 0
+    for page in PAGE_PATHS:
+        path = build.SNIPPETS / page / "implementation.md"
+        if not path.exists():
+            continue
+        text = path.read_text()
+        for file, start, code in re.findall(r'\[`([\w/.]+):(\d+)-\d+`\].*?\n\n``` \{[^}]*linenums="\d+"[^}]*\}\n(.*?)\n```',
+                                            text, flags=re.S):
+            blocks += 1
+            lines = (ROOT / file).read_text().splitlines()
+            for offset, shown in enumerate(code.splitlines()):
+                shown = re.sub(r" \(\d+\)$", "", shown)  # the annotation marker the page adds
+                assert shown == lines[int(start) - 1 + offset], (page, file, int(start) + offset)
+    assert blocks >= len(collect_markers()) // 4
+
+
+def test_equation_links_land_on_the_lines_that_compute_them(built_site):
+    """Equation -> code: each 'Computed at' link reaches the marked line, on the page that lists it."""
+    checked = 0
+    for page in PAGE_PATHS:
+        html = html_of(built_site, PAGE_PATHS[page])
+        for anchor in re.findall(r'Computed at.*?</p>', html, flags=re.S):
+            for target in re.findall(r'href="#(__codelineno-[^"]+)"', anchor):
+                start = html.index(f'id="{target}"')
+                line_html = html[start:html.index("\n", start)]
+                assert "eq:" in re.sub(r"<[^>]+>", "", line_html), (page, target)
+                checked += 1
+    assert checked == len(collect_markers())
+
+
+def test_code_lines_link_back_to_their_equations(built_site):
+    """Code -> equation: every marked line in a listing carries an annotation linking to its equation."""
+    from site_scripts.code_facts import top_level_function
+
+    for page in PAGE_PATHS:
+        html = html_of(built_site, PAGE_PATHS[page])
+        listed = set(listed_functions(page))
+        marked = {(m.path, m.line) for m in collect_markers()
+                  if (m.path, top_level_function(m.path, m.line)[0]) in listed}
+        items = re.findall(r"<li>Line (\d+) computes (.*?)</li>", html, flags=re.S)
+        assert len(items) == len(marked), page
+        for _, links in items:
+            assert re.search(r'href="[^"]*#eq-[a-z0-9-]+"', links), (page, links)
+    layernorm = html_of(built_site, PAGE_PATHS["layernorm"])
+    line = next(m.line for m in collect_markers() if m.eq_id == "ln-grad")
+    assert re.search(rf'<li>Line {line} computes <a href="#eq-ln-grad">', layernorm)
+
+
+def test_every_function_is_listed_on_one_page_only():
+    seen = {}
+    for page in PAGE_PATHS:
+        for place in listed_functions(page):
+            assert place not in seen, f"{place} is listed on {seen.get(place)} and {page}"
+            seen[place] = page
+
+
+def test_every_tested_by_command_names_a_real_test(built_site):
+    commands = set()
+    for path in build.SNIPPETS.rglob("used.md"):
+        commands |= set(re.findall(r"`pytest (tests/[\w/.]+::\w+)`", path.read_text()))
+    assert len(commands) > 20
+    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                             "-m", "", *sorted(commands)], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-2000:]
+    collected = {line.split("[")[0] for line in result.stdout.splitlines() if "::" in line}
+    assert collected == commands
+
+
+def test_nothing_reruns_when_nothing_changed_and_reruns_are_byte_identical(built_site):
+    before = {p: p.read_bytes() for p in build.SNIPPETS.rglob("*.md")}
+    assert build.generate_all(CONTEXT) == []
+    assert sorted(build.generate_all(CONTEXT, force=True)) == build.page_names()
+    after = {p: p.read_bytes() for p in build.SNIPPETS.rglob("*.md")}
+    assert after == before
+
+
+def test_two_builds_of_the_same_commit_are_byte_identical(built_site, tmp_path):
+    again = tmp_path / "again"
+    assert mkdocs_build(again).returncode == 0
+    first = {p.relative_to(built_site): p.read_bytes() for p in built_site.rglob("*") if p.is_file()}
+    second = {p.relative_to(again): p.read_bytes() for p in again.rglob("*") if p.is_file()}
+    assert first.keys() == second.keys()
+    assert [k for k in first if first[k] != second[k]] == []
+
+
+@pytest.fixture()
+def source_copy(tmp_path):
+    for folder in ["transformer", "site_scripts", "tests"]:
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def keys(root):
+    return {name: build.page_key(name, CONTEXT, root) for name in build.page_names()}
+
+
+def test_editing_one_function_reruns_exactly_the_pages_that_reach_it(source_copy):
+    before = keys(source_copy)
+    layernorm = source_copy / "transformer" / "layernorm.py"
+    layernorm.write_text(layernorm.read_text().replace("    dxhat = dy * g\n", "    dxhat = dy * g  # edited\n"))
+    changed = {name for name, key in keys(source_copy).items() if key != before[name]}
+    reaching = {name for name in build.page_names()
+                if ("layernorm", "layer_norm_backward") in depends.page_units(
+                    source_copy / "site_scripts" / "pages" / f"{name}.py", source_copy)}
+    assert changed == reaching
+    assert {"layernorm", "block", "model", "gradcheck"} <= changed
+    assert not changed & {"tokenizer", "cli", "configuration", "checkpoints"}
+
+
+def test_a_new_test_or_a_moved_function_reruns_the_pages_that_print_them(source_copy):
+    before = keys(source_copy)
+    tests = source_copy / "tests" / "test_layers.py"
+    tests.write_text(tests.read_text() + "\n\ndef test_new():\n    layer_norm_backward\n")
+    changed = {name for name, key in keys(source_copy).items() if key != before[name]}
+    assert "layernorm" in changed and "cli" not in changed
+    before = keys(source_copy)
+    data = source_copy / "transformer" / "data.py"
+    data.write_text(data.read_text().replace('"""Read a UTF-8 text file,', '"""Read a UTF-8 text\n    file,'))
+    changed = {name for name, key in keys(source_copy).items() if key != before[name]}
+    assert "tokenizer" in changed  # its listing's line numbers moved
 
 
 def test_a_broken_marker_fails_the_build(monkeypatch):
@@ -68,3 +239,26 @@ def test_a_broken_marker_fails_the_build(monkeypatch):
                         lambda: real + [Marker("no-such-equation", "transformer/layernorm.py", 1, "x")])
     with pytest.raises(RuntimeError, match="eq:no-such-equation"):
         build.generate_all(CONTEXT, ["layernorm"])
+
+
+def test_a_link_to_a_code_line_that_does_not_exist_fails_the_strict_build(tmp_path):
+    """Negative control for the code-line anchors mkdocs checks through the hook."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "hook.py").write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+                                      "from site_scripts.hook import on_page_content  # noqa: E402,F401\n")
+    (tmp_path / "mkdocs.yml").write_text(textwrap.dedent("""\
+        site_name: t
+        validation: {anchors: warn}
+        hooks: [hook.py]
+        markdown_extensions:
+          - attr_list
+          - pymdownx.highlight: {anchor_linenums: true}
+          - pymdownx.superfences
+        """))
+    (tmp_path / "docs" / "a.md").write_text('# a\n\n``` { .python #src-m-f linenums="10" }\nx = 1\ny = 2\n```\n')
+    for line, ok in [(11, True), (99, False)]:
+        (tmp_path / "docs" / "b.md").write_text(f"# b\n\n[line](a.md#__codelineno-src-m-f-{line})\n")
+        result = mkdocs_build(tmp_path / "site", cwd=tmp_path)
+        assert (result.returncode == 0) is ok, result.stderr[-1500:]
+        if not ok:
+            assert "__codelineno-src-m-f-99" in result.stderr
