@@ -58,7 +58,7 @@ def fragments(name):
 def test_every_page_has_a_generator_a_docs_file_and_a_nav_entry():
     assert set(PAGE_PATHS) == set(build.page_names())
     nav = nav_pages()
-    for page, path in PAGE_PATHS.items():
+    for path in PAGE_PATHS.values():
         assert (ROOT / "docs" / path).is_file(), path
         assert path in nav, f"{path} is not in the nav of mkdocs.yml"
     assert {"index.md", "reference/api.md"} <= set(nav)
@@ -114,8 +114,8 @@ def test_listings_show_the_file_lines_they_claim(built_site):
         if not path.exists():
             continue
         text = path.read_text()
-        for file, start, code in re.findall(r'\[`([\w/.]+):(\d+)-\d+`\].*?\n\n``` \{[^}]*linenums="\d+"[^}]*\}\n(.*?)\n```',
-                                            text, flags=re.S):
+        listing = r'\[`([\w/.]+):(\d+)-\d+`\].*?\n\n``` \{[^}]*linenums="\d+"[^}]*\}\n(.*?)\n```'
+        for file, start, code in re.findall(listing, text, flags=re.S):
             blocks += 1
             lines = (ROOT / file).read_text().splitlines()
             for offset, shown in enumerate(code.splitlines()):
