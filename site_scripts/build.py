@@ -52,6 +52,11 @@ def code_facts_text(units, root=ROOT):
     return "\n".join(f"{n}: {calls.get(n, [])} {tests.get(n, [])}" for n in names)
 
 
+def titles_text(root=ROOT):
+    """The first line of every docs page: pages print each other's titles in links."""
+    return "\n".join(p.read_text().split("\n", 1)[0] for p in sorted((root / "docs").rglob("*.md")))
+
+
 def page_key(name, context, root=ROOT) -> str:
     """The hash of everything the page's output depends on (see the module docstring)."""
     import numpy
@@ -60,7 +65,7 @@ def page_key(name, context, root=ROOT) -> str:
     digest = hashlib.sha256()
     for part in [*[p.read_text() for p in page_sources(name, root)],
                  *[(root / "site_scripts" / s).read_text() for s in SHARED],
-                 depends.units_text(units, root), code_facts_text(units, root),
+                 depends.units_text(units, root), code_facts_text(units, root), titles_text(root),
                  numpy.__version__, torch_version(), json.dumps(context, sort_keys=True)]:
         digest.update(part.encode())
         digest.update(b"\0")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 # Page ids (an Equation's `page`, a generator's name) and their files under docs/.
 PAGE_PATHS = {
+    "home": "index.md",
     "tokenizer": "model/tokenizer.md",
     "embeddings": "model/embeddings.md",
     "linear": "model/linear.md",

@@ -49,6 +49,11 @@ def page_link(from_page, to_page, anchor=""):
     return target + (f"#{anchor}" if anchor else "")
 
 
+def page_title(page):
+    """The first heading of a page's markdown file."""
+    return (ROOT / "docs" / PAGE_PATHS[page]).read_text().splitlines()[0].lstrip("# ").strip()
+
+
 def page_equations(page):
     return [eq for eq in EQUATIONS if eq.page == page]
 

@@ -1,0 +1,79 @@
+"""Generator of the Home page's fragments: the model's dataflow with the shapes
+of a real forward pass, and what this build checked."""
+
+from .. import sections
+from ..equations import EQUATIONS, PAGE_PATHS
+from ..examples import default_run
+from ..markers import collect_markers
+from ..results import crosscheck_report
+
+PAGE = "home"
+
+
+def shape(t):
+    return "(" + ", ".join(str(n) for n in t) + ")"
+
+
+def dataflow_md():
+    cfg, B, T, trace = default_run()
+    L = cfg.num_layers
+
+    def link(page):
+        return PAGE_PATHS[page].replace(".md", "/")  # mermaid links are followed as built URLs
+
+    nodes = [
+        ("text", '"text"', "tokenizer"),
+        ("ids", f'"ids {shape((B, T))}"', "tokenizer"),
+        ("emb", f'"tok_emb[ids] + pos_emb[:T]<br/>X {shape(trace["embedding"].shape)}"', "embeddings"),
+        ("ln1", f'"LN1 {shape(trace["b0.ln1"].shape)}"', "layernorm"),
+        ("att", f'"causal attention, H = {cfg.num_heads}<br/>weights {shape(trace["b0.attention"].shape)}"',
+         "attention"),
+        ("res1", '"H = X + Attn"', "block"),
+        ("ln2", f'"LN2 {shape(trace["b0.ln2"].shape)}"', "layernorm"),
+        ("ffn", f'"FFN: linear, {cfg.activation}, linear<br/>hidden width F = {cfg.ff_dim}"', "linear"),
+        ("res2", f'"Y = H + FFN {shape(trace["b0.out"].shape)}"', "block"),
+        ("lnf", f'"LN_f {shape(trace["lnf"].shape)}"', "layernorm"),
+        ("head", f'"head: logits {shape(trace["logits"].shape)}"', "model"),
+        ("loss", '"mean cross-entropy"', "softmax"),
+    ]
+    lines = ["```mermaid", "flowchart TD"]
+    lines += [f"  {name}[{label}]" for name, label, _ in nodes]
+    lines += ["  text --> ids --> emb --> ln1",
+              f'  subgraph block["block l = 0 .. {L - 1} (L = {L})"]',
+              "    ln1 --> att --> res1 --> ln2 --> ffn --> res2", "  end",
+              "  emb -. residual .-> res1", "  res1 -. residual .-> res2",
+              "  res2 --> lnf --> head --> loss"]
+    lines += [f'  click {name} href "{link(page)}"' for name, _, page in nodes]
+    lines.append("```")
+    return ("\n".join(lines) + "\n\nShapes from a real forward pass at " + _sizes(cfg, B, T)
+            + "; each box opens the page that explains it.\n")
+
+
+def _sizes(cfg, B, T):
+    return (f"the default config (V = {cfg.vocab_size}, T = {T}, d = {cfg.emb_dim}, H = {cfg.num_heads}, "
+            f"L = {cfg.num_layers}, F = {cfg.ff_dim}) with the training batch size B = {B}")
+
+
+def checked_md():
+    markers = collect_markers()
+    report = crosscheck_report()
+    checked = [d for d in report["devices"] if d["status"] == "checked"]
+    missing = [d["device"] for d in report["devices"] if d["status"] != "checked"]
+    device_text = "; ".join(f"{d['device']} ({d['dtype']}): {d['checks']} comparisons, "
+                            + ("all pass" if d["passed"] else "**some FAIL**") for d in checked)
+    pages = sorted({eq.page for eq in EQUATIONS}, key=list(PAGE_PATHS).index)
+    rows = [[f"[{sections.page_title(p)}]({sections.page_link(PAGE, p)})",
+             sum(eq.page == p for eq in EQUATIONS),
+             sum(BY_PAGE.get(m.eq_id) == p for m in markers)] for p in pages]
+    return (f"This build tied **{len(EQUATIONS)} equations** to **{len(markers)} lines** of `transformer/`, and "
+            f"compared the NumPy reference with PyTorch {report['versions']['torch']} on {device_text}"
+            + (f" ({', '.join(missing)}: not on the build machine)" if missing else "") + ".\n\n"
+            + sections.md_table(["Page", "Equations", "Lines computing them"], rows))
+
+
+BY_PAGE = {eq.id: eq.page for eq in EQUATIONS}
+
+
+def generate(context):
+    return {"dataflow": dataflow_md(), "checked": checked_md(),
+            "provenance": sections.provenance_md(PAGE, {"ids": 0})}
