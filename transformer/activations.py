@@ -14,17 +14,41 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 def relu_forward(x):
-    """max(0, x), element-wise. x (...) -> y (...), cache"""
+    """ReLU, `max(0, x)` element by element.
+
+    Parameters
+    ----------
+    x : ndarray of shape (...)
+        The input, of any shape.
+
+    Returns
+    -------
+    y : ndarray of shape (...)
+        The output, shaped like x.
+    cache : ndarray
+        The cache is consumed by `relu_backward`.
+    """
     y = np.maximum(x, 0)  # eq:relu
     cache = y
     return y, cache
 
 
 def relu_backward(dy, cache):
-    """The gradient passes where the input was positive and stops elsewhere.
+    """Let the gradient through where the input was positive and stop it elsewhere.
 
-    At exactly x = 0 we take the derivative as 0 (a convention: the function
-    has no derivative there).
+    At exactly x = 0 the derivative is taken to be 0; ReLU has no derivative there, so this is a convention.
+
+    Parameters
+    ----------
+    dy : ndarray of shape (...)
+        Gradient with respect to the output.
+    cache : ndarray
+        The cache from `relu_forward`.
+
+    Returns
+    -------
+    dx : ndarray of shape (...)
+        Gradient with respect to the input.
     """
     y = cache
     dx = dy * (y > 0)  # eq:relu-grad  (the boolean mask multiplies as 0 or 1)
@@ -32,7 +56,20 @@ def relu_backward(dy, cache):
 
 
 def gelu_forward(x):
-    """Exact GELU: x * Phi(x), Phi the standard normal CDF (with erf)."""
+    """Exact GELU, `x * Phi(x)`, where Phi is the standard normal CDF computed with erf.
+
+    Parameters
+    ----------
+    x : ndarray of shape (...)
+        The input, of any shape.
+
+    Returns
+    -------
+    y : ndarray of shape (...)
+        The output, shaped like x.
+    cache : tuple
+        The cache is consumed by `gelu_backward`.
+    """
     phi_cdf = 0.5 * (1.0 + _erf(x * _INV_SQRT2)).astype(x.dtype, copy=False)
     y = x * phi_cdf  # eq:gelu
     cache = (x, phi_cdf)
@@ -40,7 +77,20 @@ def gelu_forward(x):
 
 
 def gelu_backward(dy, cache):
-    """d/dx [x Phi(x)] = Phi(x) + x phi(x), phi the standard normal density."""
+    """Gradient of GELU, `d/dx [x Phi(x)] = Phi(x) + x phi(x)`, where phi is the standard normal density.
+
+    Parameters
+    ----------
+    dy : ndarray of shape (...)
+        Gradient with respect to the output.
+    cache : tuple
+        The cache from `gelu_forward`.
+
+    Returns
+    -------
+    dx : ndarray of shape (...)
+        Gradient with respect to the input.
+    """
     x, phi_cdf = cache
     phi_pdf = _INV_SQRT_2PI * np.exp(-0.5 * x * x)
     dx = dy * (phi_cdf + x * phi_pdf)  # eq:gelu-grad

@@ -10,22 +10,58 @@ from .softmax import softmax_backward, softmax_forward
 
 
 def split_heads(x, num_heads):
-    """(B, T, d) -> (B, H, T, dh)"""
+    """Split the model width into heads, (B, T, d) to (B, H, T, dh).
+
+    Parameters
+    ----------
+    x : ndarray of shape (B, T, d)
+        The input.
+    num_heads : int
+        H, which divides d.
+
+    Returns
+    -------
+    ndarray of shape (B, H, T, dh)
+        One slice of width dh = d/H per head.
+    """
     B, T, d = x.shape
     return x.reshape(B, T, num_heads, d // num_heads).transpose(0, 2, 1, 3)
 
 
 def merge_heads(x):
-    """(B, H, T, dh) -> (B, T, d)"""
+    """Join the heads back into the model width, (B, H, T, dh) to (B, T, d); the inverse of `split_heads`.
+
+    Parameters
+    ----------
+    x : ndarray of shape (B, H, T, dh)
+        One slice per head.
+
+    Returns
+    -------
+    ndarray of shape (B, T, d)
+        The heads side by side, d = H * dh.
+    """
     B, H, T, dh = x.shape
     return x.transpose(0, 2, 1, 3).reshape(B, T, H * dh)
 
 
 @lru_cache(maxsize=None)
 def causal_mask(T, dtype):
-    """(T, T) additive mask: 0 where query t may see key s (s <= t), -inf above.
+    """Additive causal mask: 0 where query t may see key s (s <= t), -inf above the diagonal.
 
-    Built once per (T, dtype) and shared read-only, since every step adds the same mask.
+    It is built once per (T, dtype) and shared read-only, since every step adds the same mask.
+
+    Parameters
+    ----------
+    T : int
+        The sequence length.
+    dtype : numpy.dtype
+        The dtype of the scores the mask is added to.
+
+    Returns
+    -------
+    ndarray of shape (T, T)
+        The mask, read-only.
     """
     mask = np.triu(np.full((T, T), -np.inf, dtype=dtype), k=1)
     mask.setflags(write=False)
@@ -33,10 +69,26 @@ def causal_mask(T, dtype):
 
 
 def attention_forward(x, p, num_heads, trace=None):
-    """x (B, T, d), p: dict wq, bq, wk, bk, wv, bv, wo, bo -> y (B, T, d), cache
+    """Causal multi-head self-attention, with biased q, k, v and output projections.
 
-    If `trace` is a dict, the attention probabilities (B, H, T, T) are put in
-    trace["attention"] (for the pages and the cross-check).
+    Parameters
+    ----------
+    x : ndarray of shape (B, T, d)
+        The input.
+    p : dict
+        The parameters wq, bq, wk, bk, wv, bv, wo and bo.
+    num_heads : int
+        H, the number of heads.
+    trace : dict, optional
+        If given, the attention probabilities, shape (B, H, T, T), are stored in trace["attention"]
+        (for the pages and the cross-check).
+
+    Returns
+    -------
+    y : ndarray of shape (B, T, d)
+        The output.
+    cache : tuple
+        The cache is consumed by `attention_backward`.
     """
     # q, k and v are three projections of the same input, so one matmul with
     # the weights side by side, (d, 3d), computes all three at once.
@@ -59,7 +111,22 @@ def attention_forward(x, p, num_heads, trace=None):
 
 
 def attention_backward(dy, cache):
-    """dy (B, T, d) -> dx (B, T, d), grads: dict with the keys of p"""
+    """Gradients of attention with respect to its input and its parameters.
+
+    Parameters
+    ----------
+    dy : ndarray of shape (B, T, d)
+        Gradient with respect to the output.
+    cache : tuple
+        The cache from `attention_forward`.
+
+    Returns
+    -------
+    dx : ndarray of shape (B, T, d)
+        Gradient with respect to x.
+    grads : dict
+        Gradient of each parameter, with the keys of p.
+    """
     q_scaled, k, v, att, att_cache, qkv_cache, o_cache = cache
     num_heads = k.shape[1]
     scale = 1.0 / math.sqrt(k.shape[-1])

@@ -15,15 +15,44 @@ BLOCK_KEYS = ("ln1_g", "ln1_b") + ATTENTION_KEYS + ("ln2_g", "ln2_b", "ff1_w", "
 
 
 def block_params(params, layer):
-    """The parameters of block `layer`, with the 'b{layer}.' prefix removed."""
+    """Pick out the parameters of one block, with the 'b{layer}.' prefix removed.
+
+    Parameters
+    ----------
+    params : dict
+        All the model's parameters.
+    layer : int
+        The index of the block.
+
+    Returns
+    -------
+    dict
+        The block's parameters, named as in BLOCK_KEYS.
+    """
     return {name: params[f"b{layer}.{name}"] for name in BLOCK_KEYS}
 
 
 def block_forward(x, p, cfg, trace=None):
-    """x (B, T, d), p: block parameters -> y (B, T, d), cache
+    """One pre-norm block: attention, then the feed-forward network, each added to the residual stream.
 
-    If `trace` is a dict, the block's intermediates are put in it: ln1, attention
-    (the probabilities), ln2 and out.
+    Parameters
+    ----------
+    x : ndarray of shape (B, T, d)
+        The residual stream entering the block.
+    p : dict
+        The block's parameters, as `block_params` returns them.
+    cfg : ModelConfig
+        Supplies num_heads, ln_eps and the activation.
+    trace : dict, optional
+        If given, the block's intermediates are stored in it: ln1, attention (the probabilities), ln2
+        and out.
+
+    Returns
+    -------
+    y : ndarray of shape (B, T, d)
+        The residual stream leaving the block.
+    cache : tuple
+        The cache is consumed by `block_backward`.
     """
     act_forward, _ = ACTIVATION_FUNCTIONS[cfg.activation]
     a, ln1_cache = layer_norm_forward(x, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
@@ -45,7 +74,22 @@ def block_forward(x, p, cfg, trace=None):
 
 
 def block_backward(dy, cache):
-    """dy (B, T, d) -> dx (B, T, d), grads: dict with the keys of block_params"""
+    """Gradients of one block with respect to its input and its parameters.
+
+    Parameters
+    ----------
+    dy : ndarray of shape (B, T, d)
+        Gradient with respect to the block's output.
+    cache : tuple
+        The cache from `block_forward`.
+
+    Returns
+    -------
+    dx : ndarray of shape (B, T, d)
+        Gradient with respect to the block's input.
+    grads : dict
+        Gradient of each parameter, with the keys `block_params` returns.
+    """
     activation, ln1_cache, attn_cache, ln2_cache, ff1_cache, act_cache, ff2_cache = cache
     _, act_backward = ACTIVATION_FUNCTIONS[activation]
     # y = h + FFN(LN2(h)): the residual passes dy to h unchanged, and the

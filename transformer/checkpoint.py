@@ -31,6 +31,23 @@ VERSION = 1
 
 @dataclass
 class Checkpoint:
+    """Everything needed to sample from a model or to resume its training.
+
+    Parameters
+    ----------
+    params : dict
+        Parameter name to array.
+    cfg : ModelConfig
+        The model configuration.
+    tokenizer : CharTokenizer or ByteTokenizer
+        The tokenizer the model was trained with.
+    step : int
+        The training step reached.
+    opt_state : dict, optional
+        The AdamW state, {"m": {...}, "v": {...}, "step": int}; None in a params-only file.
+    extra : dict
+        The training config, the batch sampler's state and times.
+    """
     params: dict
     cfg: ModelConfig
     tokenizer: object
@@ -40,7 +57,20 @@ class Checkpoint:
 
 
 def save_checkpoint(path, ckpt: Checkpoint) -> Path:
-    """Write atomically: temporary file in the same folder, fsync, rename."""
+    """Write a checkpoint atomically: a temporary file in the same folder, fsync, then a rename.
+
+    Parameters
+    ----------
+    path : str or Path
+        Where to write; the folder is created if needed.
+    ckpt : Checkpoint
+        What to write.
+
+    Returns
+    -------
+    Path
+        The path written.
+    """
     path = Path(path)
     meta = {"format": FORMAT, "version": VERSION, "config": ckpt.cfg.to_dict(),
             "tokenizer": ckpt.tokenizer.to_dict(), "step": int(ckpt.step),
@@ -84,7 +114,24 @@ def _fsync_dir(folder):
 
 
 def load_checkpoint(path) -> Checkpoint:
-    """Read and validate a checkpoint, or raise CheckpointError saying why not."""
+    """Read and validate a checkpoint.
+
+    Parameters
+    ----------
+    path : str or Path
+        The checkpoint file.
+
+    Returns
+    -------
+    Checkpoint
+        Its contents.
+
+    Raises
+    ------
+    CheckpointError
+        If the file is missing, truncated, not a checkpoint of this project or of this version, holds
+        pickled objects, or does not match its own config; the message says why.
+    """
     path = Path(path)
     if path.is_dir():
         raise CheckpointError(f"checkpoint {path} is a directory, not a file")

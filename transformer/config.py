@@ -16,6 +16,16 @@ ACTIVATIONS = ("relu", "gelu")
 
 @dataclass(frozen=True)
 class ModelConfig:
+    """Sizes and numerics of the model, checked when the config is made.
+
+    Each field's meaning is written beside it (its comment); the
+    Configuration page of the site lists them all, read from this source.
+
+    Raises
+    ------
+    ConfigError
+        If a value is out of range or not one of the choices.
+    """
     vocab_size: int = 65  # V: distinct characters of Tiny Shakespeare
     context_len: int = 32  # T_max: rows of the position table, longest input
     emb_dim: int = 32  # d: width of the residual stream
@@ -47,10 +57,34 @@ class ModelConfig:
         return self.emb_dim // self.num_heads
 
     def to_dict(self) -> dict:
+        """Return the fields as a plain dictionary.
+
+        Returns
+        -------
+        dict
+            Field name to value; `from_dict` turns it back into a config.
+        """
         return asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict) -> "ModelConfig":
+        """Make a config from a dictionary of fields, such as `to_dict` returns.
+
+        Parameters
+        ----------
+        values : dict
+            Field name to value; fields left out take their defaults.
+
+        Returns
+        -------
+        ModelConfig
+            The validated config.
+
+        Raises
+        ------
+        ConfigError
+            If a key is not a field of ModelConfig, or a value is invalid.
+        """
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -58,7 +92,23 @@ class ModelConfig:
         return cls(**values)
 
     def with_(self, **changes) -> "ModelConfig":
-        """A copy with some fields changed (validated again)."""
+        """Return a copy with some fields changed, validated again.
+
+        Parameters
+        ----------
+        **changes
+            New values, by field name.
+
+        Returns
+        -------
+        ModelConfig
+            The changed copy.
+
+        Raises
+        ------
+        ConfigError
+            If the changed config is invalid.
+        """
         return replace(self, **changes)
 
 
@@ -73,6 +123,23 @@ PRESETS = {
 
 
 def preset(name: str) -> ModelConfig:
+    """Look up a named configuration.
+
+    Parameters
+    ----------
+    name : str
+        A key of PRESETS.
+
+    Returns
+    -------
+    ModelConfig
+        The preset's config.
+
+    Raises
+    ------
+    ConfigError
+        If no preset has that name.
+    """
     try:
         return PRESETS[name]
     except KeyError:

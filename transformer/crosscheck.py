@@ -61,7 +61,24 @@ class Row:
 
 
 def discover_devices(requested=DEVICES):
-    """[(device, torch.device or None, dtype name, reason)] for each requested name."""
+    """Find which of the requested devices are present, and which dtype to check each in.
+
+    Parameters
+    ----------
+    requested : sequence of str
+        Device names from DEVICES.
+
+    Returns
+    -------
+    list of tuple
+        One (device, torch.device or None, dtype name, reason) per requested name; the torch.device and
+        dtype are None for a device that is absent, and the reason says why.
+
+    Raises
+    ------
+    ValueError
+        If a name is not in DEVICES.
+    """
     import torch
 
     found = []
@@ -93,8 +110,32 @@ def discover_devices(requested=DEVICES):
 
 
 def compare(rows, device, dtype, check, tensor, ours, theirs, tol=None):
-    """Append one Row comparing our float64 array with a torch tensor
-    (with the dtype's tolerance unless `tol` is given)."""
+    """Append one Row comparing our float64 array with a torch tensor.
+
+    Parameters
+    ----------
+    rows : list of Row
+        The rows so far; one is appended.
+    device : str
+        The device name, for the row.
+    dtype : str
+        The torch dtype name; it selects the tolerance.
+    check : str
+        What is compared (forward, loss, gradient, ...), for the row.
+    tensor : str
+        Which tensor, for the row.
+    ours : array_like
+        The NumPy value.
+    theirs : torch.Tensor or array_like
+        The torch value.
+    tol : Tolerance, optional
+        Used instead of the dtype's tolerance.
+
+    Raises
+    ------
+    ValueError
+        If the two shapes differ.
+    """
     theirs = theirs.detach().cpu().double().numpy() if hasattr(theirs, "detach") else np.asarray(theirs)
     ours = np.asarray(ours, dtype=np.float64)
     if ours.shape != theirs.shape:
@@ -114,7 +155,32 @@ def result_text(row):
 
 
 def check_device(device, torch_device, dtype, cfg, params, ids, targets, adam_steps=10):
-    """Every comparison on one device; returns a list of Rows."""
+    """Run every comparison on one device.
+
+    Parameters
+    ----------
+    device : str
+        The device name.
+    torch_device : torch.device
+        Where torch computes.
+    dtype : str
+        The torch dtype name, "float64" or "float32".
+    cfg : ModelConfig
+        The model configuration.
+    params : dict
+        Parameter name to float64 array.
+    ids : ndarray of shape (B, T)
+        Token ids.
+    targets : ndarray of shape (B, T)
+        Target ids.
+    adam_steps : int
+        Optimizer steps to compare.
+
+    Returns
+    -------
+    list of Row
+        One row per comparison.
+    """
     import torch
 
     from .torch_mirror import to_torch, torch_loss
@@ -216,7 +282,29 @@ def check_kv_cache(device, torch_device, dtype, cfg, params, ids):
 
 
 def run_crosscheck(devices=DEVICES, dtype=None, activation="relu", seed=0, batch=2, seq_len=16):
-    """Run every check on every requested device. Returns a report dict."""
+    """Run every check on every requested device.
+
+    Parameters
+    ----------
+    devices : sequence of str
+        Device names from DEVICES.
+    dtype : str, optional
+        The torch dtype; by default each device's own. A device without float64 is checked in float32.
+    activation : str
+        The model's activation, "relu" or "gelu".
+    seed : int
+        Seed of the parameters and the inputs.
+    batch : int
+        B, sequences per input.
+    seq_len : int
+        T, tokens per sequence.
+
+    Returns
+    -------
+    dict
+        The report: versions, config, tolerances, each device's status, every row, and whether all
+        passed.
+    """
     import torch
 
     cfg: ModelConfig = PRESETS["default"].with_(activation=activation)
@@ -251,7 +339,17 @@ def run_crosscheck(devices=DEVICES, dtype=None, activation="relu", seed=0, batch
 def format_report(report, verbose=False):
     """The report as text: a summary per device and check, and every failing row.
 
-    verbose=True lists every row.
+    Parameters
+    ----------
+    report : dict
+        A report from `run_crosscheck`.
+    verbose : bool
+        List every row, not only the failing ones.
+
+    Returns
+    -------
+    str
+        The text.
     """
     lines = [f"cross-check of the NumPy reference against torch {report['versions']['torch']} "
              f"(numpy {report['versions']['numpy']}); default config, {report['config']['activation']}, "
@@ -301,5 +399,14 @@ def _format_row(r, check, tensor, result=None):
 
 
 def write_json(report, path):
+    """Write a report to a JSON file.
+
+    Parameters
+    ----------
+    report : dict
+        A report from `run_crosscheck`.
+    path : str or Path
+        The file to write.
+    """
     with open(path, "w") as f:
         json.dump(report, f, indent=1)

@@ -16,7 +16,23 @@ TRAIN_FRACTION = 0.9  # the standard split: first 90% train, last 10% validation
 
 
 def load_corpus(path) -> str:
-    """Read a UTF-8 text file, or raise CorpusError naming what is wrong."""
+    """Read a UTF-8 text file.
+
+    Parameters
+    ----------
+    path : str or Path
+        The corpus file.
+
+    Returns
+    -------
+    str
+        Its text.
+
+    Raises
+    ------
+    CorpusError
+        If the file is missing, a directory, unreadable, empty or not UTF-8; the message says which.
+    """
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -38,7 +54,18 @@ def load_corpus(path) -> str:
 
 
 class CharTokenizer:
-    """Character-level: the vocabulary is the sorted set of characters seen."""
+    """Character-level tokenizer: the vocabulary is the sorted set of characters seen.
+
+    Parameters
+    ----------
+    chars : str
+        The vocabulary, one character per id.
+
+    Raises
+    ------
+    InputError
+        If chars is empty or repeats a character.
+    """
 
     kind = "char"
 
@@ -50,13 +77,43 @@ class CharTokenizer:
 
     @classmethod
     def from_text(cls, text: str) -> "CharTokenizer":
+        """Make the tokenizer whose vocabulary is the characters of a text.
+
+        Parameters
+        ----------
+        text : str
+            The corpus.
+
+        Returns
+        -------
+        CharTokenizer
+            The tokenizer, its characters sorted.
+        """
         return cls("".join(sorted(set(text))))
 
     @property
     def vocab_size(self) -> int:
+        """V, the number of characters in the vocabulary."""
         return len(self.chars)
 
     def encode(self, text: str) -> np.ndarray:
+        """Turn text into token ids, one per character.
+
+        Parameters
+        ----------
+        text : str
+            The text.
+
+        Returns
+        -------
+        ndarray of shape (n,)
+            The int64 ids.
+
+        Raises
+        ------
+        InputError
+            If a character is not in the vocabulary.
+        """
         try:
             return np.array([self._index[c] for c in text], dtype=np.int64)
         except KeyError as e:
@@ -67,28 +124,80 @@ class CharTokenizer:
             ) from None
 
     def decode(self, ids) -> str:
+        """Turn token ids back into text.
+
+        Parameters
+        ----------
+        ids : array_like
+            Token ids, of any shape; read in order.
+
+        Returns
+        -------
+        str
+            The text.
+        """
         return "".join(self.chars[i] for i in np.asarray(ids).reshape(-1))
 
     def to_dict(self) -> dict:
+        """Describe the tokenizer for a checkpoint; `tokenizer_from_dict` rebuilds it.
+
+        Returns
+        -------
+        dict
+            The kind and the vocabulary.
+        """
         return {"kind": self.kind, "chars": self.chars}
 
 
 class ByteTokenizer:
-    """Byte-level: the UTF-8 bytes of the text, V = 256."""
+    """Byte-level tokenizer: the UTF-8 bytes of the text, V = 256."""
 
     kind = "byte"
     vocab_size = 256
 
     def encode(self, text: str) -> np.ndarray:
+        """Turn text into token ids, one per UTF-8 byte.
+
+        Text that came from bytes that are not UTF-8 (surrogate escapes) gives back those raw bytes.
+
+        Parameters
+        ----------
+        text : str
+            The text.
+
+        Returns
+        -------
+        ndarray of shape (n,)
+            The int64 ids.
+        """
         # surrogateescape gives back the raw bytes of text that came from
         # undecodable bytes (a command-line argument that is not UTF-8).
         return np.frombuffer(text.encode("utf-8", errors="surrogateescape"), dtype=np.uint8).astype(np.int64)
 
     def decode(self, ids) -> str:
+        """Turn byte ids back into text; bytes that are not valid UTF-8 show as U+FFFD.
+
+        Parameters
+        ----------
+        ids : array_like
+            Token ids, of any shape; read in order.
+
+        Returns
+        -------
+        str
+            The text.
+        """
         # A sampled byte sequence need not be valid UTF-8: show U+FFFD there.
         return bytes(np.asarray(ids, dtype=np.uint8).reshape(-1)).decode("utf-8", errors="replace")
 
     def to_dict(self) -> dict:
+        """Describe the tokenizer for a checkpoint; `tokenizer_from_dict` rebuilds it.
+
+        Returns
+        -------
+        dict
+            The kind.
+        """
         return {"kind": self.kind}
 
 
@@ -96,6 +205,25 @@ TOKENIZERS = ("char", "byte")
 
 
 def make_tokenizer(kind: str, text: str):
+    """Make a tokenizer of the given kind for a corpus.
+
+    Parameters
+    ----------
+    kind : str
+        "char" or "byte" (see TOKENIZERS).
+    text : str
+        The corpus; the character tokenizer takes its vocabulary from it.
+
+    Returns
+    -------
+    CharTokenizer or ByteTokenizer
+        The tokenizer.
+
+    Raises
+    ------
+    InputError
+        If the kind is unknown.
+    """
     if kind == "char":
         return CharTokenizer.from_text(text)
     if kind == "byte":
@@ -104,6 +232,23 @@ def make_tokenizer(kind: str, text: str):
 
 
 def tokenizer_from_dict(d: dict):
+    """Rebuild a tokenizer from the description its `to_dict` wrote.
+
+    Parameters
+    ----------
+    d : dict
+        The description.
+
+    Returns
+    -------
+    CharTokenizer or ByteTokenizer
+        The tokenizer.
+
+    Raises
+    ------
+    InputError
+        If d is not a mapping or does not describe a known tokenizer.
+    """
     if not isinstance(d, dict):
         raise InputError(f"a tokenizer description must be a mapping, got {d!r}")
     kind = d.get("kind")
@@ -115,8 +260,21 @@ def tokenizer_from_dict(d: dict):
 
 
 def min_corpus_tokens(seq_len: int) -> int:
-    """Fewest tokens for which the train split holds one window of seq_len + 1
-    tokens (inputs and their next-token targets) and validation holds two."""
+    """Fewest tokens a corpus needs to be split for windows of seq_len tokens.
+
+    With that many, the training split holds one window of seq_len + 1 tokens (the inputs and their
+    next-token targets) and the validation split holds two tokens.
+
+    Parameters
+    ----------
+    seq_len : int
+        Tokens per window.
+
+    Returns
+    -------
+    int
+        The smallest usable number of tokens.
+    """
     n = seq_len + 3
     while int(n * TRAIN_FRACTION) < seq_len + 1 or n - int(n * TRAIN_FRACTION) < 2:
         n += 1
@@ -124,7 +282,29 @@ def min_corpus_tokens(seq_len: int) -> int:
 
 
 def train_val_split(ids: np.ndarray, seq_len: int, source="corpus"):
-    """First 90% of the tokens for training, the last 10% for validation."""
+    """Split token ids: the first 90% for training, the last 10% for validation.
+
+    Parameters
+    ----------
+    ids : ndarray of shape (n,)
+        The corpus as token ids.
+    seq_len : int
+        Tokens per window.
+    source : str
+        What the ids came from, for the error message.
+
+    Returns
+    -------
+    train : ndarray
+        The first 90% of the ids.
+    val : ndarray
+        The last 10%.
+
+    Raises
+    ------
+    CorpusError
+        If there are fewer than `min_corpus_tokens(seq_len)` ids.
+    """
     need = min_corpus_tokens(seq_len)
     if len(ids) < need:
         raise CorpusError(
@@ -136,7 +316,26 @@ def train_val_split(ids: np.ndarray, seq_len: int, source="corpus"):
 
 
 def sample_batch(data: np.ndarray, batch_size: int, seq_len: int, rng: np.random.Generator):
-    """batch_size random windows: inputs x (B, T) and targets y = x shifted by one."""
+    """Draw batch_size random windows and their next-token targets.
+
+    Parameters
+    ----------
+    data : ndarray of shape (n,)
+        Token ids to draw from.
+    batch_size : int
+        B, the number of windows.
+    seq_len : int
+        T, tokens per window.
+    rng : numpy.random.Generator
+        Chooses the window starts.
+
+    Returns
+    -------
+    x : ndarray of shape (B, T)
+        The inputs.
+    y : ndarray of shape (B, T)
+        The targets: x shifted by one token.
+    """
     starts = rng.integers(0, len(data) - seq_len, size=batch_size)
     offsets = np.arange(seq_len)
     x = data[starts[:, None] + offsets]  # (B, T)
@@ -145,9 +344,21 @@ def sample_batch(data: np.ndarray, batch_size: int, seq_len: int, rng: np.random
 
 
 def eval_windows(data: np.ndarray, seq_len: int):
-    """Consecutive windows covering every token of `data` once as a target.
+    """Consecutive windows that cover every token of data once as a target.
 
-    Yields (x, y) pairs; all have seq_len tokens except possibly the last.
+    Parameters
+    ----------
+    data : ndarray of shape (n,)
+        Token ids.
+    seq_len : int
+        Tokens per window.
+
+    Yields
+    ------
+    x : ndarray
+        The inputs of one window: seq_len tokens, except possibly in the last window.
+    y : ndarray
+        Its targets, x shifted by one token.
     """
     for start in range(0, len(data) - 1, seq_len):
         end = min(start + seq_len, len(data) - 1)

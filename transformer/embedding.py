@@ -4,9 +4,23 @@ import numpy as np
 
 
 def embedding_forward(ids, tok_emb, pos_emb):
-    """X[b, t] = tok_emb[ids[b, t]] + pos_emb[t].
+    """Embed tokens as their token row plus their position row: `x[b, t] = tok_emb[ids[b, t]] + pos_emb[t]`.
 
-    ids (B, T) ints, tok_emb (V, d), pos_emb (T_max, d) -> x (B, T, d), cache
+    Parameters
+    ----------
+    ids : ndarray of shape (B, T)
+        Integer token ids.
+    tok_emb : ndarray of shape (V, d)
+        The token embedding table.
+    pos_emb : ndarray of shape (T_max, d)
+        The position embedding table; its first T rows are used.
+
+    Returns
+    -------
+    x : ndarray of shape (B, T, d)
+        The embedded sequence.
+    cache : tuple
+        The cache is consumed by `embedding_backward`.
     """
     T = ids.shape[-1]
     x = tok_emb[ids] + pos_emb[:T]  # eq:embed  (B, T, d)
@@ -15,9 +29,21 @@ def embedding_forward(ids, tok_emb, pos_emb):
 
 
 def embedding_backward(dx, cache):
-    """Scatter the gradient back into the rows that were looked up.
+    """Scatter the gradient back into the table rows that the forward pass looked up.
 
-    dx (B, T, d) -> dtok_emb (V, d), dpos_emb (T_max, d)
+    Parameters
+    ----------
+    dx : ndarray of shape (B, T, d)
+        Gradient of the loss with respect to the embedding output.
+    cache : tuple
+        The cache from `embedding_forward`.
+
+    Returns
+    -------
+    dtok_emb : ndarray of shape (V, d)
+        Gradient of the token table.
+    dpos_emb : ndarray of shape (T_max, d)
+        Gradient of the position table.
     """
     ids, tok_shape, pos_shape = cache
     d = tok_shape[1]

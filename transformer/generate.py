@@ -26,9 +26,23 @@ from .softmax import softmax_forward
 
 
 class KVCache:
-    """Keys and values of every block for positions 0..length-1.
+    """Keys and values of every block for positions 0 to length - 1.
 
-    keys[l], values[l]: (H, context_len, dh), filled up to `length`.
+    Parameters
+    ----------
+    cfg : ModelConfig
+        Supplies the number of blocks and the array shapes.
+    dtype : numpy.dtype
+        The dtype of the arrays.
+
+    Attributes
+    ----------
+    keys : list of ndarray
+        keys[l] is block l's keys, shape (H, context_len, dh), filled up to `length`.
+    values : list of ndarray
+        values[l] is block l's values, shaped and filled like keys[l].
+    length : int
+        The number of positions cached.
     """
 
     def __init__(self, cfg, dtype):
@@ -39,7 +53,31 @@ class KVCache:
 
 
 def decode_step(params, token, cache: KVCache, cfg):
-    """Feed one token at position cache.length; return its next-token logits (V,)."""
+    """Feed one token at position cache.length and return its next-token logits.
+
+    The token's keys and values are appended to the cache.
+
+    Parameters
+    ----------
+    params : dict
+        Parameter name to array.
+    token : int
+        The token id.
+    cache : KVCache
+        The keys and values of the earlier positions; updated in place.
+    cfg : ModelConfig
+        The model configuration.
+
+    Returns
+    -------
+    ndarray of shape (V,)
+        The logits of the next token.
+
+    Raises
+    ------
+    InputError
+        If the cache is full (context_len positions) or the token is not a valid id.
+    """
     pos = cache.length
     if pos >= cfg.context_len:
         raise InputError(f"the cache is full ({cfg.context_len} positions); slide the window instead")
@@ -73,7 +111,18 @@ def decode_step(params, token, cache: KVCache, cfg):
 
 
 def as_int(value):
-    """value as a Python int if it is an integer (numpy integers included), else None."""
+    """Return value as a Python int if it is an integer (numpy integers included), else None.
+
+    Parameters
+    ----------
+    value : object
+        Any value; booleans do not count as integers.
+
+    Returns
+    -------
+    int or None
+        The integer, or None.
+    """
     if isinstance(value, (bool, np.bool_)):
         return None
     try:
@@ -83,6 +132,22 @@ def as_int(value):
 
 
 def check_sampling(temperature, top_k, vocab_size):
+    """Check the sampling settings.
+
+    Parameters
+    ----------
+    temperature : float
+        Must be a finite number >= 0.
+    top_k : int or None
+        If given, must be an integer in [1, vocab_size].
+    vocab_size : int
+        V.
+
+    Raises
+    ------
+    InputError
+        If either setting is out of range.
+    """
     if not (isinstance(temperature, (int, float, np.floating, np.integer)) and math.isfinite(temperature)
             and temperature >= 0):
         raise InputError(f"temperature must be a finite number >= 0, got {temperature!r}")
@@ -91,9 +156,27 @@ def check_sampling(temperature, top_k, vocab_size):
 
 
 def sample_next(logits, temperature, top_k, rng):
-    """Draw one id from softmax(logits / temperature), restricted to the top_k
-    largest logits when top_k is given (tokens tied with the k-th largest are
-    kept too). Temperature 0 means the argmax."""
+    """Draw one token id from softmax(logits / temperature).
+
+    When top_k is given, only the top_k largest logits can be drawn (tokens tied with the k-th largest
+    are kept too). Temperature 0 means the argmax.
+
+    Parameters
+    ----------
+    logits : ndarray of shape (V,)
+        The next-token logits.
+    temperature : float
+        Divides the logits; 0 picks the argmax.
+    top_k : int or None
+        Keep only this many of the largest logits; None keeps all.
+    rng : numpy.random.Generator
+        Draws the token.
+
+    Returns
+    -------
+    int
+        The token id.
+    """
     if temperature == 0:
         return int(np.argmax(logits))
     z = np.asarray(logits, dtype=np.float64)
@@ -110,10 +193,41 @@ def sample_next(logits, temperature, top_k, rng):
 
 def generate(params, cfg, prompt_ids, num_tokens, temperature=1.0, top_k=None, seed=0,
              return_logits=False):
-    """Continue prompt_ids by num_tokens sampled tokens; returns the new ids.
+    """Continue prompt_ids by num_tokens sampled tokens and return the new ids.
 
-    With return_logits=True also returns the logits each new token was drawn
-    from (used by the tests to compare with full recomputation).
+    Parameters
+    ----------
+    params : dict
+        Parameter name to array.
+    cfg : ModelConfig
+        The model configuration.
+    prompt_ids : array_like of shape (n,)
+        A non-empty prompt; when it is longer than context_len, the model sees its last context_len ids.
+    num_tokens : int
+        How many tokens to add, >= 0.
+    temperature : float
+        See `sample_next`.
+    top_k : int or None
+        See `sample_next`.
+    seed : int
+        Seed of the sampler.
+    return_logits : bool
+        Also return the logits each new token was drawn from (the tests compare them with full
+        recomputation).
+
+    Returns
+    -------
+    new : list of int
+        The new token ids.
+    drawn_from : list of ndarray
+        Only with return_logits=True: the logits each new token was drawn from.
+
+    Raises
+    ------
+    InputError
+        If a sampling setting, num_tokens or the prompt is invalid.
+    ConfigError
+        If params do not match cfg.
     """
     check_sampling(temperature, top_k, cfg.vocab_size)
     check_params(params, cfg)

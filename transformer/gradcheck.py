@@ -24,14 +24,40 @@ ABS_FLOOR = 1e-9
 
 
 def check_passes(abs_gap, rel_gap) -> bool:
-    """The pass rule used by the tests and `python -m transformer gradcheck`."""
+    """The pass rule used by the tests and `python -m transformer gradcheck`.
+
+    Parameters
+    ----------
+    abs_gap : float
+        The largest absolute difference.
+    rel_gap : float
+        The relative gap (see `relative_gap`).
+
+    Returns
+    -------
+    bool
+        True when rel_gap is below REL_TOL or abs_gap is below ABS_FLOOR.
+    """
     return rel_gap < REL_TOL or abs_gap < ABS_FLOOR
 from .model import init_params, loss_and_grads, loss_fn
 
 
 def numerical_grad(f, x, h=1e-5):
-    """Central-difference gradient of the scalar function f() with respect to
-    the array x, which f reads. x is perturbed in place and always restored.
+    """Central-difference gradient of a scalar function with respect to an array that it reads.
+
+    Parameters
+    ----------
+    f : callable
+        Takes no arguments, reads x, and returns a float.
+    x : ndarray
+        The array to differentiate by; it is perturbed in place and always restored.
+    h : float
+        The step.
+
+    Returns
+    -------
+    ndarray
+        The estimated gradient, shaped like x.
     """
     grad = np.zeros_like(x)
     flat_x, flat_grad = x.reshape(-1), grad.reshape(-1)
@@ -49,8 +75,22 @@ def numerical_grad(f, x, h=1e-5):
 
 
 def relative_gap(analytic, numeric):
-    """max |a - n| / max(max |a|, max |n|): one number per array, scale-free,
-    and not blown up by single entries that happen to be near zero.
+    """Relative gap `max |a - n| / max(max |a|, max |n|)` between two arrays.
+
+    It is one number per array, scale-free, and not blown up by single entries that happen to be near
+    zero.
+
+    Parameters
+    ----------
+    analytic : ndarray
+        The gradient from the backward pass.
+    numeric : ndarray
+        The gradient from central differences, same shape.
+
+    Returns
+    -------
+    float
+        The gap; 0 when both arrays are all zero.
     """
     scale = max(np.abs(analytic).max(), np.abs(numeric).max())
     gap = np.abs(analytic - numeric).max()
@@ -58,11 +98,28 @@ def relative_gap(analytic, numeric):
 
 
 def gradcheck_model(cfg: ModelConfig, ids, targets, seed=0, h=1e-5, perturb=0.0):
-    """Compare loss_and_grads with central differences for every parameter.
+    """Compare `loss_and_grads` with central differences for every parameter, in float64.
 
-    `perturb` adds small noise to LayerNorm gains and biases (which start at
-    exactly one and zero) so every gradient term is exercised.
-    Returns {name: (max_abs_gap, relative_gap)} in float64.
+    Parameters
+    ----------
+    cfg : ModelConfig
+        The model configuration.
+    ids : array_like of shape (T,) or (B, T)
+        Integer token ids.
+    targets : array_like of shape (T,) or (B, T)
+        Target ids, shaped like ids.
+    seed : int
+        Seed of the parameter initialisation and of the perturbation.
+    h : float
+        The central-difference step.
+    perturb : float
+        Scale of noise added to the LayerNorm gains and the biases (which start at exactly one and
+        zero) so that every gradient term is exercised.
+
+    Returns
+    -------
+    dict
+        Parameter name to (max_abs_gap, relative_gap).
     """
     params = init_params(cfg, seed=seed, dtype=np.float64)
     if perturb:

@@ -4,11 +4,28 @@ import numpy as np
 
 
 def layer_norm_forward(x, g, b, eps):
-    """y = g * (x - mean) / sqrt(var + eps) + b, per row of width d.
+    """Normalise each row of width d: `y = g * (x - mean) / sqrt(var + eps) + b`.
 
-    The variance is the population variance (divide by d, not d - 1) and eps
-    sits inside the square root, as in PyTorch's LayerNorm.
-    x (..., d), g (d,), b (d,) -> y (..., d), cache
+    The variance is the population variance (divided by d, not d - 1) and eps sits inside the square
+    root, as in PyTorch's LayerNorm.
+
+    Parameters
+    ----------
+    x : ndarray of shape (..., d)
+        The rows to normalise.
+    g : ndarray of shape (d,)
+        The gain.
+    b : ndarray of shape (d,)
+        The shift.
+    eps : float
+        Added to the variance inside the square root.
+
+    Returns
+    -------
+    y : ndarray of shape (..., d)
+        The normalised, scaled and shifted rows.
+    cache : tuple
+        The cache is consumed by `layer_norm_backward`.
     """
     d = x.shape[-1]
     mean = x.mean(axis=-1, keepdims=True)  # eq:ln-mean
@@ -24,11 +41,26 @@ def layer_norm_forward(x, g, b, eps):
 
 
 def layer_norm_backward(dy, cache):
-    """dy (..., d) -> dx (..., d), dg (d,), db (d,)
+    """Gradients of LayerNorm with respect to its input, gain and shift.
 
-    Every input of a row moves the row's mean and variance, so dx has three
-    terms: the direct path through xhat, the path through the mean, and the
-    path through the variance.
+    Every input of a row moves that row's mean and variance, so dx is the sum of three terms: the direct
+    path through xhat, the path through the mean, and the path through the variance.
+
+    Parameters
+    ----------
+    dy : ndarray of shape (..., d)
+        Gradient with respect to the output.
+    cache : tuple
+        The cache from `layer_norm_forward`.
+
+    Returns
+    -------
+    dx : ndarray of shape (..., d)
+        Gradient with respect to x.
+    dg : ndarray of shape (d,)
+        Gradient with respect to the gain.
+    db : ndarray of shape (d,)
+        Gradient with respect to the shift.
     """
     xhat, rstd, g = cache
     d = xhat.shape[-1]

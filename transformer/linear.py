@@ -2,7 +2,24 @@
 
 
 def linear_forward(x, w, b):
-    """(..., in), (in, out), (out,) -> y (..., out), cache"""
+    """Apply the affine map `y = x W + b` to the last axis of x.
+
+    Parameters
+    ----------
+    x : ndarray of shape (..., in)
+        The input; any number of leading axes.
+    w : ndarray of shape (in, out)
+        The weights, stored (in, out).
+    b : ndarray of shape (out,)
+        The bias.
+
+    Returns
+    -------
+    y : ndarray of shape (..., out)
+        The output, with the leading axes of x.
+    cache : tuple
+        The cache is consumed by `linear_backward`.
+    """
     # One 2-D matmul over all rows (every position of every sequence) is
     # faster in numpy than a stacked (B, T, in) @ (in, out) product.
     y = x.reshape(-1, x.shape[-1]) @ w  # eq:linear
@@ -12,7 +29,24 @@ def linear_forward(x, w, b):
 
 
 def linear_backward(dy, cache):
-    """dy (..., out) -> dx (..., in), dw (in, out), db (out,)"""
+    """Gradients of the affine map with respect to its input, weights and bias.
+
+    Parameters
+    ----------
+    dy : ndarray of shape (..., out)
+        Gradient with respect to the output.
+    cache : tuple
+        The cache from `linear_forward`.
+
+    Returns
+    -------
+    dx : ndarray of shape (..., in)
+        Gradient with respect to x.
+    dw : ndarray of shape (in, out)
+        Gradient with respect to w.
+    db : ndarray of shape (out,)
+        Gradient with respect to b.
+    """
     x, w = cache
     # Flatten the leading dimensions: every row (every position of every
     # sequence) adds its outer product x_row^T dy_row into dw in one matmul.

@@ -18,7 +18,18 @@ from .softmax import cross_entropy_backward, cross_entropy_forward
 
 
 def param_shapes(cfg: ModelConfig) -> dict:
-    """Every parameter's name and shape, in a fixed order."""
+    """Name and shape of every parameter, in a fixed order.
+
+    Parameters
+    ----------
+    cfg : ModelConfig
+        The model configuration.
+
+    Returns
+    -------
+    dict
+        Parameter name to shape tuple; block parameters are named `b{layer}.<name>`.
+    """
     V, T, d, F = cfg.vocab_size, cfg.context_len, cfg.emb_dim, cfg.ff_dim
     block = {"ln1_g": (d,), "ln1_b": (d,),
              "wq": (d, d), "bq": (d,), "wk": (d, d), "bk": (d,),
@@ -33,14 +44,41 @@ def param_shapes(cfg: ModelConfig) -> dict:
 
 
 def param_count(cfg: ModelConfig) -> int:
-    """N = 2Vd + T_max d + 2d + V + L (4d^2 + 2dF + 9d + F)."""
+    """Number of parameters, `N = 2Vd + T_max d + 2d + V + L (4d^2 + 2dF + 9d + F)`.
+
+    Parameters
+    ----------
+    cfg : ModelConfig
+        The model configuration.
+
+    Returns
+    -------
+    int
+        N.
+    """
     V, T, d, F, L = cfg.vocab_size, cfg.context_len, cfg.emb_dim, cfg.ff_dim, cfg.num_layers
     return 2 * V * d + T * d + 2 * d + V + L * (4 * d * d + 2 * d * F + 9 * d + F)  # eq:param-count
 
 
 def init_params(cfg: ModelConfig, seed: int = 0, dtype=np.float64) -> dict:
-    """Xavier-uniform matrices (embedding tables included), zero biases,
-    LayerNorm gains one and shifts zero. The same seed gives the same arrays.
+    """Draw the initial parameters.
+
+    Matrices, the embedding tables included, are Xavier-uniform; biases are zero; LayerNorm gains are one
+    and shifts zero. The same seed gives the same arrays.
+
+    Parameters
+    ----------
+    cfg : ModelConfig
+        The model configuration.
+    seed : int
+        Seed of the random generator.
+    dtype : numpy.dtype
+        The dtype of every array.
+
+    Returns
+    -------
+    dict
+        Parameter name to array, in the order of `param_shapes`.
     """
     rng = np.random.default_rng(seed)
     params = {}
@@ -58,9 +96,29 @@ def init_params(cfg: ModelConfig, seed: int = 0, dtype=np.float64) -> dict:
 
 
 def check_ids(ids, cfg: ModelConfig, what="ids"):
-    """Return ids as a (B, T) integer array, or raise InputError naming the problem.
+    """Check token ids and return them as a (B, T) integer array.
 
     Negative ids are refused: numpy would silently read row V - k for id -k.
+
+    Parameters
+    ----------
+    ids : array_like of shape (T,) or (B, T)
+        Token ids.
+    cfg : ModelConfig
+        Supplies V and context_len.
+    what : str
+        What to call the ids in error messages.
+
+    Returns
+    -------
+    ndarray of shape (B, T)
+        The ids, with a batch axis of 1 added to a single sequence.
+
+    Raises
+    ------
+    InputError
+        If the ids are empty, not integers, outside [0, V), neither 1-D nor 2-D, or longer than
+        context_len; the message names the problem.
     """
     ids = np.asarray(ids)
     if ids.size == 0:
@@ -88,7 +146,20 @@ def _check_token_values(arr, vocab_size, what):
 
 
 def check_params(params, cfg: ModelConfig):
-    """Raise ConfigError when params do not match cfg (a missing, extra or misshapen key)."""
+    """Check that a parameter dictionary matches the configuration exactly.
+
+    Parameters
+    ----------
+    params : dict
+        Parameter name to array.
+    cfg : ModelConfig
+        The model configuration.
+
+    Raises
+    ------
+    ConfigError
+        If a parameter is missing, has the wrong shape, or is not part of this config.
+    """
     shapes = param_shapes(cfg)
     for name, shape in shapes.items():
         if name not in params:
@@ -101,10 +172,33 @@ def check_params(params, cfg: ModelConfig):
 
 
 def forward(params, ids, cfg: ModelConfig, trace=None):
-    """ids (T,) or (B, T) ints -> logits (T, V) or (B, T, V), cache
+    """Run the model from token ids to logits.
 
-    If `trace` is a dict, the intermediates are put in it, always batched
-    (B, ...): embedding, b{l}.ln1, b{l}.attention, b{l}.ln2, b{l}.out, lnf, logits.
+    Parameters
+    ----------
+    params : dict
+        Parameter name to array.
+    ids : array_like of shape (T,) or (B, T)
+        Integer token ids.
+    cfg : ModelConfig
+        The model configuration.
+    trace : dict, optional
+        If given, the intermediates are stored in it, always batched (B, ...): embedding, `b{l}.ln1`,
+        `b{l}.attention`, `b{l}.ln2`, `b{l}.out`, lnf and logits.
+
+    Returns
+    -------
+    logits : ndarray of shape (T, V) or (B, T, V)
+        Batched exactly when ids are.
+    cache : tuple
+        The cache is consumed by `backward`.
+
+    Raises
+    ------
+    InputError
+        If the ids are invalid (see `check_ids`).
+    ConfigError
+        If params do not match cfg.
     """
     single = np.ndim(ids) == 1
     ids = check_ids(ids, cfg)
@@ -127,7 +221,20 @@ def forward(params, ids, cfg: ModelConfig, trace=None):
 
 
 def backward(dlogits, cache):
-    """dlogits shaped like the logits -> grads: dict with the keys of params"""
+    """Backpropagate a gradient of the logits to every parameter.
+
+    Parameters
+    ----------
+    dlogits : ndarray
+        Gradient with respect to the logits, shaped like them.
+    cache : tuple
+        The cache from `forward`.
+
+    Returns
+    -------
+    grads : dict
+        Gradient of each parameter, with the keys of params.
+    """
     single, emb_cache, block_caches, lnf_cache, head_cache = cache
     if single:
         dlogits = dlogits[None]
@@ -142,7 +249,27 @@ def backward(dlogits, cache):
 
 
 def check_targets(targets, ids, cfg: ModelConfig):
-    """Targets must be integer ids in [0, V) with exactly the shape of ids."""
+    """Check that targets are integer ids in [0, V) with exactly the shape of ids.
+
+    Parameters
+    ----------
+    targets : array_like
+        Target token ids.
+    ids : array_like
+        The input ids the targets belong to.
+    cfg : ModelConfig
+        Supplies V.
+
+    Returns
+    -------
+    ndarray
+        The targets as an array.
+
+    Raises
+    ------
+    InputError
+        If the targets are empty, shaped unlike ids, not integers, or outside [0, V).
+    """
     targets_arr = np.asarray(targets)
     if targets_arr.size == 0:
         raise InputError(f"targets are empty: shape {targets_arr.shape}")
@@ -153,7 +280,31 @@ def check_targets(targets, ids, cfg: ModelConfig):
 
 
 def loss_fn(params, ids, targets, cfg: ModelConfig) -> float:
-    """The mean cross-entropy, forward only (for evaluation)."""
+    """Mean cross-entropy, forward pass only (for evaluation).
+
+    Parameters
+    ----------
+    params : dict
+        Parameter name to array.
+    ids : array_like of shape (T,) or (B, T)
+        Integer token ids.
+    targets : array_like of shape (T,) or (B, T)
+        The next token of each input, shaped like ids.
+    cfg : ModelConfig
+        The model configuration.
+
+    Returns
+    -------
+    float
+        The loss.
+
+    Raises
+    ------
+    InputError
+        If the ids or targets are invalid.
+    ConfigError
+        If params do not match cfg.
+    """
     targets = check_targets(targets, ids, cfg)
     logits, _ = forward(params, ids, cfg)
     loss, _ = cross_entropy_forward(logits, targets)
@@ -161,7 +312,33 @@ def loss_fn(params, ids, targets, cfg: ModelConfig) -> float:
 
 
 def loss_and_grads(params, ids, targets, cfg: ModelConfig):
-    """ids, targets (T,) or (B, T) -> loss (float), grads (dict like params)"""
+    """Mean cross-entropy and its gradient with respect to every parameter.
+
+    Parameters
+    ----------
+    params : dict
+        Parameter name to array.
+    ids : array_like of shape (T,) or (B, T)
+        Integer token ids.
+    targets : array_like of shape (T,) or (B, T)
+        The next token of each input, shaped like ids.
+    cfg : ModelConfig
+        The model configuration.
+
+    Returns
+    -------
+    loss : float
+        The mean cross-entropy.
+    grads : dict
+        Gradient of each parameter, keyed like params.
+
+    Raises
+    ------
+    InputError
+        If the ids or targets are invalid.
+    ConfigError
+        If params do not match cfg.
+    """
     targets = check_targets(targets, ids, cfg)
     logits, cache = forward(params, ids, cfg)
     loss, xent_cache = cross_entropy_forward(logits, targets)

@@ -14,12 +14,28 @@ DECAYED_SUFFIXES = ("tok_emb", "pos_emb", "wq", "wk", "wv", "wo", "ff1_w", "ff2_
 
 
 def is_decayed(name: str) -> bool:
-    """True for the parameters weight decay applies to (see DECAYED_SUFFIXES)."""
+    """Tell whether weight decay applies to a parameter (see DECAYED_SUFFIXES).
+
+    Parameters
+    ----------
+    name : str
+        The parameter's name, with or without its block prefix.
+
+    Returns
+    -------
+    bool
+        True for the matrices and embedding tables, False for biases and LayerNorm gains and shifts.
+    """
     return name.rsplit(".", 1)[-1] in DECAYED_SUFFIXES
 
 
 @dataclass(frozen=True)
 class AdamWConfig:
+    """Hyperparameters of AdamW.
+
+    Each field's meaning is written beside it (its comment); the
+    Configuration page of the site lists them all, read from this source.
+    """
     lr: float = 3e-3  # peak learning rate, reached at the end of warm-up
     beta1: float = 0.9  # decay of the running mean of gradients
     beta2: float = 0.99  # decay of the running mean of squared gradients
@@ -28,19 +44,44 @@ class AdamWConfig:
 
 
 def adamw_init(params):
-    """Optimizer state: first and second moments (zeros) and the step count."""
+    """Fresh optimizer state: zero first and second moments and a step count of 0.
+
+    Parameters
+    ----------
+    params : dict
+        Parameter name to array.
+
+    Returns
+    -------
+    dict
+        The state: "m" and "v" (dicts of arrays keyed like params) and "step".
+    """
     return {"m": {k: np.zeros_like(v) for k, v in params.items()},
             "v": {k: np.zeros_like(v) for k, v in params.items()},
             "step": 0}
 
 
 def adamw_update(params, grads, state, lr, cfg: AdamWConfig):
-    """One AdamW step, updating params and state in place.
+    """Take one AdamW step, updating params and state in place.
 
-    In the order torch.optim.AdamW uses, for each parameter p with gradient g:
+    For each parameter p with gradient g, in the order torch.optim.AdamW uses:
+
         p <- p * (1 - lr * wd)                       (decayed keys only)
         m <- b1 m + (1 - b1) g;   v <- b2 v + (1 - b2) g^2
         p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+
+    Parameters
+    ----------
+    params : dict
+        Parameter name to array; updated in place.
+    grads : dict
+        Gradient of each parameter, keyed like params.
+    state : dict
+        The state from `adamw_init`; updated in place.
+    lr : float
+        The learning rate of this step (used instead of cfg.lr).
+    cfg : AdamWConfig
+        The betas, eps and weight decay.
     """
     state["step"] += 1
     t = state["step"]
@@ -60,8 +101,25 @@ def adamw_update(params, grads, state, lr, cfg: AdamWConfig):
 
 
 def lr_at(step, peak_lr, warmup_steps, total_steps, min_lr=0.0):
-    """Learning rate for 0-based `step`: linear warm-up to peak_lr over
-    warmup_steps, then cosine decay to min_lr at total_steps.
+    """Learning rate at a step: linear warm-up to peak_lr, then cosine decay to min_lr.
+
+    Parameters
+    ----------
+    step : int
+        The step, counted from 0.
+    peak_lr : float
+        The rate reached at the end of warm-up.
+    warmup_steps : int
+        The number of warm-up steps.
+    total_steps : int
+        The step at which the decay reaches min_lr; later steps also get min_lr.
+    min_lr : float
+        The rate at the end of the decay.
+
+    Returns
+    -------
+    float
+        The learning rate.
     """
     if step < warmup_steps:
         return peak_lr * (step + 1) / warmup_steps  # eq:lr-warmup
@@ -72,16 +130,39 @@ def lr_at(step, peak_lr, warmup_steps, total_steps, min_lr=0.0):
 
 
 def global_norm(grads) -> float:
-    """sqrt of the sum of squares of every gradient entry."""
+    """Global norm of the gradients: the square root of the sum of squares of every entry.
+
+    Parameters
+    ----------
+    grads : dict
+        Parameter name to gradient array.
+
+    Returns
+    -------
+    float
+        The norm.
+    """
     return math.sqrt(sum(float(np.vdot(g, g)) for g in grads.values()))
 
 
 def clip_grads(grads, max_norm):
-    """Scale all gradients by one factor so their global norm is at most max_norm.
+    """Scale all gradients by one factor so that their global norm is at most max_norm.
 
-    Returns (grads, the norm before clipping): new arrays when clipping, the
-    input dict itself when the norm is already within max_norm. The input
-    arrays are never modified.
+    The input arrays are never modified.
+
+    Parameters
+    ----------
+    grads : dict
+        Parameter name to gradient array.
+    max_norm : float or None
+        The largest norm allowed; None disables clipping.
+
+    Returns
+    -------
+    grads : dict
+        New arrays when clipping, else the input dict itself (its norm is already within max_norm).
+    norm : float
+        The global norm before clipping.
     """
     norm = global_norm(grads)
     if max_norm is None or norm <= max_norm:

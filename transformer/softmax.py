@@ -4,11 +4,22 @@ import numpy as np
 
 
 def softmax_forward(x):
-    """p_i = exp(x_i - max x) / sum_j exp(x_j - max x).
+    """Softmax over the last axis, `p_i = exp(x_i - max x) / sum_j exp(x_j - max x)`.
 
-    Subtracting the row maximum changes nothing mathematically and keeps exp
-    from overflowing: the largest exponent is exp(0) = 1.
-    x (..., n) -> p (..., n), cache
+    Subtracting the row maximum changes nothing mathematically and keeps exp from overflowing: the
+    largest exponent is exp(0) = 1.
+
+    Parameters
+    ----------
+    x : ndarray of shape (..., n)
+        The scores.
+
+    Returns
+    -------
+    p : ndarray of shape (..., n)
+        The probabilities; each row sums to 1.
+    cache : ndarray
+        The cache is consumed by `softmax_backward`.
     """
     p = x - x.max(axis=-1, keepdims=True)
     np.exp(p, out=p)  # in place: saves allocating (and page-faulting) a copy
@@ -18,7 +29,20 @@ def softmax_forward(x):
 
 
 def softmax_backward(dp, cache):
-    """dx_i = p_i (dp_i - sum_j dp_j p_j)."""
+    """Gradient of softmax, `dx_i = p_i (dp_i - sum_j dp_j p_j)`.
+
+    Parameters
+    ----------
+    dp : ndarray of shape (..., n)
+        Gradient with respect to the probabilities.
+    cache : ndarray
+        The cache from `softmax_forward`.
+
+    Returns
+    -------
+    dx : ndarray of shape (..., n)
+        Gradient with respect to the scores.
+    """
     p = cache
     row_dot = np.einsum("...i,...i->...", dp, p)[..., None]  # sum_j dp_j p_j, no temporary
     dx = dp - row_dot
@@ -27,11 +51,24 @@ def softmax_backward(dp, cache):
 
 
 def cross_entropy_forward(logits, targets):
-    """Mean over all positions of -log softmax(logits)[target].
+    """Mean over all positions of `-log softmax(logits)[target]`.
 
-    Computed from the logits with log-sum-exp, never as log(softmax), so a
-    very confident wrong prediction gives a large finite loss, not log(0).
-    logits (..., V), targets (...) ints -> loss (scalar), cache
+    It is computed from the logits with log-sum-exp, never as log(softmax), so a very confident wrong
+    prediction gives a large finite loss, not log(0).
+
+    Parameters
+    ----------
+    logits : ndarray of shape (..., V)
+        The logits of every position.
+    targets : ndarray of shape (...)
+        The integer target id of every position.
+
+    Returns
+    -------
+    loss : float
+        The mean cross-entropy, a scalar.
+    cache : tuple
+        The cache is consumed by `cross_entropy_backward`.
     """
     V = logits.shape[-1]
     z = logits.reshape(-1, V)
@@ -45,7 +82,22 @@ def cross_entropy_forward(logits, targets):
 
 
 def cross_entropy_backward(dloss, cache):
-    """dlogits = (softmax(logits) - onehot(target)) / N, N = number of positions."""
+    """Gradient of the mean cross-entropy, `dlogits = (softmax(logits) - onehot(target)) / N`.
+
+    N is the number of positions; the result is also scaled by dloss.
+
+    Parameters
+    ----------
+    dloss : float
+        Gradient with respect to the loss (1.0 when the loss is the final output).
+    cache : tuple
+        The cache from `cross_entropy_forward`.
+
+    Returns
+    -------
+    dlogits : ndarray of shape (..., V)
+        Gradient with respect to the logits, shaped like them.
+    """
     z, log_sum_exp, t, shape = cache
     n = t.size
     probs = np.exp(z - log_sum_exp[:, None])

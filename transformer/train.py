@@ -35,6 +35,16 @@ DTYPES = {"float32": np.float32, "float64": np.float64}
 
 @dataclass(frozen=True)
 class TrainConfig:
+    """Settings of a training run, checked when the config is made.
+
+    Each field's meaning is written beside it (its comment or its `help`); the
+    Configuration page of the site lists them all, read from this source.
+
+    Raises
+    ------
+    ConfigError
+        If a value is out of range or not one of the choices.
+    """
     # Each field's "help" is its reason, shown by `python -m transformer train --help`.
     steps: int = field(default=2000, metadata={"help": "optimizer steps in the whole run"})
     batch_size: int = field(default=32, metadata={"help": "windows per step"})
@@ -73,16 +83,59 @@ class TrainConfig:
             raise ConfigError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {self.tokenizer!r}")
 
     def adamw(self) -> AdamWConfig:
+        """The AdamW hyperparameters of this run.
+
+        Returns
+        -------
+        AdamWConfig
+            lr, betas and weight decay from this config; eps keeps its default.
+        """
         return AdamWConfig(lr=self.lr, beta1=self.beta1, beta2=self.beta2, weight_decay=self.weight_decay)
 
     @classmethod
     def from_dict(cls, values: dict) -> "TrainConfig":
+        """Make a config from a dictionary, such as a checkpoint stores; keys that are not fields are ignored.
+
+        Parameters
+        ----------
+        values : dict
+            Field name to value.
+
+        Returns
+        -------
+        TrainConfig
+            The validated config.
+
+        Raises
+        ------
+        ConfigError
+            If a value is invalid.
+        """
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
 
 
 def evaluate(params, cfg: ModelConfig, data, seq_len, batch_size=64) -> float:
-    """Mean cross-entropy over every token of `data` (each predicted once)."""
+    """Mean cross-entropy over every token of data, each predicted once.
+
+    Parameters
+    ----------
+    params : dict
+        Parameter name to array.
+    cfg : ModelConfig
+        The model configuration.
+    data : ndarray of shape (n,)
+        Token ids.
+    seq_len : int
+        Tokens per window.
+    batch_size : int
+        Windows per forward pass.
+
+    Returns
+    -------
+    float
+        The mean loss.
+    """
     windows = list(eval_windows(data, seq_len))
     full = [w for w in windows if len(w[0]) == seq_len]
     total, count = 0.0, 0
@@ -119,7 +172,27 @@ class StopRequest:
 
 @dataclass
 class Run:
-    """Everything a run carries from step to step, and saves in its checkpoint."""
+    """Everything a run carries from step to step, and saves in its checkpoint.
+
+    Parameters
+    ----------
+    model_cfg : ModelConfig
+        The model configuration.
+    train_cfg : TrainConfig
+        The training configuration.
+    tokenizer : CharTokenizer or ByteTokenizer
+        The tokenizer of the corpus.
+    params : dict
+        Parameter name to array.
+    opt_state : dict
+        The AdamW state.
+    rng : numpy.random.Generator
+        Draws the training batches.
+    step : int
+        Steps taken so far.
+    elapsed_s : float
+        Wall time of the earlier sessions of this run, in seconds.
+    """
 
     model_cfg: ModelConfig
     train_cfg: TrainConfig
@@ -131,12 +204,44 @@ class Run:
     elapsed_s: float = 0.0  # wall time of earlier sessions of this run
 
     def checkpoint(self, elapsed_s, corpus_path, corpus_sha256) -> Checkpoint:
+        """The run's current state as a Checkpoint.
+
+        Parameters
+        ----------
+        elapsed_s : float
+            Wall time of the run so far, in seconds.
+        corpus_path : str or Path
+            The corpus file, recorded for messages.
+        corpus_sha256 : str
+            Hash of the corpus text; resuming checks it.
+
+        Returns
+        -------
+        Checkpoint
+            Parameters, AdamW state, step, training config and sampler state.
+        """
         extra = {"train": asdict(self.train_cfg), "sampler_state": self.rng.bit_generator.state,
                  "elapsed_s": elapsed_s, "corpus": str(corpus_path), "corpus_sha256": corpus_sha256}
         return Checkpoint(self.params, self.model_cfg, self.tokenizer, self.step, self.opt_state, extra)
 
 
 def new_run(text, model_cfg: ModelConfig, train_cfg: TrainConfig) -> Run:
+    """Start a run: a tokenizer from the text, fresh parameters and a fresh optimizer state.
+
+    Parameters
+    ----------
+    text : str
+        The corpus.
+    model_cfg : ModelConfig
+        The model configuration; its vocab_size is replaced by the tokenizer's.
+    train_cfg : TrainConfig
+        The training configuration.
+
+    Returns
+    -------
+    Run
+        The run at step 0.
+    """
     tokenizer = make_tokenizer(train_cfg.tokenizer, text)
     model_cfg = model_cfg.with_(vocab_size=tokenizer.vocab_size)
     params = init_params(model_cfg, seed=train_cfg.seed, dtype=DTYPES[train_cfg.dtype])
@@ -144,6 +249,28 @@ def new_run(text, model_cfg: ModelConfig, train_cfg: TrainConfig) -> Run:
 
 
 def resumed_run(ckpt_path, corpus_sha256) -> Run:
+    """Restore a run from its checkpoint, to continue training.
+
+    Parameters
+    ----------
+    ckpt_path : Path
+        The run's checkpoint.
+    corpus_sha256 : str
+        Hash of the corpus text, compared with that of the corpus the run was trained on.
+
+    Returns
+    -------
+    Run
+        The run at the checkpoint's step, with its sampler state restored.
+
+    Raises
+    ------
+    CheckpointError
+        If the checkpoint cannot be read.
+    ConfigError
+        If the corpus differs, the checkpoint holds no optimizer or sampler state, or the run has
+        already finished.
+    """
     ckpt = load_checkpoint(ckpt_path)
     saved = ckpt.extra.get("corpus_sha256")
     if saved is not None and saved != corpus_sha256:
@@ -163,14 +290,44 @@ def resumed_run(ckpt_path, corpus_sha256) -> Run:
 
 def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, resume=False,
           overwrite=False, max_minutes=None, progress=None, on_step=None):
-    """Train, writing checkpoints and metrics into out_dir. Returns a summary dict.
+    """Train a model, writing checkpoints and metrics into out_dir.
 
-    With resume=True the model and training configuration come from the
-    checkpoint in out_dir, and model_cfg / train_cfg are ignored. A new run
-    refuses an out_dir that already holds a checkpoint unless overwrite=True.
-    max_minutes: stop (with a checkpoint) after this much time in this call.
-    progress: True shows a progress bar, False hides it, None shows it on a terminal only.
-    on_step(step, stop_request) is called after every step (tests use it to stop a run).
+    Parameters
+    ----------
+    corpus_path : str or Path
+        The UTF-8 text to train on.
+    out_dir : str or Path
+        The run's folder.
+    model_cfg : ModelConfig
+        The model configuration; ignored with resume=True.
+    train_cfg : TrainConfig
+        The training configuration; ignored with resume=True.
+    resume : bool
+        Continue the run in out_dir, taking the model and training configuration from its checkpoint.
+    overwrite : bool
+        Let a new run replace one already in out_dir; without it such an out_dir is refused.
+    max_minutes : float, optional
+        Stop, with a checkpoint, after this much time in this call.
+    progress : bool, optional
+        True shows a progress bar, False hides it, None shows it on a terminal only.
+    on_step : callable, optional
+        Called as on_step(step, stop_request) after every step (the tests use it to stop a run).
+
+    Returns
+    -------
+    dict
+        A summary: the step reached, why the run stopped, the last validation loss and its step, the
+        checkpoint and metrics paths, and the run time.
+
+    Raises
+    ------
+    ConfigError
+        If max_minutes is not positive, out_dir already holds a run, seq_len exceeds context_len, the
+        run cannot be resumed, or training diverges.
+    CorpusError
+        If the corpus cannot be read or is too short.
+    CheckpointError
+        If the checkpoint to resume from cannot be read.
     """
     out_dir = Path(out_dir)
     ckpt_path, metrics_path = out_dir / CHECKPOINT_NAME, out_dir / METRICS_NAME
@@ -244,7 +401,27 @@ def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, 
 
 
 def train_step(run: Run, train_ids, seq_len) -> dict:
-    """One optimizer step on a fresh random batch; returns its metrics record."""
+    """Take one optimizer step on a fresh random batch.
+
+    Parameters
+    ----------
+    run : Run
+        The run; its parameters, optimizer state, sampler and step are updated in place.
+    train_ids : ndarray of shape (n,)
+        The training split.
+    seq_len : int
+        Tokens per window.
+
+    Returns
+    -------
+    dict
+        The step's metrics record: step, loss, lr, grad_norm and tokens_per_s.
+
+    Raises
+    ------
+    ConfigError
+        If the loss is not finite (training diverged).
+    """
     tc = run.train_cfg
     t0 = time.perf_counter()
     lr = lr_at(run.step, tc.lr, tc.warmup, tc.steps, tc.min_lr)
