@@ -45,11 +45,12 @@ def page_sources(name, root=ROOT):
 
 def code_facts_text(units, root=ROOT):
     """Who calls each unit and which tests mention it: the pages print both."""
-    from .code_facts import all_calls, all_test_mentions
+    from .code_facts import all_calls, all_test_mentions, called_through
 
-    calls, tests = all_calls(root), all_test_mentions(root)
+    calls, tests, checks = all_calls(root), all_test_mentions(root), all_test_mentions(root, checking=True)
     names = sorted({unit for _, unit in units if unit != depends.MODULE})
-    return "\n".join(f"{n}: {calls.get(n, [])} {tests.get(n, [])}" for n in names)
+    return "\n".join(f"{n}: {calls.get(n, [])} {called_through(n, root)} {tests.get(n, [])} {checks.get(n, [])}"
+                     for n in names)
 
 
 def titles_text(root=ROOT):

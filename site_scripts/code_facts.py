@@ -59,17 +59,35 @@ def _call_index(text):
 
 @lru_cache(maxsize=256)
 def _test_index(text):
-    """[(test function, {mentioned name: first line})] for one test file."""
+    """[(test function, {mentioned name: first line}, {names inside an assert or pytest.raises block})]."""
     tests = []
     for fn in ast.parse(text).body:
         if isinstance(fn, ast.FunctionDef) and fn.name.startswith("test_"):
-            first = {}
+            first, asserted = {}, set()
             for node in ast.walk(fn):
                 name = _mentioned_name(node)
                 if name and (name not in first or node.lineno < first[name]):
                     first[name] = node.lineno
-            tests.append((fn.name, first))
+                raises = isinstance(node, ast.With) and "raises" in ast.unparse(node.items[0])
+                if isinstance(node, ast.Assert) or raises:
+                    asserted |= {_mentioned_name(n) for n in ast.walk(node)} - {None}
+            tests.append((fn.name, first, frozenset(asserted)))
     return tests
+
+
+GENERIC_WORDS = {"check", "make", "load", "save", "is", "to", "from", "new", "run", "get", "as"}
+
+
+def _named_after(test_name, name):
+    """Is the test named after the function? Its name without _forward/_backward
+    (layer_norm_backward -> layer_norm), or the first word of that when it is not
+    a generic one (adamw_update -> adamw, lr_at -> lr), is part of the test's name."""
+    for suffix in ("_forward", "_backward"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    first = name.split("_")[0].lower()
+    test_name = test_name.lower()
+    return name.lower() in test_name or (first not in GENERIC_WORDS and f"_{first}" in test_name)
 
 
 def all_calls(root=ROOT, folder="transformer"):
@@ -82,14 +100,56 @@ def all_calls(root=ROOT, folder="transformer"):
     return {name: sorted(places, key=lambda p: (p.path, p.line)) for name, places in found.items()}
 
 
-def all_test_mentions(root=ROOT, folder="tests"):
-    """{name: [Place of the first mention in each test function]} over the test files."""
+@lru_cache(maxsize=256)
+def _tables_and_uses(text):
+    """({function name: [(table, line)]} for module-level assignments that hold functions,
+    {name: {line: function}} for every mention of a name inside a function)."""
+    tree = ast.parse(text)
+    tables = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            for n in ast.walk(node.value):
+                if isinstance(n, ast.Name):
+                    tables.setdefault(n.id, []).append((node.targets[0].id, node.lineno))
+    uses = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Name):
+                    uses.setdefault(n.id, {})[n.lineno] = fn.name
+    return tables, uses
+
+
+def called_through(name, root=ROOT, folder="transformer"):
+    """[(table Place, [Places of the functions that use the table])] for each module-level
+    table (a dict or tuple assigned at top level) that holds the function `name`."""
+    files = sorted((Path(root) / folder).glob("*.py"))
+    indexes = {path: _tables_and_uses(read_text(path)) for path in files}
+    found = []
+    for path, (tables, _) in indexes.items():
+        for table, line in tables.get(name, []):
+            users = [Place(p.relative_to(root).as_posix(), use_line, fn)
+                     for p, (_, uses) in indexes.items() for use_line, fn in uses.get(table, {}).items()]
+            users.sort(key=lambda u: (u.path, u.line))
+            found.append((Place(path.relative_to(root).as_posix(), line, table), users))
+    return found
+
+
+def all_test_mentions(root=ROOT, folder="tests", checking=False):
+    """{name: [Place of the first mention in each test function]} over the test files.
+
+    checking=True keeps only the tests that check the function rather than use
+    it to set something up: the name is part of an assert (or of a
+    `pytest.raises` block), or the test is named after it (its name without
+    _forward/_backward).
+    """
     found = {}
     for path in sorted((Path(root) / folder).glob("test_*.py")):
         rel = path.relative_to(root).as_posix()
-        for fn_name, first in _test_index(read_text(path)):
+        for fn_name, first, asserted in _test_index(read_text(path)):
             for name, line in first.items():
-                found.setdefault(name, []).append(Place(rel, line, fn_name))
+                if not checking or name in asserted or _named_after(fn_name, name):
+                    found.setdefault(name, []).append(Place(rel, line, fn_name))
     return found
 
 
@@ -101,9 +161,10 @@ def called_by(name, root=ROOT, folder="transformer"):
     return all_calls(root, folder).get(name, [])
 
 
-def test_mentions(name, root=ROOT, folder="tests"):
-    """Each test function that calls or references `name`, at its first line doing so."""
-    return all_test_mentions(root, folder).get(name, [])
+def test_mentions(name, root=ROOT, folder="tests", checking=False):
+    """Each test function that calls or references `name`, at its first line doing so
+    (checking=True: only those that check it, see all_test_mentions)."""
+    return all_test_mentions(root, folder, checking).get(name, [])
 
 
 def tested_by(name, root=ROOT, folder="tests"):

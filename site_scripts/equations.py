@@ -127,14 +127,16 @@ EQUATIONS = [
              r" \left(\frac{\partial \ell}{\partial S^{(h)}}\right)^{\!\top} Q^{(h)}"),
     # Block
     Equation("block-attn-residual", "block", "Attention sub-layer",
-             r"H = X + \operatorname{Attn}(\operatorname{LN}_1(X))"),
+             r"M = X + \operatorname{Attn}(\operatorname{LN}_1(X))"),
     Equation("ffn", "block", "Feed-forward network",
              r"\operatorname{FFN}(U) = \phi(U W_1 + b_1)\, W_2 + b_2"),
     Equation("block-ffn-residual", "block", "Feed-forward sub-layer",
-             r"Y = H + \operatorname{FFN}(\operatorname{LN}_2(H))"),
+             r"Y = M + \operatorname{FFN}(\operatorname{LN}_2(M))"),
     Equation("block-residual-grad", "block", "The residual passes the gradient through",
-             r"\frac{\partial \ell}{\partial H} = \frac{\partial \ell}{\partial Y}"
-             r" + \frac{\partial \ell}{\partial Y}\frac{\partial\, \operatorname{FFN}(\operatorname{LN}_2(H))}{\partial H}"),
+             r"\frac{\partial \ell}{\partial M} = \frac{\partial \ell}{\partial Y}"
+             r" + \frac{\partial \ell}{\partial Y}\frac{\partial\, \operatorname{FFN}(\operatorname{LN}_2(M))}{\partial M},"
+             r"\quad \frac{\partial \ell}{\partial X} = \frac{\partial \ell}{\partial M}"
+             r" + \frac{\partial \ell}{\partial M}\frac{\partial\, \operatorname{Attn}(\operatorname{LN}_1(X))}{\partial X}"),
     # Full model
     Equation("head", "model", "The head", r"Z = \operatorname{LN}_f(X^{(L)})\, W_h + b_h"),
     Equation("param-count", "model", "Number of scalars",

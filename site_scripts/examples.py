@@ -53,8 +53,8 @@ def default_run():
     return cfg, B, T, trace
 
 
-def default_note():
+def default_note(batch=True):
     cfg = PRESETS["default"]
-    return (f"the default config (V = {cfg.vocab_size}, T = {cfg.context_len}, d = {cfg.emb_dim}, "
-            f"H = {cfg.num_heads}, L = {cfg.num_layers}, F = {cfg.ff_dim}) with the training batch "
-            f"size B = {TrainConfig().batch_size}")
+    text = (f"the default config (V = {cfg.vocab_size}, T = {cfg.context_len}, d = {cfg.emb_dim}, "
+            f"H = {cfg.num_heads}, L = {cfg.num_layers}, F = {cfg.ff_dim})")
+    return text + (f" with the training batch size B = {TrainConfig().batch_size}" if batch else "")

@@ -10,6 +10,7 @@ import numpy as np
 from .code_facts import (
     ROOT,
     called_by,
+    called_through,
     enclosing_function,
     named_function,
     test_mentions,
@@ -172,7 +173,7 @@ def connection_md(page, repo_url):
             if eq.id not in functions[top]:
                 functions[top].append(eq.id)
     for function, eq_ids in functions.items():
-        for place in test_mentions(function):
+        for place in test_mentions(function, checking=True):
             code = (ROOT / place.path).read_text().splitlines()[place.line - 1]
             rows.append([", ".join(f"[{i}](#eq-{i})" for i in eq_ids), f"tests it (`{place.function}`)",
                          f"[`{place.path}:{place.line}`]({source_url(repo_url, place.path, place.line)})",
@@ -186,8 +187,8 @@ def symbols_md(rows, default_note):
     table = [[f"\\({sym}\\)", meaning, f"`{code}`", symbolic,
               shape_text(recorded) if isinstance(recorded, tuple) else recorded]
              for sym, meaning, code, symbolic, recorded in rows]
-    return (md_table(["Symbol", "Meaning", "In code", "Shape", "At the default config"], table)
-            + f"\nThe last column was recorded by running the code: {default_note}.\n")
+    return (md_table(["Symbol", "Meaning", "In code", "Shape", "Recorded"], table)
+            + f"\nThe last column was recorded by running the code on {default_note}.\n")
 
 
 # ---------------------------------------------------------------- gradient checks
@@ -207,11 +208,18 @@ def gradcheck_rows(loss, checks, h, dtype="float64"):
 
 
 def gradcheck_table(rows):
+    """Rows of gradcheck_rows as a table; their dtype and step, shared by all, go in the caption."""
     from transformer.gradcheck import ABS_FLOOR, REL_TOL
 
-    return (md_table(["Gradient", "Shape", "Largest gap", "Relative gap", "dtype", "Step h", "Result"], rows)
-            + f"\nPass: relative gap below {REL_TOL:g}, or largest gap below {ABS_FLOOR:g} "
-              "(the thresholds of `transformer/gradcheck.py`).\n")
+    settings = {(row[4], row[5]) for row in rows}
+    if len(settings) != 1:
+        raise RuntimeError(f"one table, one dtype and step: got {sorted(settings)}")
+    (dtype, h), = settings
+    return (md_table(["Gradient", "Shape", "Largest gap", "Relative gap", "Result"],
+                     [row[:4] + row[6:] for row in rows])
+            + f"\nIn {dtype}, with step h = {h}. The relative gap is max |analytic − numeric| divided by the larger "
+              f"of max |analytic| and max |numeric|. Pass: relative gap below {REL_TOL:g}, or largest gap below "
+              f"{ABS_FLOOR:g} (the thresholds of `transformer/gradcheck.py`).\n")
 
 
 # ---------------------------------------------------------------- where it is used, status, provenance
@@ -221,15 +229,22 @@ def used_md(funcs):
     out = []
     for func in funcs:
         name = func.__name__
-        callers = called_by(name)
-        tests = test_mentions(name)
-        caller_text = ", ".join(f"`{p.function}` (`{p.path}:{p.line}`)" for p in callers) or "no caller in transformer/"
-        out.append(f"**`{name}`** is called by {caller_text}.\n")
-        if tests:
-            out.append(md_table(["Tested by", "Run it"],
-                                [[f"`{t.function}`", f"`pytest {t.path}::{t.function}`"] for t in tests]))
+        places = [f"`{p.function}` (`{p.path}:{p.line}`)" for p in called_by(name)]
+        for table, users in called_through(name):
+            via = ", ".join(f"`{u.function}` (`{u.path}:{u.line}`)" for u in users) or "no function"
+            places.append(f"{via}, through the table `{table.function}` (`{table.path}:{table.line}`)")
+        out.append(f"**`{name}`** is called by {'; '.join(places) or 'no function in transformer/'}.\n")
+        checking = test_mentions(name, checking=True)
+        others = [t for t in test_mentions(name) if t not in checking]
+        if checking:
+            out.append(md_table(["Checked by", "Run it"],
+                                [[f"`{t.function}`", f"`pytest {t.path}::{t.function}`"] for t in checking]))
         else:
-            out.append("No test calls it directly.\n")
+            out.append("No test checks it directly; the gradient checks and the cross-check of the pages that "
+                       "use it cover it.\n")
+        if others:
+            out.append(f"{len(others)} more test{'s' if len(others) > 1 else ''} use it to set up what they check: "
+                       + ", ".join(f"`{t.function}`" for t in others) + ".\n")
     return "\n".join(out)
 
 

@@ -214,7 +214,7 @@ def test_editing_one_function_reruns_exactly_the_pages_that_reach_it(source_copy
                     source_copy / "site_scripts" / "pages" / f"{name}.py", source_copy)}
     assert changed == reaching
     assert {"layernorm", "block", "model", "gradcheck"} <= changed
-    assert not changed & {"tokenizer", "cli", "configuration", "checkpoints"}
+    assert not changed & {"tokenizer", "cli", "configuration", "sampling"}
 
 
 def test_a_new_test_or_a_moved_function_reruns_the_pages_that_print_them(source_copy):
@@ -225,9 +225,11 @@ def test_a_new_test_or_a_moved_function_reruns_the_pages_that_print_them(source_
     assert "layernorm" in changed and "cli" not in changed
     before = keys(source_copy)
     data = source_copy / "transformer" / "data.py"
-    data.write_text(data.read_text().replace('"""Read a UTF-8 text file,', '"""Read a UTF-8 text\n    file,'))
+    text = data.read_text()
+    assert "    path = Path(path)\n" in text  # load_corpus, which the tokenizer page does not reach, above it
+    data.write_text(text.replace("    path = Path(path)\n", "    path = Path(path)\n    path = Path(path)\n", 1))
     changed = {name for name, key in keys(source_copy).items() if key != before[name]}
-    assert "tokenizer" in changed  # its listing's line numbers moved
+    assert "tokenizer" in changed  # its listings' line numbers moved
 
 
 def test_a_broken_marker_fails_the_build(monkeypatch):

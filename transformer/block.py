@@ -1,8 +1,10 @@
 """One pre-norm transformer block: attention and a feed-forward network, each
 added to the residual stream.
 
-    h = x + Attention(LN1(x))
-    y = h + FFN(LN2(h)),   FFN(u) = act(u W1 + b1) W2 + b2
+```text
+h = x + Attention(LN1(x))
+y = h + FFN(LN2(h)),   FFN(u) = act(u W1 + b1) W2 + b2
+```
 """
 
 from .activations import ACTIVATION_FUNCTIONS

@@ -2,11 +2,15 @@
 
 Layout (every entry a plain numeric or string array, so numpy can load it with
 allow_pickle=False and a checkpoint can never run code):
-    meta           JSON text: format, version, model config, tokenizer, step,
-                   training config and the state of the batch sampler
-    param/<name>   each parameter
-    adam_m/<name>  AdamW first moments      (absent in a params-only file)
-    adam_v/<name>  AdamW second moments
+
+```text
+meta           JSON text: format, version, model config, tokenizer, step,
+               training config and the state of the batch sampler
+param/<name>   each parameter
+adam_m/<name>  AdamW first moments      (absent in a params-only file)
+adam_v/<name>  AdamW second moments
+```
+
 The file is written to a temporary name beside the target and renamed over it,
 so a crash mid-write leaves the previous checkpoint intact.
 """

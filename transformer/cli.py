@@ -46,6 +46,7 @@ def non_negative_int(text):
 
 
 def build_parser():
+    from .model import param_count
     from .train import TrainConfig
 
     parser = Parser(prog="python -m transformer",
@@ -75,31 +76,39 @@ def build_parser():
                               choices=f.metadata.get("choices"), help=f"{f.metadata['help']} [{f.default}]")
 
     sample = sub.add_parser("sample", help="generate text from a checkpoint")
-    sample.add_argument("--checkpoint", required=True)
+    sample.add_argument("--checkpoint", required=True, help="a checkpoint.npz written by train")
     sample.add_argument("--prompt", default=None,
                         help="text to continue (default: a newline, or the first symbol of the vocabulary)")
-    sample.add_argument("--tokens", type=int, default=200, help="how many tokens to generate")
-    sample.add_argument("--temperature", type=float, default=1.0, help="0 picks the most likely token")
-    sample.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
-    sample.add_argument("--seed", type=non_negative_int, default=0)
+    sample.add_argument("--tokens", type=int, default=200, help="how many tokens to generate (default: 200)")
+    sample.add_argument("--temperature", type=float, default=1.0,
+                        help="divides the logits; 0 picks the most likely token (default: 1.0)")
+    sample.add_argument("--top-k", type=int, default=None,
+                        help="sample among the k most likely tokens (default: all)")
+    sample.add_argument("--seed", type=non_negative_int, default=0, help="seed of the draws (default: 0)")
 
     check = sub.add_parser("gradcheck", help="compare every gradient with central differences")
     check.add_argument("--preset", default="tiny", choices=["tiny", "default"],
-                       help="tiny (377 parameters, about a second) or default (tens of thousands, minutes)")
-    check.add_argument("--activation", default="relu", choices=["relu", "gelu"])
-    check.add_argument("--batch", type=int, default=2, help="sequences in the batch")
-    check.add_argument("--seed", type=non_negative_int, default=0)
+                       help=f"tiny ({param_count(PRESETS['tiny'])} parameters, about a second) or default "
+                            f"({param_count(PRESETS['default'])}, about a minute) (default: tiny)")
+    check.add_argument("--activation", default="relu", choices=["relu", "gelu"],
+                       help="feed-forward non-linearity (default: relu)")
+    check.add_argument("--batch", type=int, default=2, help="sequences in the batch (default: 2)")
+    check.add_argument("--seed", type=non_negative_int, default=0,
+                       help="seed of the parameters and the ids (default: 0)")
 
     cross = sub.add_parser("crosscheck", help="compare everything with PyTorch on every device found",
                            description="Run the same parameters and inputs through NumPy and through "
                                        "PyTorch on each device; compare logits, loss, gradients, "
-                                       "intermediates, ten AdamW steps and KV-cache decoding.")
+                                       "intermediates, ten AdamW steps, ten whole training steps and "
+                                       "KV-cache decoding.")
     cross.add_argument("--devices", nargs="+", default=list(DEVICES), choices=DEVICES,
                        help="devices to try (default: all); missing ones are listed, not failed")
     cross.add_argument("--dtype", choices=["float32", "float64"], default=None,
                        help="torch dtype (default: float64 where the device has it, else float32)")
-    cross.add_argument("--activation", default="relu", choices=["relu", "gelu"])
-    cross.add_argument("--seed", type=non_negative_int, default=0)
+    cross.add_argument("--activation", default="relu", choices=["relu", "gelu"],
+                       help="feed-forward non-linearity (default: relu)")
+    cross.add_argument("--seed", type=non_negative_int, default=0,
+                       help="seed of the parameters and the ids (default: 0)")
     cross.add_argument("--json", metavar="PATH", help="also write the whole report as JSON")
     cross.add_argument("--verbose", action="store_true", help="print every comparison, not only a summary")
     return parser

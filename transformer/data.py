@@ -1,6 +1,7 @@
 """Text in, token ids out: corpus loading, two tokenizers, the split, batches.
 
 A tokenizer turns text into integer ids in [0, V) and back:
+
 - CharTokenizer: one id per distinct character of the corpus (V = 65 for
   Tiny Shakespeare). The vocabulary is saved with each checkpoint.
 - ByteTokenizer: one id per UTF-8 byte, V = 256, works for any text.

@@ -1,6 +1,8 @@
 """Gradient checking by central differences.
 
-    df/dx_i ~ (f(x + h e_i) - f(x - h e_i)) / 2h
+```text
+df/dx_i ~ (f(x + h e_i) - f(x - h e_i)) / 2h
+```
 
 The error of this estimate shrinks like h^2 until rounding takes over (about
 machine epsilon * |f| / h), so in float64 a step near 1e-5 leaves agreement

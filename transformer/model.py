@@ -1,9 +1,11 @@
 """The whole model: parameters, forward, backward and the loss.
 
-    ids (B, T) -> tok_emb[ids] + pos_emb[:T]                 X (B, T, d)
-    for each block l: X = block_l(X)                        X (B, T, d)
-    LN_f(X) @ head_w + head_b                               logits (B, T, V)
-    mean cross-entropy over all B*T positions               loss
+```text
+ids (B, T) -> tok_emb[ids] + pos_emb[:T]                 X (B, T, d)
+for each block l: X = block_l(X)                        X (B, T, d)
+LN_f(X) @ head_w + head_b                               logits (B, T, V)
+mean cross-entropy over all B*T positions               loss
+```
 """
 
 import numpy as np

@@ -66,9 +66,11 @@ def adamw_update(params, grads, state, lr, cfg: AdamWConfig):
 
     For each parameter p with gradient g, in the order torch.optim.AdamW uses:
 
-        p <- p * (1 - lr * wd)                       (decayed keys only)
-        m <- b1 m + (1 - b1) g;   v <- b2 v + (1 - b2) g^2
-        p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+    ```text
+    p <- p * (1 - lr * wd)                       (decayed keys only)
+    m <- b1 m + (1 - b1) g;   v <- b2 v + (1 - b2) g^2
+    p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+    ```
 
     Parameters
     ----------

@@ -1,9 +1,11 @@
 """The training loop: batches, AdamW, evaluation, metrics, checkpoints, resume.
 
 A run writes into its output folder:
-    checkpoint.npz   the latest checkpoint (every --ckpt-every steps, at the end,
-                     and when stopped by Ctrl-C or --max-minutes)
-    metrics.jsonl    one JSON object a line: training steps, validation losses
+
+- checkpoint.npz: the latest checkpoint (every --ckpt-every steps, at the end,
+  and when stopped by Ctrl-C or --max-minutes);
+- metrics.jsonl: one JSON object a line: training steps, validation losses.
+
 Resuming restores the parameters, the AdamW moments, the step and the batch
 sampler's random state, so a resumed run computes the same losses as one that
 never stopped.

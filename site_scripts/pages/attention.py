@@ -31,6 +31,24 @@ def example_md():
     parts = [illustrative(f"Block 0 of the tiny model on ids `{TINY_IDS}`: its input is the LN1 output "
                           f"below; {cfg.num_heads} heads of width d/H = {cfg.head_dim}.")]
     parts.append(sections.array_md("LN1(X)", a[0], row_label="position"))
+    p = block_params(params, 0)
+    dh = cfg.head_dim
+    q = a[0] @ p["wq"] + p["bq"]
+    k = a[0] @ p["wk"] + p["bk"]
+    scores = (q[:, :dh] @ k[:, :dh].T) / np.sqrt(dh)
+    masked = scores + np.triu(np.full(scores.shape, -np.inf), 1)
+    parts.append(f"Head 0, step by step (its slice is the first d/H = {dh} columns of Q and K; recomputed here from "
+                 "the equations, independently of `attention_forward`):\n")
+    parts.append(sections.array_md("Q = LN1(X) W_q + b_q", q, row_label="position"))
+    parts.append(sections.array_md("K = LN1(X) W_k + b_k", k, row_label="position"))
+    parts.append(sections.array_md("S = Q K^T / √dh (head 0)", scores, row_label="query t"))
+    parts.append(sections.md_table(["`S` masked (head 0)", *map(str, range(masked.shape[1]))],
+                                   [[t, *("−∞" if np.isinf(v) else f"{v:.4f}" for v in row)]
+                                    for t, row in enumerate(masked)]))
+    soft = np.exp(masked - masked.max(-1, keepdims=True))
+    soft /= soft.sum(-1, keepdims=True)
+    parts.append(f"Its softmax, row by row, is head 0's A below (largest difference from `attention_forward`'s: "
+                 f"{np.abs(soft - att[0]).max():.1e}).\n")
     for h in range(cfg.num_heads):
         parts.append(f"Head {h}: attention weights A (row = query position t, column = key position s).\n")
         parts.append(sections.array_md(f"A (head {h})", att[h], row_label="query t"))
@@ -54,8 +72,9 @@ def symbols_md():
         (r"W_q, W_k, W_v, W_o", "projections (weights side by side as one (d, 3d) matmul for q, k, v)",
          "wq, wk, wv, wo", "(d, d)", p["wq"].shape),
         (r"b_q, b_k, b_v, b_o", "biases", "bq, bk, bv, bo", "(d,)", p["bq"].shape),
-        (r"Q^{(h)}, K^{(h)}, V^{(h)}", "per-head queries (pre-scaled by 1/√dh), keys, values",
-         "q_scaled, k, v", "(B, H, T, dh)", k.shape),
+        (r"Q^{(h)}, K^{(h)}, V^{(h)}", "per-head queries, keys, values", "q, k, v", "(B, H, T, dh)", k.shape),
+        (r"Q^{(h)}/\sqrt{d_h}", "the queries with the score scale already applied (kept for the backward)",
+         "q_scaled", "(B, H, T, dh)", q_scaled.shape),
         (r"d_h", "head width d/H", "cfg.head_dim", "scalar", f"{cfg.head_dim}"),
         (r"S^{(h)}, A^{(h)}", "scores and attention weights", "scores, att", "(B, H, T, T)", att.shape),
         (r"O^{(h)}", "weighted values of each head", "heads", "(B, H, T, dh)", v.shape),

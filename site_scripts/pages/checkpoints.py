@@ -1,16 +1,17 @@
 """Generator of the Checkpoints page's fragments: a real save and load, and the refusals."""
 
+import hashlib
 import json
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from transformer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from transformer.data import CharTokenizer
+from transformer.checkpoint import FORMAT, VERSION, load_checkpoint, save_checkpoint
+from transformer.data import train_val_split
 from transformer.errors import CheckpointError
 from transformer.model import init_params
-from transformer.optim import adamw_init
+from transformer.train import TrainConfig, new_run, train_step
 
 from .. import sections
 from ..examples import SEED, tiny
@@ -18,10 +19,18 @@ from ..examples import SEED, tiny
 PAGE = "checkpoints"
 
 
+TEXT = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 4
+STEPS = 3
+
+
 def make(folder):
-    cfg, params, _ = tiny()
-    ckpt = Checkpoint(params, cfg, CharTokenizer("abcde"), step=7, opt_state=adamw_init(params),
-                      extra={"note": "page example"})
+    """A checkpoint as `train` writes it: a small run on TEXT, after STEPS real training steps."""
+    tc = TrainConfig(steps=STEPS, batch_size=2, seq_len=8, warmup=1, dtype="float64", seed=SEED)
+    run = new_run(TEXT, tiny()[0].with_(context_len=8), tc)
+    train_ids, _ = train_val_split(run.tokenizer.encode(TEXT), tc.seq_len)
+    for _ in range(STEPS):
+        train_step(run, train_ids, tc.seq_len)
+    ckpt = run.checkpoint(0.0, "corpus.txt", hashlib.sha256(TEXT.encode()).hexdigest())
     return save_checkpoint(Path(folder) / "checkpoint.npz", ckpt), ckpt
 
 
@@ -34,8 +43,9 @@ def layout_md():
         loaded = load_checkpoint(path)
         same = all(np.array_equal(loaded.params[k], v) for k, v in ckpt.params.items()) and all(
             np.array_equal(loaded.opt_state[g][k], ckpt.opt_state[g][k]) for g in ("m", "v") for k in ckpt.params)
-    return (f"A checkpoint of the tiny model (seed {SEED}) with its AdamW state, written by `save_checkpoint` at "
-            f"build time, holds {len(entries)} arrays:\n\n"
+    return (f"The checkpoint of a small run written at build time ({STEPS} training steps of the tiny model's sizes "
+            f"on a two-line text, seed {SEED}; the elapsed time is set to 0 so that the page is the same on every "
+            f"machine) holds {len(entries)} arrays:\n\n"
             + "??? note \"Every entry of the file\"\n\n"
             + "\n".join("    " + line for line in
                         sections.md_table(["Entry", "Shape", "dtype"], entries).splitlines()) + "\n\n"
@@ -55,7 +65,7 @@ def refusals_md():
         np.savez(folder / "foreign.npz", weights=np.zeros(3))
         other = init_params(tiny()[0].with_(emb_dim=6, num_heads=2), seed=SEED)
         cfg = tiny()[0]
-        bad = {"format": "numpy-transformer-checkpoint", "version": 1, "config": cfg.to_dict(),
+        bad = {"format": FORMAT, "version": VERSION, "config": cfg.to_dict(),
                "tokenizer": {"kind": "char", "chars": "abcde"}, "step": 0, "adam_step": None, "extra": {}}
         np.savez(folder / "wrong-shapes.npz", meta=np.array(json.dumps(bad)),
                  **{f"param/{k}": v for k, v in other.items()})

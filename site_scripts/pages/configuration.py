@@ -38,9 +38,9 @@ def dataclass_md(cls, path, reasons=None):
 
 
 def presets_md():
-    names = [f.name for f in fields(ModelConfig)]
-    rows = [[f"`{name}`", *[getattr(cfg, n) for n in names], f"{param_count(cfg):,}"] for name, cfg in PRESETS.items()]
-    return sections.md_table(["Preset", *[f"`{n}`" for n in names], "Scalars"], rows)
+    rows = [[f"`{f.name}`", *[getattr(cfg, f.name) for cfg in PRESETS.values()]] for f in fields(ModelConfig)]
+    rows.append(["scalars (`param_count`)", *[f"{param_count(cfg):,}" for cfg in PRESETS.values()]])
+    return sections.md_table(["Field", *[f"`{name}`" for name in PRESETS]], rows)
 
 
 def generate(context):

@@ -37,7 +37,7 @@ def cost_md():
     T = cfg.context_len
     with_cache = T  # one position through the model per new token
     without = T * (T + 1) // 2  # the whole prefix again for every new token
-    return (f"Generating T = {T} tokens at {default_note()}: with the cache the model processes one position per "
+    return (f"Generating T = {T} tokens at {default_note(batch=False)}: with the cache the model processes one position per "
             f"token, {with_cache} in all; without it, the whole prefix each time, 1 + 2 + … + {T} = {without} "
             f"positions, {without / with_cache:.1f} times as many. Attention itself still reads every cached key "
             "and value, so each step's attention cost grows with t either way.\n")
@@ -56,7 +56,7 @@ def symbols_md():
         (r"o_t", "its attention output, heads joined", "heads", "(d,)", (cfg.emb_dim,)),
         (r"z_t", "the next-token logits", "logits", "(V,)", logits.shape),
     ]
-    return sections.symbols_md(rows, default_note())
+    return sections.symbols_md(rows, default_note(batch=False))
 
 
 def keep(row):

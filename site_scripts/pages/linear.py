@@ -59,7 +59,7 @@ def xavier_md():
                          f"{w.std():.4f}", f"{a / np.sqrt(3):.4f}"])
     return (sections.md_table(["Matrix", "Shape", "Limit a", "Largest |W|", "Std of W", "a/√3 (std of U(−a, a))"],
                               rows)
-            + f"\nAt {default_note()}, seed {SEED}; block 1's matrices have the same shapes and limits as block 0's. "
+            + f"\nAt {default_note(batch=False)}, seed {SEED}; block 1's matrices have the same shapes and limits as block 0's. "
               "Every largest |W| lies below its limit, and each standard deviation is close to a/√3.\n")
 
 

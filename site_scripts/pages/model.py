@@ -106,7 +106,7 @@ def symbolic_shape(shape):
 
 def init_rule(name, value, shape):
     if len(shape) == 2:
-        return f"Xavier U(−a, a), a = √(6/({shape[0]}+{shape[1]})) = {np.sqrt(6 / sum(shape)):.4f}"
+        return f"Xavier, a = {np.sqrt(6 / sum(shape)):.4f}"
     if np.all(value == 1):
         return "ones"
     if np.all(value == 0):
@@ -131,20 +131,23 @@ def params_md():
     every = [[f"`{k}`", sections.shape_text(s), int(np.prod(s)), "yes" if is_decayed(k) else "no"]
              for k, s in shapes.items()]
     total = sum(int(np.prod(s)) for s in shapes.values())
-    counts = [[name, f"`{tuple(param_shapes(c)['tok_emb'])}`", param_count(c),
-               sum(v.size for v in init_params(c, seed=SEED).values()),
-               "equal" if param_count(c) == sum(v.size for v in init_params(c, seed=SEED).values()) else "**DIFFER**"]
-              for name, c in PRESETS.items()]
+    counts = []
+    for name, c in PRESETS.items():
+        real = sum(v.size for v in init_params(c, seed=SEED).values())
+        counts.append([name, c.vocab_size, c.context_len, c.emb_dim, c.num_layers, c.ff_dim, param_count(c), real,
+                       "equal" if param_count(c) == real else "**DIFFER**"])
     return {
-        "param-kinds": sections.md_table(["Key", "Shape", "At the default config", "Scalars", "Role",
-                                          "Initialisation (default config)", "Weight decay"], rows)
+        "param-kinds": sections.md_table(["Key", "Shape", "Default config", "Scalars", "Role", "Initialisation",
+                                          "Decay"], rows)
         + "\nThe symbolic shapes were read back from `param_shapes` called with distinct primes for V, T_max, d and "
-          "F; `b{l}.` keys repeat for each block l = 0 .. L−1. Weight decay is `is_decayed(key)`.\n",
-        "param-every": f"All {len(shapes)} keys at {default_note()}, in the order of `param_shapes`:\n\n"
+          "F; `b{l}.` keys repeat for each block l = 0 .. L−1. Xavier means U(−a, a) with a = √(6 / (rows + "
+          "columns)) ([the equation](" + sections.page_link(PAGE, "linear", "eq-xavier") + ")). Weight decay is "
+          "`is_decayed(key)`.\n",
+        "param-every": f"All {len(shapes)} keys at {default_note(batch=False)}, in the order of `param_shapes`:\n\n"
         + sections.md_table(["Key", "Shape", "Scalars", "Weight decay"], every)
         + f"\nTotal: **{total}** scalars.\n",
-        "param-count": sections.md_table(["Preset", "tok_emb shape", "Closed form `param_count`",
-                                          "Scalars in `init_params`", "Check"], counts),
+        "param-count": sections.md_table(["Preset", "V", "T_max", "d", "L", "F", "`param_count`",
+                                          "Scalars `init_params` made", "Check"], counts),
     }
 
 
@@ -185,7 +188,9 @@ def flow_md():
             edges.append(f"  {node} --> out")
     return ("```mermaid\nflowchart TD\n" + "\n".join(nodes + edges + clicks) + "\n```\n\n"
             "Generated from the source of `loss_and_grads`: a box per call (click it for its line), the "
-            "arrows carry the variables passed on, and each flag opens the page that explains the function.\n")
+            "arrows carry the variables passed on, and each flag opens the page that explains the function. "
+            "The gradient starts at `cross_entropy_backward` (dlogits) and flows through `backward`, which uses "
+            "the cache `forward` left.\n")
 
 
 def _url(md_link):

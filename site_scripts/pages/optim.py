@@ -75,7 +75,7 @@ def decay_md():
     rest = [k for k in params if not is_decayed(k)]
     n = sum(params[k].size for k in decayed)
     total = sum(v.size for v in params.values())
-    return (f"At {default_note()}: {len(decayed)} of {len(params)} keys are decayed ({n} of {total} scalars): "
+    return (f"At {default_note(batch=False)}: {len(decayed)} of {len(params)} keys are decayed ({n} of {total} scalars): "
             + ", ".join(f"`{k}`" for k in decayed) + ". Not decayed: " + ", ".join(f"`{k}`" for k in rest) + ".\n")
 
 
@@ -98,7 +98,7 @@ def symbols_md():
          f"{TrainConfig().warmup}, {TrainConfig().steps}"),
         (r"c", "clipping threshold", "max_norm", "scalar", f"{TrainConfig().grad_clip}"),
     ]
-    return sections.symbols_md(rows, default_note() + " (θ shown for `head_w`) and the AdamW and training defaults")
+    return sections.symbols_md(rows, default_note(batch=False) + " (θ shown for `head_w`) and the AdamW and training defaults")
 
 
 def generate(context):

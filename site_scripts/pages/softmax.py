@@ -42,7 +42,11 @@ def example_md():
         sections.md_table(["position", "target", "p[target]", "−log p[target]"],
                           [[t, y, f"{p[t, y]:.4f}", f"{per_position[t]:.4f}"] for t, y in enumerate(targets)]),
         f"The loss is their mean, **{loss:.4f}**; a uniform guess over V = {cfg.vocab_size} tokens would give "
-        f"log V = {np.log(cfg.vocab_size):.4f}.\n",
+        f"log V = {np.log(cfg.vocab_size):.4f}. "
+        + ("The untrained model does worse than uniform: its Xavier-initialised head already spreads the logits "
+           f"(standard deviation {z.std():.2f} here), so it is confident at random, and confidence in the wrong "
+           "token costs more than no opinion at all.\n" if loss > np.log(cfg.vocab_size) else
+           "The untrained model is close to that uniform guess.\n"),
         sections.array_md("dz = (p − onehot(y)) / N", dz, row_label="position"),
         f"Each row of `dz` sums to {np.abs(dz.sum(axis=-1)).max():.1e} (0 up to rounding): the probabilities sum to "
         "1 and the one-hot target takes 1 away.\n",

@@ -13,7 +13,7 @@ UNICODE_TEXT = "naïve café"
 def example_md():
     tok = CharTokenizer.from_text(TEXT)
     ids = tok.encode(TEXT)
-    vocab = [[i, f"`{c!r}`"] for i, c in enumerate(tok.chars)]
+    vocab = [["character", *(f"`{c!r}`" for c in tok.chars)]]
     btok = ByteTokenizer()
     bids = btok.encode(UNICODE_TEXT)
     try:
@@ -23,7 +23,7 @@ def example_md():
         refusal = f"`InputError: {e}`"
     return "\n".join([
         f"A character tokenizer built from the text `{TEXT!r}` ({len(TEXT)} characters):\n",
-        sections.md_table(["id", "character"], vocab),
+        sections.md_table(["id", *map(str, range(tok.vocab_size))], vocab),
         f"V = {tok.vocab_size}. The text encodes to `{ids.tolist()}` (shape {sections.shape_text(ids.shape)}, "
         f"dtype {ids.dtype}), and `decode` gives back `{tok.decode(ids)!r}`"
         + (" exactly.\n" if tok.decode(ids) == TEXT else " — **not** the same text.\n"),

@@ -53,7 +53,8 @@ def run_md():
     val_rows = [[r["step"], f"{r['val_loss']:.4f}"] for r in evals]
     return (f"A real call of `train` at build time: {STEPS} steps of a small model (d = {cfg.emb_dim}, "
             f"L = {cfg.num_layers}, T = {cfg.context_len}, V = {cfg.vocab_size}) on the corpus above, batch "
-            f"{tc.batch_size}, peak lr {tc.lr:g}, float64, seed {SEED}. Rows from its `metrics.jsonl` (times "
+            f"{tc.batch_size}, learning rate rising linearly over {tc.warmup} warm-up steps to {tc.lr:g} and then "
+            f"decaying to {tc.min_lr:g} along a cosine, float64, seed {SEED}. Rows from its `metrics.jsonl` (times "
             "are left out so the page is the same on every machine):\n\n"
             + sections.md_table(["step", "training loss", "lr", "grad norm"], rows)
             + "\nValidation loss over the whole validation split:\n\n"
