@@ -16,7 +16,7 @@ def devices_md():
             rows.append([f"**{d['device']}**", "checked", d["dtype"], d["checks"],
                          "all pass" if d["passed"] else "**FAIL**", d["reason"]])
         else:
-            rows.append([f"**{d['device']}**", "not available on the build machine", "—", 0, "—", d["reason"]])
+            rows.append([f"**{d['device']}**", "not available", "—", 0, "—", d["reason"]])
     cfg = report["config"]
     return (f"torch {report['versions']['torch']}, numpy {report['versions']['numpy']}; the default config "
             f"(V = {cfg['vocab_size']}, d = {cfg['emb_dim']}, H = {cfg['num_heads']}, L = {cfg['num_layers']}, "
