@@ -1,5 +1,6 @@
-"""mkdocs hook: `mkdocs build` and `mkdocs serve` rerun the page generators
-that need it before reading the docs, so no page can be built stale."""
+"""mkdocs hook: `mkdocs build` and `mkdocs serve` rerun the page generators and
+the experiment notebooks that need it before reading the docs, so no page can
+be built stale; the rendered notebooks join the site as experiments/<name>.md."""
 
 import re
 import sys
@@ -11,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from site_scripts import build  # noqa: E402
+from site_scripts import build, notebooks  # noqa: E402
 
 
 def on_pre_build(config, **kwargs):
@@ -23,8 +24,18 @@ def on_pre_build(config, **kwargs):
         raise PluginError(f"{vendor} is missing: run scripts/setup, which copies MathJax and mermaid from npm")
     try:
         build.generate_all({"repo_url": config["repo_url"]}, log=log.info)
+        notebooks.run_all(log=log.info, repo_url=config["repo_url"])
     except RuntimeError as e:
         raise PluginError(str(e)) from None
+
+
+def on_files(files, config, **kwargs):
+    """Add the rendered notebooks and their figures (they live in build/, not docs/)."""
+    from mkdocs.structure.files import File
+
+    for src_uri, path in notebooks.site_files():
+        files.append(File.generated(config, src_uri, abs_src_path=str(path)))
+    return files
 
 
 def on_page_content(html, page, **kwargs):

@@ -1,0 +1,245 @@
+"""Execute the experiment notebooks and render each as a page of the site.
+
+A notebook is notebooks/<name>.py in jupytext's percent format. It is run by
+nbclient in a fresh kernel started in the repository root, and only when its
+key changed. The key hashes the notebook's source, the transformer functions
+and classes it can reach (site_scripts/depends.py), the keys of the notebooks
+it depends on (a line `# depends-on: <name>`), the mode, the versions of
+Python, numpy, matplotlib and torch, and the corpus it reads.
+
+Mode: SITE_QUICK=1 in the environment selects the quick mode, which the
+notebooks read to shorten their long runs (the tests use it); each mode keeps
+its own outputs, and a quick page says at its top that it shows a quick run.
+
+Output: build/notebooks/<mode>/<name>.md and its figures in
+build/notebooks/<mode>/<name>/; the mkdocs hook adds them to the site as
+experiments/<name>.md. A cell that fails stops the build with the notebook's
+name, the cell's number and first line, and the error.
+
+    python -m site_scripts.notebooks [--only NAME ...] [--force]
+"""
+
+import argparse
+import base64
+import hashlib
+import os
+import platform
+import re
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+from . import depends
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+OUT = ROOT / "build" / "notebooks"
+CORPUS = ROOT / "data" / "tinyshakespeare" / "input.txt"
+QUICK_ENV = "SITE_QUICK"
+TIMEOUT_S = 1800  # one cell; the longest is the full Shakespeare run
+REPO_URL = "https://github.com/transformer-explained/transformer"  # mkdocs.yml's repo_url default
+DEPENDS = re.compile(r"^# depends-on: *([\w-]+)", flags=re.M)
+
+
+class NotebookError(RuntimeError):
+    """A notebook could not be run: which one, which cell, what went wrong."""
+
+
+def mode():
+    return "quick" if os.environ.get(QUICK_ENV) == "1" else "full"
+
+
+def names(folder=NOTEBOOKS):
+    return sorted(p.stem for p in folder.glob("*.py") if not p.name.startswith("_"))
+
+
+def dependencies(name, folder=NOTEBOOKS):
+    return DEPENDS.findall((folder / f"{name}.py").read_text())
+
+
+def in_order(folder=NOTEBOOKS):
+    """Every notebook after the ones it depends on."""
+    done = []
+
+    def visit(name, path=()):
+        if name in path:
+            raise NotebookError(f"notebooks depend on each other in a circle: {' -> '.join(path + (name,))}")
+        if name not in done:
+            for dep in dependencies(name, folder):
+                if not (folder / f"{dep}.py").exists():
+                    raise NotebookError(f"notebook {name} depends on {dep}, which notebooks/ does not hold")
+                visit(dep, path + (name,))
+            done.append(name)
+
+    for name in names(folder):
+        visit(name)
+    return done
+
+
+def notebook_key(name, run_mode, folder=NOTEBOOKS, repo_url=""):
+    path = folder / f"{name}.py"
+    digest = hashlib.sha256()
+    helpers = "".join(p.read_text() for p in sorted(folder.glob("_*.py")))
+    parts = [path.read_text(), helpers, depends.units_text(depends.page_units(path)), run_mode, repo_url,
+             platform.python_version(),
+             *(f"{p} {_version(p)}" for p in ("numpy", "matplotlib", "torch", "jupytext", "nbclient")),
+             (ROOT / "site_scripts" / "notebooks.py").read_text(),
+             *(notebook_key(dep, run_mode, folder, repo_url) for dep in dependencies(name, folder))]
+    if "tinyshakespeare" in parts[0]:
+        parts.append(hashlib.sha256(CORPUS.read_bytes()).hexdigest() if CORPUS.exists() else "no corpus")
+    for part in parts:
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _version(package):
+    try:
+        return version(package)
+    except Exception:  # noqa: BLE001 - an absent package is part of the key too
+        return "none"
+
+
+def execute(name, run_mode, folder=NOTEBOOKS):
+    """Run a notebook; return the executed nbformat notebook or raise NotebookError."""
+    import jupytext
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = jupytext.read(folder / f"{name}.py")
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    env = {QUICK_ENV: "1" if run_mode == "quick" else "0", "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the kernel inherits this process's environment
+    # The kernel listens on 127.0.0.1 only; its notice about unencrypted local sockets is noise in the build log.
+    client = NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}},
+                            extra_arguments=["--IPKernelApp.log_level=ERROR"])
+    try:
+        client.execute()
+    except CellExecutionError as e:
+        index, cell = _failed_cell(nb)
+        first = cell.source.strip().splitlines()[0] if cell is not None and cell.source.strip() else ""
+        error = f"{e.ename}: {e.evalue}" if getattr(e, "ename", None) else str(e).strip().splitlines()[-1]
+        raise NotebookError(f"notebook notebooks/{name}.py failed in cell {index} ({first!r}): {error}") from None
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return nb
+
+
+def _failed_cell(nb):
+    for index, cell in enumerate(nb.cells, start=1):
+        if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+            return index, cell
+    return "?", None
+
+
+def render(nb, name, run_mode, repo_url=REPO_URL):
+    """Markdown for the executed notebook, and its figures as {file name: PNG bytes}."""
+    parts, figures = [], {}
+    if run_mode == "quick":
+        parts.append(f'!!! warning "Quick run"\n    This page shows a shortened run ({QUICK_ENV}=1), made to test the '
+                     "build; the numbers are not the experiment's. `scripts/site` builds the full one.\n")
+    for index, cell in enumerate(nb.cells, start=1):
+        if cell.cell_type == "markdown":
+            parts.append(cell.source + "\n")
+            continue
+        if cell.cell_type != "code":
+            continue
+        if "hide-input" not in cell.metadata.get("tags", []) and cell.source.strip():
+            parts.append(f"```python\n{cell.source.rstrip()}\n```\n")
+        for n, output in enumerate(cell.get("outputs", [])):
+            parts.append(_output_md(output, name, f"fig-{index}-{n}.png", figures))
+    source_link = f"[`notebooks/{name}.py`]({repo_url}/blob/main/notebooks/{name}.py)"
+    parts.append(f"---\n\nExecuted at build time from {source_link} by nbclient ({run_mode} mode), with Python "
+                 f"{platform.python_version()}, numpy {_version('numpy')}, matplotlib {_version('matplotlib')}. "
+                 f"Rerun only this page: `python -m site_scripts.notebooks --only {name} --force`.\n")
+    return "\n".join(p for p in parts if p), figures
+
+
+def _output_md(output, name, figure_name, figures):
+    kind = output.get("output_type")
+    if kind == "stream":
+        return f"```text\n{output['text'].rstrip()}\n```\n"
+    if kind in ("display_data", "execute_result"):
+        data = output.get("data", {})
+        if "image/png" in data:
+            figures[figure_name] = base64.b64decode(data["image/png"])
+            alt = data.get("text/plain", "figure").strip("<>").replace("\n", " ")
+            return f"![{alt}]({name}/{figure_name})\n"
+        if "text/markdown" in data:
+            return data["text/markdown"].rstrip() + "\n"
+        if "text/plain" in data:
+            return f"```text\n{data['text/plain'].rstrip()}\n```\n"
+    return ""
+
+
+def run(name, run_mode, force=False, folder=NOTEBOOKS, out=OUT, repo_url=REPO_URL):
+    """Execute and render one notebook if its key changed. Returns True if it ran."""
+    key = notebook_key(name, run_mode, folder, repo_url)
+    target = out / run_mode
+    stamp = target / f"{name}.key"
+    if not force and stamp.exists() and stamp.read_text() == key and (target / f"{name}.md").exists():
+        return False
+    nb = execute(name, run_mode, folder)
+    text, figures = render(nb, name, run_mode, repo_url)
+    figure_dir = target / name
+    figure_dir.mkdir(parents=True, exist_ok=True)
+    for old in figure_dir.glob("*.png"):
+        if old.name not in figures:
+            old.unlink()
+    for file_name, data in figures.items():
+        if not (figure_dir / file_name).exists() or (figure_dir / file_name).read_bytes() != data:
+            (figure_dir / file_name).write_bytes(data)
+    (target / f"{name}.md").write_text(text)
+    stamp.write_text(key)
+    return True
+
+
+def run_all(only=None, force=False, log=print, repo_url=REPO_URL):
+    """Fetch the corpus if a notebook needs it, then run every notebook that needs it, in order."""
+    run_mode = mode()
+    todo = [n for n in in_order() if only is None or n in only]
+    if any("tinyshakespeare" in (NOTEBOOKS / f"{n}.py").read_text() for n in todo) and not CORPUS.exists():
+        import subprocess
+
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py")], check=True)
+    reran = []
+    for name in todo:
+        start = time.perf_counter()
+        if run(name, run_mode, force, repo_url=repo_url):
+            reran.append(name)
+            log(f"executed notebook {name} ({run_mode}) in {time.perf_counter() - start:.1f} s")
+    return reran
+
+
+def site_files(run_mode=None):
+    """(page path in the site, file on disk) for each rendered notebook and figure."""
+    target = OUT / (run_mode or mode())
+    for name in names():
+        yield f"experiments/{name}.md", target / f"{name}.md"
+        for figure in sorted((target / name).glob("*.png")):
+            yield f"experiments/{name}/{figure.name}", figure
+
+
+def main():
+    parser = argparse.ArgumentParser(description="execute the experiment notebooks and render their pages")
+    parser.add_argument("--only", nargs="+", choices=names(), help="only these notebooks")
+    parser.add_argument("--force", action="store_true", help="rerun even when nothing changed")
+    args = parser.parse_args()
+    try:
+        reran = run_all(args.only, args.force)
+    except NotebookError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"reran ({mode()} mode): {', '.join(reran) or 'nothing (all up to date)'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
