@@ -142,12 +142,14 @@ def _failed_cell(nb):
 def render(nb, name, run_mode, repo_url=REPO_URL):
     """Markdown for the executed notebook, and its figures as {file name: PNG bytes}."""
     parts, figures = [], {}
-    if run_mode == "quick":
-        parts.append(f'!!! warning "Quick run"\n    This page shows a shortened run ({QUICK_ENV}=1), made to test the '
-                     "build; the numbers are not the experiment's. `scripts/site` builds the full one.\n")
+    banner = (f'!!! warning "Quick run"\n    This page shows a shortened run ({QUICK_ENV}=1), made to test the '
+              "build; its numbers are not the experiment's. `scripts/site` builds the full one.\n")
     for index, cell in enumerate(nb.cells, start=1):
         if cell.cell_type == "markdown":
             parts.append(cell.source + "\n")
+            if run_mode == "quick" and banner:  # under the title of the first cell
+                parts.append(banner)
+                banner = None
             continue
         if cell.cell_type != "code":
             continue
@@ -170,7 +172,7 @@ def _output_md(output, name, figure_name, figures):
         data = output.get("data", {})
         if "image/png" in data:
             figures[figure_name] = base64.b64decode(data["image/png"])
-            alt = data.get("text/plain", "figure").strip("<>").replace("\n", " ")
+            alt = output.get("metadata", {}).get("alt", "figure")
             return f"![{alt}]({name}/{figure_name})\n"
         if "text/markdown" in data:
             return data["text/markdown"].rstrip() + "\n"

@@ -10,14 +10,14 @@ import textwrap
 
 import pytest
 
-from site_scripts import build, depends
+from site_scripts import build, depends, notebooks
 from site_scripts.equations import BY_ID, PAGE_PATHS
 from site_scripts.markers import Marker, collect_markers
 from site_scripts.sections import listed_functions
 
 ROOT = build.ROOT
 CONTEXT = {"repo_url": "https://github.com/transformer-explained/transformer"}  # what mkdocs.yml gives by default
-ENV = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+ENV = dict(os.environ, NO_MKDOCS_2_WARNING="1", SITE_QUICK="1")  # quick notebooks: see site_scripts/notebooks.py
 ENV.pop("SITE_REPO_URL", None)
 
 
@@ -74,6 +74,18 @@ def test_every_nav_page_is_built_with_every_fragment_included(built_site):
             assert f'id="eq-{eq.id}"' in html and 'class="arithmatex"' in html, (page, eq.id)
     api = html_of(built_site, "reference/api.md")
     assert 'id="transformer.model.loss_and_grads"' in api  # mkdocstrings rendered the functions
+
+
+def test_every_experiment_page_is_built_with_its_figures(built_site):
+    experiments = [md for md in nav_pages() if md.startswith("experiments/")]
+    assert {md.split("/")[1][:-3] for md in experiments} == set(notebooks.names())
+    for md in experiments:
+        html = html_of(built_site, md)
+        assert "Quick run" in html  # the tests build the quick notebooks, and the page says so
+        images = re.findall(r'<img[^>]+src="([^"]+\.png)"', html)
+        assert images, md
+        for src in images:
+            assert (built_site / md[:-3] / src).is_file(), (md, src)
 
 
 def test_every_included_fragment_is_generated_and_every_generated_one_is_used(built_site):

@@ -1,0 +1,73 @@
+# %% [markdown]
+# # Learning-rate sweep
+#
+# Short runs of the Tiny Shakespeare model (config A) at several peak
+# learning rates, everything else equal, each ended by the validation loss over
+# the whole validation split. It shows how sensitive training is to this one
+# number. The best rate for a short run need not be the best for a long one,
+# such as the [full run](shakespeare.md) (compared at the end).
+
+# depends-on: shakespeare
+
+# %% tags=["hide-input"]
+import contextlib
+import io
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from notebooks._figures import QUICK, plt, say, show, table
+from transformer.config import PRESETS
+from transformer.memory import keep_freed_memory
+from transformer.train import TrainConfig, train
+
+keep_freed_memory()  # as the command line does: faster steps, the same numbers (transformer/memory.py)
+
+CORPUS = Path("data/tinyshakespeare/input.txt")
+RATES = [3e-4, 1e-3, 3e-3, 1e-2, 3e-2]
+STEPS = 15 if QUICK else 400
+
+# %%
+results = {}
+with tempfile.TemporaryDirectory() as folder:
+    for lr in RATES:
+        tc = TrainConfig(steps=STEPS, batch_size=32, lr=lr, min_lr=lr / 10, warmup=max(1, STEPS // 10),
+                         eval_every=STEPS, ckpt_every=STEPS, seed=0, dtype="float32")
+        out = Path(folder) / f"lr-{lr:g}"
+        with contextlib.redirect_stdout(io.StringIO()):
+            summary = train(CORPUS, out, PRESETS["A"], tc, progress=False)
+        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        results[lr] = (summary["val_loss"], [r["loss"] for r in records if "loss" in r])
+table(["peak learning rate", "validation loss after " + f"{STEPS} steps", "last training loss"],
+      [[f"{lr:g}", f"{v:.4f}", f"{losses[-1]:.4f}"] for lr, (v, losses) in results.items()])
+best = min(results, key=lambda lr: results[lr][0])
+say(f"Best of the sweep: **{best:g}**, validation loss {results[best][0]:.4f} after {STEPS} steps "
+    f"(warm-up {max(1, STEPS // 10)} steps, then a cosine decay to a tenth of the peak; batch 32; seed 0).")
+
+# %%
+fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+left.semilogx(RATES, [results[lr][0] for lr in RATES], "o-")
+left.set_xlabel("peak learning rate (log scale)")
+left.set_ylabel("validation loss (nats per character)")
+left.set_title(f"Validation loss after {STEPS} steps")
+for lr in RATES:
+    losses = np.array(results[lr][1])
+    width = min(20, len(losses))
+    right.plot(np.arange(width, len(losses) + 1), np.convolve(losses, np.ones(width) / width, "valid"),
+               label=f"lr {lr:g}")
+right.set_xlabel("optimizer step")
+right.set_ylabel(f"training loss, mean of {min(20, STEPS)} steps (nats per character)")
+right.set_title("Training loss during each run")
+right.legend()
+fig.suptitle("Learning-rate sweep, config A on Tiny Shakespeare")
+show(fig)
+
+# %%
+from transformer.checkpoint import load_checkpoint  # noqa: E402
+
+full = load_checkpoint(Path("build/notebook-data") / ("quick" if QUICK else "full") / "shakespeare" / "checkpoint.npz")
+full_tc = TrainConfig.from_dict(full.extra["train"])
+say(f"The full run uses a peak of {full_tc.lr:g} over {full_tc.steps} steps (warm-up {full_tc.warmup}); "
+    f"the best rate of this {STEPS}-step sweep is {best:g}.")
