@@ -7,9 +7,9 @@
 # over positions 0 .. t, which sum to 1. Everything above the diagonal is
 # exactly zero, because a position cannot see the future.
 
-# depends-on: shakespeare
 
 # %% tags=["hide-input"]
+# depends-on: shakespeare
 from pathlib import Path
 
 import numpy as np
@@ -42,21 +42,19 @@ say(f"The line: `{line}` ({len(ids)} characters). Largest weight above the diago
 # %%
 ticks = list(range(0, len(ids), 6))
 labels = [f"{t} {line[t] if line[t] != ' ' else '␣'}" for t in ticks]
-fig, axes = plt.subplots(cfg.num_layers, cfg.num_heads, figsize=(3.2 * cfg.num_heads, 3.3 * cfg.num_layers))
-for layer in range(cfg.num_layers):
-    for head in range(cfg.num_heads):
-        ax = axes[layer, head]
-        image = ax.imshow(maps[layer, head], cmap="viridis", vmin=0, vmax=1)
-        ax.set_title(f"block {layer}, head {head}", fontsize=9)
-        ax.set_xticks(ticks, labels, fontsize=6, rotation=90)
-        ax.set_yticks(ticks, labels, fontsize=6)
-        if head == 0:
-            ax.set_ylabel("query position (character)")
-        if layer == cfg.num_layers - 1:
-            ax.set_xlabel("key position (character)")
-fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight (0 to 1)")
+panels = [(layer, head) for layer in range(cfg.num_layers) for head in range(cfg.num_heads)]
+rows = (len(panels) + 1) // 2  # two maps side by side, so each is large enough to read
+fig, axes = plt.subplots(rows, 2, figsize=(10, 5 * rows), constrained_layout=True, squeeze=False)
+for (layer, head), ax in zip(panels, axes.flat, strict=False):
+    image = ax.imshow(maps[layer, head], cmap="viridis", vmin=0, vmax=1)
+    ax.set_title(f"block {layer}, head {head}", fontsize=12)
+    ax.set_xticks(ticks, labels, fontsize=9, rotation=90)
+    ax.set_yticks(ticks, labels, fontsize=9)
+    ax.set_ylabel("query position (character)")
+    ax.set_xlabel("key position (character)")
+fig.colorbar(image, ax=axes, shrink=0.3, label="attention weight (0 to 1)")
 fig.suptitle("Attention weights of every head, on a validation line")
-show(fig, dpi=130)
+show(fig, dpi=80)
 
 # %% [markdown]
 # ## What some heads do
@@ -94,7 +92,6 @@ for column, what in [(1, "the character just before"), (0, "itself"), (2, "the f
 layer, head = max(stats, key=lambda k: stats[k][3])
 readings.append(f"- Block {layer}, head {head} spreads its weight most evenly (spread {stats[(layer, head)][3]:.2f}): "
                 "it averages over the whole prefix rather than pointing at one character.")
-say("\n".join(readings) + "\n\nA head that looks at the previous character is the simplest way to learn "
-    "character pairs (\"q\" is followed by \"u\"); a head that looks at position 0 often serves as a place to put "
-    "weight when nothing else is relevant. These are readings of one line; the table, not the story, is the "
-    "measurement.")
+say("\n".join(readings) + "\n\nA head that looks at the character just before is the simplest way to use "
+    "character pairs (in English, \"q\" is followed by \"u\"). These are averages over one line; the table is the "
+    "measurement, and a head's role on other text may differ.")

@@ -96,7 +96,10 @@ table(["step h", "LayerNorm dx (smooth)", "ReLU dx, 3e-4 from the corner"],
       [[f"{s:g}", *(f"{v:.1e}" for v in gaps(s))] for s in steps])
 curve = np.array([gaps(s) for s in fine_steps])
 best = fine_steps[np.argmin(curve[:, 0])]
-say(f"For the smooth function the gap is smallest near h = {best:.0e}; below that, rounding takes over.")
+say(f"For the smooth function the gap is smallest near h = {best:.0e}; below that, rounding takes over. "
+    "Once the step is smaller than the distance to the corner, the ReLU curve lies below the smooth one: ReLU is "
+    "linear on each side of its corner, so central differences there have no truncation error at all, only "
+    "rounding.")
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 4.2))

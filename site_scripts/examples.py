@@ -8,7 +8,6 @@ import numpy as np
 
 from transformer.config import PRESETS
 from transformer.model import forward, init_params
-from transformer.train import TrainConfig
 
 SEED = 0
 TINY_IDS = [2, 0, 2]
@@ -44,9 +43,10 @@ def tiny_trace(cfg=None, params=None, ids=None):
 
 
 def default_run():
-    """(cfg, B, T, trace) at the default config with the training batch size and full context."""
+    """(cfg, B, T, trace) at the default config, on B = 2 sequences of T = context_len / 2 tokens
+    (sizes chosen to differ from each other and from d, so that a recorded shape names its axes)."""
     cfg = PRESETS["default"]
-    B, T = TrainConfig().batch_size, cfg.context_len
+    B, T = 2, cfg.context_len // 2
     ids = np.random.default_rng(SEED).integers(0, cfg.vocab_size, (B, T))
     trace = {}
     forward(init_params(cfg, seed=SEED), ids, cfg, trace)
@@ -55,6 +55,6 @@ def default_run():
 
 def default_note(batch=True):
     cfg = PRESETS["default"]
-    text = (f"the default config (V = {cfg.vocab_size}, T = {cfg.context_len}, d = {cfg.emb_dim}, "
+    text = (f"the default config (V = {cfg.vocab_size}, T_max = {cfg.context_len}, d = {cfg.emb_dim}, "
             f"H = {cfg.num_heads}, L = {cfg.num_layers}, F = {cfg.ff_dim})")
-    return text + (f" with the training batch size B = {TrainConfig().batch_size}" if batch else "")
+    return text + (f" with a batch of B = 2 sequences of T = {cfg.context_len // 2} tokens" if batch else "")

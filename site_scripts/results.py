@@ -71,18 +71,25 @@ def devices_md(page, keep, what):
     picked = [r for r in report["rows"] if keep(r)]
     if not picked:
         raise RuntimeError("no cross-check row matches this page's filter: the filter or the check changed")
+    header = ["Device", "Check", "Tensor", "Max abs gap", "Max rel gap", "Tolerance (rel / abs)", "Result"]
     rows = [[device_label(report, r["device"]), r["check"], f"`{r['tensor']}`", f"{r['max_abs']:.2e}",
              f"{r['max_rel']:.2e}", tolerance_text(r), result_text(r)] for r in picked]
     counts = [f"{sum(r['device'] == d['device'] for r in picked)} of the {d['checks']} comparisons on "
               f"{device_label(report, d['device'])}" for d in report["devices"] if d["status"] == "checked"]
+    shared = []  # a column that holds one value in every row moves into the caption
+    for column in (5, 0):
+        values = {row[column] for row in rows}
+        if len(values) == 1:
+            shared.append(f"{header[column].lower()} {values.pop()}")
+            header = header[:column] + header[column + 1:]
+            rows = [row[:column] + row[column + 1:] for row in rows]
     cfg = report["config"]
     return (f"The same parameters and ids through {what}, on every device the build machine has. The NumPy side "
             f"is always float64. Default config (V = {cfg['vocab_size']}, d = {cfg['emb_dim']}, H = "
             f"{cfg['num_heads']}, L = {cfg['num_layers']}), {cfg['activation']}, ids of shape "
             f"{tuple(report['ids_shape'])}, seed {report['seed']}, torch {report['versions']['torch']}. This page "
-            "shows " + "; ".join(counts) + ".\n\n"
-            + md_table(["Device", "Check", "Tensor", "Max abs gap", "Max rel gap", "Tolerance (rel / abs)", "Result"],
-                       rows)
+            "shows " + "; ".join(counts) + (f", every row with {' and '.join(reversed(shared))}" if shared else "")
+            + ".\n\n" + md_table(header, rows)
             + missing_md(report)
             + f"\nA comparison passes when its relative gap or its absolute gap is within tolerance. Why these "
               f"values: [Cross-check on devices]({page_link(page, 'crosscheck', 'tolerances')}). "

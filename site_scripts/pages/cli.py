@@ -25,7 +25,7 @@ def help_texts():
 
 def help_md():
     old = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal: fix the width so pages do not vary
+    os.environ["COLUMNS"] = "80"  # argparse wraps to the terminal: fix the width so pages do not vary
     try:
         parts = [f"### `{title} --help`\n\n```text\n{text.rstrip()}\n```\n" for title, text in help_texts()]
     finally:

@@ -50,8 +50,9 @@ def dataflow_md():
 
 
 def _sizes(cfg, B, T):
-    return (f"the default config (V = {cfg.vocab_size}, T = {T}, d = {cfg.emb_dim}, H = {cfg.num_heads}, "
-            f"L = {cfg.num_layers}, F = {cfg.ff_dim}) with the training batch size B = {B}")
+    return (f"the default config (V = {cfg.vocab_size}, T_max = {cfg.context_len}, d = {cfg.emb_dim}, "
+            f"H = {cfg.num_heads}, L = {cfg.num_layers}, F = {cfg.ff_dim}) on a batch of B = {B} sequences of "
+            f"T = {T} tokens")
 
 
 def checked_md():
