@@ -10,8 +10,9 @@ source, the shared site_scripts modules, the source and first line of every
 transformer function and class it can reach (site_scripts/depends.py), the
 callers and the tests of those functions (the pages print them), the numpy
 and torch versions and the build context (the repository URL). Editing one
-function therefore reruns exactly the pages that reach it. Files are rewritten only when their
-content changes, so `mkdocs serve` does not rebuild forever.
+function therefore reruns exactly the pages that reach it. Files are
+rewritten only when their content changes, so `mkdocs serve` does not
+rebuild forever.
 
     python -m site_scripts.build [--page NAME ...] [--force]
 """
