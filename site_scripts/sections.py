@@ -70,12 +70,6 @@ def line_anchor(path, function, line):
     return f"__codelineno-{listing_id(path, function)}-{line}"
 
 
-def equation_home(eq_id):
-    """(page, path, function) where the first marker of an equation is listed."""
-    marker = next(m for m in collect_markers() if m.eq_id == eq_id)
-    return BY_ID[eq_id].page, marker.path, top_level_function(marker.path, marker.line)[0]
-
-
 def listed_functions(page):
     """(path, name) of every function listed on the page: each one holding a marker of
     the page's equations (in file order), then its EXTRA_LISTINGS."""
