@@ -105,7 +105,7 @@ def execute(name, run_mode, folder=NOTEBOOKS):
     """Run a notebook; return the executed nbformat notebook or raise NotebookError."""
     import jupytext
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     nb = jupytext.read(folder / f"{name}.py")
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -123,6 +123,10 @@ def execute(name, run_mode, folder=NOTEBOOKS):
         first = cell.source.strip().splitlines()[0] if cell is not None and cell.source.strip() else ""
         error = f"{e.ename}: {e.evalue}" if getattr(e, "ename", None) else str(e).strip().splitlines()[-1]
         raise NotebookError(f"notebook notebooks/{name}.py failed in cell {index} ({first!r}): {error}") from None
+    except CellTimeoutError:
+        raise NotebookError(f"notebook notebooks/{name}.py: a cell ran longer than {TIMEOUT_S} s") from None
+    except DeadKernelError as e:
+        raise NotebookError(f"notebook notebooks/{name}.py: its kernel died ({e})") from None
     finally:
         for k, v in saved.items():
             if v is None:

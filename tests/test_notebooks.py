@@ -73,3 +73,11 @@ def test_the_quick_mode_comes_from_the_environment(monkeypatch):
     assert notebooks.mode() == "quick"
     monkeypatch.setenv(notebooks.QUICK_ENV, "0")
     assert notebooks.mode() == "full"
+
+
+def test_a_cell_that_runs_too_long_is_stopped_and_named(tmp_path, monkeypatch):
+    """Negative control for the cell time limit."""
+    monkeypatch.setattr(notebooks, "TIMEOUT_S", 2)
+    write_notebook(tmp_path / "nb", "slow", ["# %%\nimport time\ntime.sleep(30)"])
+    with pytest.raises(notebooks.NotebookError, match="slow.py: a cell ran longer than 2 s"):
+        notebooks.run("slow", "quick", folder=tmp_path / "nb", out=tmp_path / "out")
