@@ -243,6 +243,17 @@ def used_md(funcs):
     return "\n".join(out)
 
 
+def code_fragments(page, repo_url, used, seeds):
+    """The fragments read from the code that every page with listings shows: the equations and
+    their connection table (when the page declares equations), the listings, where the functions
+    `used` are called and checked, the status and the provenance."""
+    fragments = {"implementation": implementation_md(page, repo_url), "used": used_md(used),
+                 "status": status_md(page), "provenance": provenance_md(page, seeds)}
+    if page_equations(page):
+        fragments.update(equations=equations_md(page, repo_url), connection=connection_md(page, repo_url))
+    return fragments
+
+
 def status_md(page):
     implemented = {m.eq_id for m in collect_markers()}
     eqs = page_equations(page)

@@ -107,14 +107,10 @@ def keep(row):
 def generate(context):
     repo = context["repo_url"]
     return {
-        "equations": sections.equations_md(PAGE, repo),
+        **sections.code_fragments(PAGE, repo, [block_forward, block_backward],
+                                  {"init_params": SEED, "gradient check": SEED}),
         "symbols": symbols_md(),
         "example": example_md(),
-        "implementation": sections.implementation_md(PAGE, repo),
-        "connection": sections.connection_md(PAGE, repo),
         "gradcheck": gradcheck_md(),
         "devices": devices_md(PAGE, keep, "the torch mirror of a block (`torch_block`) and autograd"),
-        "used": sections.used_md([block_forward, block_backward]),
-        "status": sections.status_md(PAGE),
-        "provenance": sections.provenance_md(PAGE, {"init_params": SEED, "gradient check": SEED}),
     }

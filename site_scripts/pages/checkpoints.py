@@ -90,10 +90,7 @@ def refusals_md():
 def generate(context):
     repo = context["repo_url"]
     return {
+        **sections.code_fragments(PAGE, repo, [save_checkpoint, load_checkpoint], {"init_params": SEED}),
         "layout": layout_md(),
         "refusals": refusals_md(),
-        "implementation": sections.implementation_md(PAGE, repo),
-        "used": sections.used_md([save_checkpoint, load_checkpoint]),
-        "status": sections.status_md(PAGE),
-        "provenance": sections.provenance_md(PAGE, {"init_params": SEED}),
     }

@@ -85,12 +85,10 @@ def every_row_md():
 def generate(context):
     repo = context["repo_url"]
     return {
+        **sections.code_fragments(PAGE, repo, [run_crosscheck, check_device, compare],
+                                  {"cross-check inputs": crosscheck_report()["seed"]}),
         "devices": devices_md(),
         "tolerances": tolerances_md(),
         "summary": summary_md(),
         "every": every_row_md(),
-        "implementation": sections.implementation_md(PAGE, repo),
-        "used": sections.used_md([run_crosscheck, check_device, compare]),
-        "status": sections.status_md(PAGE),
-        "provenance": sections.provenance_md(PAGE, {"cross-check inputs": crosscheck_report()["seed"]}),
     }

@@ -83,14 +83,10 @@ def keep(row):
 def generate(context):
     repo = context["repo_url"]
     return {
-        "equations": sections.equations_md(PAGE, repo),
+        **sections.code_fragments(PAGE, repo, [embedding_forward, embedding_backward],
+                                  {"init_params": SEED, "gradient check": SEED}),
         "symbols": symbols_md(),
         "example": example_md(),
-        "implementation": sections.implementation_md(PAGE, repo),
-        "connection": sections.connection_md(PAGE, repo),
         "gradcheck": gradcheck_md(),
         "devices": devices_md(PAGE, keep, "torch indexing (`tok_emb[ids] + pos_emb[:T]`) and autograd"),
-        "used": sections.used_md([embedding_forward, embedding_backward]),
-        "status": sections.status_md(PAGE),
-        "provenance": sections.provenance_md(PAGE, {"init_params": SEED, "gradient check": SEED}),
     }

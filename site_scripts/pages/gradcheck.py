@@ -86,13 +86,8 @@ def negative_md():
 def generate(context):
     repo = context["repo_url"]
     return {
-        "equations": sections.equations_md(PAGE, repo),
+        **sections.code_fragments(PAGE, repo, [numerical_grad, relative_gap, gradcheck_model], {"inputs": SEED}),
         "steps": steps_md(),
         "model": model_md(),
         "negative": negative_md(),
-        "implementation": sections.implementation_md(PAGE, repo),
-        "connection": sections.connection_md(PAGE, repo),
-        "used": sections.used_md([numerical_grad, relative_gap, gradcheck_model]),
-        "status": sections.status_md(PAGE),
-        "provenance": sections.provenance_md(PAGE, {"inputs": SEED}),
     }

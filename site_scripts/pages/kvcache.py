@@ -66,15 +66,10 @@ def keep(row):
 def generate(context):
     repo = context["repo_url"]
     return {
-        "equations": sections.equations_md(PAGE, repo),
+        **sections.code_fragments(PAGE, repo, [decode_step, KVCache], {"init_params": SEED}),
         "symbols": symbols_md(),
         "example": example_md(),
         "cost": cost_md(),
-        "implementation": sections.implementation_md(PAGE, repo),
-        "connection": sections.connection_md(PAGE, repo),
         "devices": devices_md(PAGE, keep, "our `decode_step`, one token at a time, against torch's full causal "
                               "forward over the whole sequence"),
-        "used": sections.used_md([decode_step, KVCache]),
-        "status": sections.status_md(PAGE),
-        "provenance": sections.provenance_md(PAGE, {"init_params": SEED}),
     }

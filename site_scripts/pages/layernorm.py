@@ -103,14 +103,10 @@ def is_layernorm_row(row):
 def generate(context):
     repo = context["repo_url"]
     return {
-        "equations": sections.equations_md(PAGE, repo),
+        **sections.code_fragments(PAGE, repo, [layer_norm_forward, layer_norm_backward],
+                                  {"init_params": SEED, "gradient check": SEED}),
         "symbols": symbols_md(),
         "example": example_md(),
-        "implementation": sections.implementation_md(PAGE, repo),
-        "connection": sections.connection_md(PAGE, repo),
         "gradcheck": gradcheck_md(),
         "devices": devices_md(PAGE, is_layernorm_row, "torch's `F.layer_norm` and autograd"),
-        "used": sections.used_md([layer_norm_forward, layer_norm_backward]),
-        "status": sections.status_md(PAGE),
-        "provenance": sections.provenance_md(PAGE, {"init_params": SEED, "gradient check": SEED}),
     }

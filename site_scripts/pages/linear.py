@@ -111,15 +111,10 @@ def generate(context):
     repo = context["repo_url"]
     funcs = [linear_forward, linear_backward, relu_forward, relu_backward, gelu_forward, gelu_backward]
     return {
-        "equations": sections.equations_md(PAGE, repo),
+        **sections.code_fragments(PAGE, repo, funcs, {"init_params": SEED, "gradient check": SEED}),
         "symbols": symbols_md(),
         "example": example_md(),
         "xavier": xavier_md(),
-        "implementation": sections.implementation_md(PAGE, repo),
-        "connection": sections.connection_md(PAGE, repo),
         "gradcheck": gradcheck_md(),
         "devices": devices_md(PAGE, keep, "torch's `@`, `F.relu` and autograd (the feed-forward and head layers)"),
-        "used": sections.used_md(funcs),
-        "status": sections.status_md(PAGE),
-        "provenance": sections.provenance_md(PAGE, {"init_params": SEED, "gradient check": SEED}),
     }

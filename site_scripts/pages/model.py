@@ -222,18 +222,14 @@ def generate(context):
     repo = context["repo_url"]
     cfg = PRESETS["default"]
     return {
-        "equations": sections.equations_md(PAGE, repo),
+        **sections.code_fragments(PAGE, repo, [forward, backward, loss_and_grads, param_count],
+                                  {"init_params": SEED, "gradient check": SEED}),
         "forward": forward_order_md(),
         "backward": backward_order_md(),
         **params_md(),
         "flow": flow_md(),
-        "implementation": sections.implementation_md(PAGE, repo),
-        "connection": sections.connection_md(PAGE, repo),
         "gradcheck": gradcheck_md(),
         "devices": devices_md(PAGE, keep, "the torch mirror (`torch_forward`, `F.cross_entropy`) and autograd"),
-        "used": sections.used_md([forward, backward, loss_and_grads, param_count]),
-        "status": sections.status_md(PAGE),
-        "provenance": sections.provenance_md(PAGE, {"init_params": SEED, "gradient check": SEED}),
         "sizes": f"At the default config: V = {cfg.vocab_size}, T_max = {cfg.context_len}, d = {cfg.emb_dim}, "
                  f"H = {cfg.num_heads}, L = {cfg.num_layers}, F = {cfg.ff_dim}.\n",
     }

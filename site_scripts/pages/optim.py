@@ -104,18 +104,13 @@ def symbols_md():
 def generate(context):
     repo = context["repo_url"]
     return {
-        "equations": sections.equations_md(PAGE, repo),
+        **sections.code_fragments(PAGE, repo, [adamw_update, lr_at, clip_grads], {"init_params": SEED}),
         "symbols": symbols_md(),
         "example": example_md(),
         "schedule": schedule_md(),
         "clip": clip_md(),
         "decay": decay_md(),
-        "implementation": sections.implementation_md(PAGE, repo),
-        "connection": sections.connection_md(PAGE, repo),
         "devices": summary_md(PAGE, "adamw step", "Our `adamw_update` against `torch.optim.AdamW` with the same "
                               "decay groups, both fed our gradients, for ten steps; every parameter is compared after "
                               "each step."),
-        "used": sections.used_md([adamw_update, lr_at, clip_grads]),
-        "status": sections.status_md(PAGE),
-        "provenance": sections.provenance_md(PAGE, {"init_params": SEED}),
     }

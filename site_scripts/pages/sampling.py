@@ -51,11 +51,6 @@ def example_md():
 def generate(context):
     repo = context["repo_url"]
     return {
-        "equations": sections.equations_md(PAGE, repo),
+        **sections.code_fragments(PAGE, repo, [sample_next, generate_text], {"init_params": SEED, "sampling": SEED}),
         "example": example_md(),
-        "implementation": sections.implementation_md(PAGE, repo),
-        "connection": sections.connection_md(PAGE, repo),
-        "used": sections.used_md([sample_next, generate_text]),
-        "status": sections.status_md(PAGE),
-        "provenance": sections.provenance_md(PAGE, {"init_params": SEED, "sampling": SEED}),
     }

@@ -94,14 +94,11 @@ def keep(row):
 def generate(context):
     repo = context["repo_url"]
     return {
-        "equations": sections.equations_md(PAGE, repo),
+        **sections.code_fragments(PAGE, repo,
+                                  [softmax_forward, softmax_backward, cross_entropy_forward, cross_entropy_backward],
+                                  {"init_params": SEED, "gradient check": SEED}),
         "symbols": symbols_md(),
         "example": example_md(),
-        "implementation": sections.implementation_md(PAGE, repo),
-        "connection": sections.connection_md(PAGE, repo),
         "gradcheck": gradcheck_md(),
         "devices": devices_md(PAGE, keep, "torch's `F.cross_entropy` (the logits and the loss)"),
-        "used": sections.used_md([softmax_forward, softmax_backward, cross_entropy_forward, cross_entropy_backward]),
-        "status": sections.status_md(PAGE),
-        "provenance": sections.provenance_md(PAGE, {"init_params": SEED, "gradient check": SEED}),
     }

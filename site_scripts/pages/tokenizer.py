@@ -49,10 +49,7 @@ def symbols_md():
 def generate(context):
     repo = context["repo_url"]
     return {
+        **sections.code_fragments(PAGE, repo, [make_tokenizer, CharTokenizer, ByteTokenizer], {}),
         "symbols": symbols_md(),
         "example": example_md(),
-        "implementation": sections.implementation_md(PAGE, repo),
-        "used": sections.used_md([make_tokenizer, CharTokenizer, ByteTokenizer]),
-        "status": sections.status_md(PAGE),
-        "provenance": sections.provenance_md(PAGE, {}),
     }

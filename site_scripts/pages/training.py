@@ -79,16 +79,12 @@ def symbols_md():
 def generate(context):
     repo = context["repo_url"]
     return {
-        "equations": sections.equations_md(PAGE, repo),
+        **sections.code_fragments(PAGE, repo, [sample_batch, train_step, evaluate, train],
+                                  {"training and sampling": SEED}),
         "symbols": symbols_md(),
         "example": example_md(),
         "run": run_md(),
-        "implementation": sections.implementation_md(PAGE, repo),
-        "connection": sections.connection_md(PAGE, repo),
         "devices": summary_md(PAGE, "train step", "Ten whole training steps on each side, each with its own "
                               "gradients (NumPy backward against torch autograd) and its own AdamW; every parameter "
                               "is compared after each step."),
-        "used": sections.used_md([sample_batch, train_step, evaluate, train]),
-        "status": sections.status_md(PAGE),
-        "provenance": sections.provenance_md(PAGE, {"training and sampling": SEED}),
     }
