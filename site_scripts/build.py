@@ -9,7 +9,8 @@ A page's cache key hashes everything its output depends on: its generator's
 source, the shared site_scripts modules, the source and first line of every
 transformer function and class it can reach (site_scripts/depends.py), the
 callers and the tests of those functions (the pages print them), the numpy
-and torch versions and the build context (the repository URL). Editing one
+and torch versions, the build context (the repository URL) and whatever the
+generator's optional key_inputs(context) returns. Editing one
 function therefore reruns exactly the pages that reach it. Files are
 rewritten only when their content changes, so `mkdocs serve` does not
 rebuild forever.
@@ -68,10 +69,18 @@ def page_key(name, context, root=ROOT) -> str:
     for part in [*[p.read_text() for p in page_sources(name, root)],
                  *[(root / "site_scripts" / s).read_text() for s in SHARED],
                  depends.units_text(units, root), code_facts_text(units, root), titles_text(root),
-                 numpy.__version__, torch_version(), json.dumps(context, sort_keys=True)]:
+                 numpy.__version__, torch_version(), json.dumps(context, sort_keys=True), extra_key(name, context)]:
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+def extra_key(name, context):
+    """What a generator declares beyond the code it reaches: its optional key_inputs(context) -> str
+    (the mutants page hashes the whole package, the tests and the run's tools, which it runs in copies)."""
+    module = importlib.import_module(f"site_scripts.pages.{name}")
+    key_inputs = getattr(module, "key_inputs", None)
+    return key_inputs(context) if key_inputs else ""
 
 
 def torch_version():

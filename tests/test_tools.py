@@ -54,3 +54,66 @@ def test_benchmark_torch_step_trains_the_same_model():
     ours, _ = loss_and_grads(params, ids, targets, cfg)
     theirs = torch_loss(to_torch(params, dtype=torch.float64), torch.as_tensor(ids), targets, cfg)
     np.testing.assert_allclose(theirs.item(), ours, rtol=1e-12)
+
+
+# ---------------------------------------------------------------- tools/mutants.py: checking the checks
+
+def test_every_catalogued_mutant_fits_the_code_once_and_compiles():
+    """Each edit's text occurs exactly once in its function, so no mutant silently tests nothing."""
+    tool = load_tool("mutants")
+    assert len(tool.MUTANTS) >= 20 and len({m.name for m in tool.MUTANTS}) == len(tool.MUTANTS)
+    for m in tool.MUTANTS:
+        sources = {}
+        for e in m.edits:
+            source = sources.get(e.path) or (ROOT / e.path).read_text()
+            mutated, line = tool.apply_edit(source, e)
+            assert mutated != source and e.new.split("\n")[0] in mutated.splitlines()[line - 1]
+            sources[e.path] = mutated
+        for path, text in sources.items():
+            compile(text, path, "exec")
+
+
+def test_a_mutant_that_no_longer_fits_the_code_stops_the_run():
+    """Negative control: text that is absent, or present twice, is refused with the place named."""
+    tool = load_tool("mutants")
+    catalogue = sys.modules["mutant_catalogue"]
+    absent = catalogue.edit("transformer/layernorm.py:layer_norm_backward", "dx = dxhat * 2", "dx = 0")
+    with pytest.raises(ValueError, match=r"occurs 0 times in transformer/layernorm.py:layer_norm_backward"):
+        tool.apply_edit((ROOT / absent.path).read_text(), absent)
+    twice = catalogue.edit("transformer/layernorm.py:layer_norm_backward", "dx -= ", "dx += ")
+    with pytest.raises(ValueError, match="occurs 2 times"):
+        tool.apply_edit((ROOT / twice.path).read_text(), twice)
+    missing = catalogue.edit("transformer/layernorm.py:no_such_function", "x", "y")
+    with pytest.raises(ValueError, match="expected one function no_such_function"):
+        tool.apply_edit((ROOT / missing.path).read_text(), missing)
+
+
+def test_the_mutant_runner_sees_what_each_check_can_see():
+    """The runner on three cases, with the two fast checks: the unchanged code passes both; a LayerNorm dx
+    without its mean term fails finite differences; a different epsilon, consistent between forward and
+    backward, passes finite differences and fails only the comparison with PyTorch."""
+    pytest.importorskip("torch")
+    tool = load_tool("mutants")
+    by_name = {m.name: m for m in tool.MUTANTS}
+    expected = {None: (False, False), "layernorm-dx-no-mean-term": (True, True),
+                "layernorm-other-epsilon": (False, True)}
+    for name, (by_gradcheck, by_crosscheck) in expected.items():
+        with tool.mutant_copy(by_name.get(name)) as copy:
+            seen_gradcheck, detail = tool.check_gradcheck(copy, {})
+            assert seen_gradcheck == by_gradcheck, (name, detail)
+            seen_crosscheck, detail = tool.check_crosscheck(copy, {})
+            assert seen_crosscheck == by_crosscheck, (name, detail)
+    with tool.mutant_copy(by_name["layernorm-dx-no-mean-term"]) as copy:
+        _, detail = tool.check_gradcheck(copy, {})
+        assert "ln1_g" in detail  # the parameters upstream of a LayerNorm are named
+
+
+def test_the_bigram_bar_is_the_cross_entropy_of_counted_pairs(tmp_path):
+    """On a text where each character fixes the next one, the bigram model is nearly certain; on the
+    same characters in a random order it is close to log of the number of characters."""
+    tool = load_tool("mutants")
+    (tmp_path / "cycle.txt").write_text("abcd" * 5000)
+    assert tool.bigram_loss(tmp_path / "cycle.txt") < 0.01
+    rng = np.random.default_rng(0)
+    (tmp_path / "noise.txt").write_text("".join(rng.choice(list("abcd"), 20000)))
+    assert abs(tool.bigram_loss(tmp_path / "noise.txt") - np.log(4)) < 0.01

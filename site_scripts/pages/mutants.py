@@ -1,0 +1,164 @@
+"""Generator of the "Are the checks good enough?" page: the report of tools/mutants.py.
+
+The report is the cached result of running every check against every mutant
+(tools/mutants.py); it is rerun whenever the package, the tests or the tool
+change, so the page always describes the code it is built with. In quick mode
+(SITE_QUICK=1, the test build) only the mutants of QUICK run, and the page says so.
+"""
+
+import importlib.util
+import sys
+
+from .. import sections
+from ..build import ROOT
+from ..notebooks import mode
+
+PAGE = "mutants"
+
+
+def tool():
+    """tools/mutants.py, loaded by path (tools/ is a folder of scripts, not a package)."""
+    if "mutants_tool" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("mutants_tool", ROOT / "tools" / "mutants.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["mutants_tool"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["mutants_tool"]
+
+
+def quick():
+    return mode() == "quick"
+
+
+def key_inputs(context):
+    return tool().report_key(quick())
+
+
+def anchor(name):
+    return f"m-{name}"
+
+
+def check_titles(report):
+    return {c["name"]: c["title"] for c in report["checks"]}
+
+
+def summary_md(report, total):
+    records = report["mutants"]
+    caught = [r for r in records if r["caught_by"]]
+    unseen = [r for r in records if not r["caught_by"] and r["uncatchable"]]
+    gaps = [r for r in records if r["gap"]]
+    text = ""
+    if quick():
+        text += (f'!!! warning "Quick run"\n    This build ran {len(records)} of the {total} mutants (SITE_QUICK=1, '
+                 "as the test suite builds the site). `scripts/site` runs them all.\n\n")
+    text += (f"**{len(caught)} of {len(records)} mutants caught** by at least one check. "
+             f"{len(unseen)} {'is' if len(unseen) == 1 else 'are'} invisible to every check by nature (below, "
+             f"with the reason), and **{len(gaps)} survived** as a gap. The unchanged code passed all "
+             f"{len(report['checks'])} checks first, in the same run, so every catch below is the mutant's doing.\n")
+    return text
+
+
+def checks_md(report):
+    records = report["mutants"]
+    rows = []
+    for c in report["checks"]:
+        caught = [r for r in records if c["name"] in r["caught_by"]]
+        alone = [r for r in caught if r["caught_by"] == [c["name"]]]
+        rows.append([f"**{c['title']}**", c["what"], f"{len(caught)} of {len(records)}",
+                     ", ".join(f"[{r['name']}](#{anchor(r['name'])})" for r in alone) or "none",
+                     f"{report['baseline'][c['name']]['detail']}"])
+    return sections.md_table(["Check", "What it compares", "Caught", "Caught by it alone",
+                              "On the unchanged code"], rows)
+
+
+def matrix_md(report):
+    titles = check_titles(report)
+    header = ["Mutant", "Page", *titles.values()]
+    rows = []
+    for r in report["mutants"]:
+        cells = ["caught" if r["results"][c]["caught"] else "—" for c in titles]
+        if r["gap"]:
+            name = f"[**{r['name']}**](#{anchor(r['name'])}) (gap)"
+        elif not r["caught_by"]:
+            name = f"[{r['name']}](#{anchor(r['name'])}) (invisible)"
+        else:
+            name = f"[{r['name']}](#{anchor(r['name'])})"
+        rows.append([name, f"[{sections.page_title(r['component'])}]({sections.page_link(PAGE, r['component'])})",
+                     *cells])
+    return sections.md_table(header, rows)
+
+
+def edit_md(e, repo_url):
+    """Where the edit is (linked to the listing on its page, else to the hosted line) and a diff of it."""
+    path, function, line = e["path"], e["function"], e["line"]
+    original = (ROOT / path).read_text().splitlines()[line - 1]
+    mutated = original.replace(e["old"], e["new"], 1).split("\n")
+    where = f"`{path}:{line}`" + (f" in `{function}`" if function else "")
+    page = sections.function_page(path, function) if function else None
+    link = (sections.function_link(PAGE, path, function, line) if page
+            else sections.source_url(repo_url, path, line))
+    diff = "\n".join([f"- {original.strip()}", *(f"+ {m.strip()}" for m in mutated)])
+    return f"[{where}]({link}):\n\n```diff\n{diff}\n```\n"
+
+
+def details_md(report, repo_url):
+    titles = check_titles(report)
+    parts = []
+    for r in report["mutants"]:
+        verdict = ("**A gap: no check caught it.**" if r["gap"] else
+                   "No check caught it, as expected." if not r["caught_by"] else
+                   "Caught by: " + ", ".join(titles[c] for c in r["caught_by"]) + ".")
+        text = f"### {r['name']} {{#{anchor(r['name'])}}}\n\n{r['breaks']} {verdict}\n\n"
+        if r["uncatchable"]:
+            text += f"*Why no check can see it:* {r['uncatchable']}\n\n"
+        text += "".join(edit_md(e, repo_url) + "\n" for e in r["edits"])
+        rows = [[titles[c], "**caught**" if res["caught"] else "missed", res["detail"], f"{res['seconds']:.0f} s"]
+                for c, res in r["results"].items()]
+        text += sections.md_table(["Check", "Result", "What it saw", "Time"], rows)
+        parts.append(text)
+    return "\n".join(parts)
+
+
+def invisible_md(report):
+    records = [r for r in report["mutants"] if r["uncatchable"]]
+    if not records:
+        return "None of the mutants in this run is invisible by nature.\n"
+    lines = []
+    for r in records:
+        outcome = ("No check caught it." if not r["caught_by"] else
+                   "Yet it was caught, by " + ", ".join(check_titles(report)[c] for c in r["caught_by"])
+                   + ": its details say what differed.")
+        lines.append(f"- [**{r['name']}**](#{anchor(r['name'])}): {r['uncatchable']} *{outcome}*")
+    return "\n".join(lines) + "\n"
+
+
+def gaps_md(report):
+    gaps = [r for r in report["mutants"] if r["gap"]]
+    if not gaps:
+        return ("None in this run: every mutant that a check could see, some check saw. A new gap would be "
+                "listed here, and `python tools/mutants.py` (run in CI) would exit with status 1.\n")
+    return ("These mutants passed every check, and the next step for each is a check that catches it:\n\n"
+            + "\n".join(f"- [**{r['name']}**](#{anchor(r['name'])}): {r['breaks']}" for r in gaps) + "\n")
+
+
+def run_md(report, total):
+    training = " ".join(report["training_args"])
+    return (f"This run took {report['seconds']} s with {report['jobs']} mutants at a time, each check in its own "
+            f"process with one thread. The training check ran `python -m transformer train {training}` and "
+            f"compared the final validation loss with that of a bigram model counted from the same training "
+            f"split: {report['bigram_loss']:.4f} nats.\n\n"
+            "```bash\n"
+            f"python tools/mutants.py            # all {total} mutants, or the cached report if nothing changed\n"
+            "python tools/mutants.py --list     # the mutants and the lines they edit\n"
+            "python tools/mutants.py --only attention-grad-no-scale   # one mutant, every check\n"
+            "```\n")
+
+
+def generate(context):
+    t = tool()
+    report = t.report(quick=quick())
+    total = len(t.MUTANTS)
+    return {"summary": summary_md(report, total), "checks": checks_md(report), "matrix": matrix_md(report),
+            "invisible": invisible_md(report), "gaps": gaps_md(report),
+            "details": details_md(report, context["repo_url"]), "run": run_md(report, total),
+            "provenance": sections.provenance_md(PAGE, {"training run": 0})}

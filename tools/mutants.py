@@ -1,0 +1,401 @@
+"""Check the checks: plant one deliberate mistake at a time and see which check notices.
+
+For each mutant of tools/mutant_catalogue.py, copy the package and its tests to a
+temporary folder (the working tree is never touched), apply the mutant's edits
+there, and run every one of the project's checks against the copy:
+
+  gradcheck   float64 central differences of every parameter (the gradcheck command, ReLU and GELU)
+  crosscheck  the comparison with PyTorch on the CPU (the crosscheck command, ReLU and GELU)
+  tests       the unit tests (pytest, without the tests of the site and the tools)
+  training    a short training run on Tiny Shakespeare, which must beat a bigram model
+
+The unchanged code goes through the same checks first; if any of them fails
+there, the run stops, since a check that fails anyway cannot tell us anything.
+
+    python tools/mutants.py              # every mutant; ~10 min on 2 cores
+    python tools/mutants.py --quick      # the three of QUICK
+    python tools/mutants.py --only NAME [NAME ...]   [--list] [-j 2] [--json PATH]
+
+The whole run's report is cached in build/cache/ under a key of everything it
+depends on, and the site's "Are the checks good enough?" page is generated from
+it. Exit status 1 when a mutant that some check should catch survives.
+"""
+
+import argparse
+import ast
+import hashlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+from mutant_catalogue import MUTANTS, QUICK  # noqa: E402
+
+CACHE = ROOT / "build" / "cache"
+CORPUS = ROOT / "data" / "tinyshakespeare" / "input.txt"
+COPIED = ("transformer", "tests", "pyproject.toml")  # what a mutant's copy holds
+# These test the site and the tools (they read docs/, site_scripts/, tools/), not the model's arithmetic.
+NOT_UNIT_TESTS = ("test_site.py", "test_notebooks.py", "test_tools.py", "test_code_facts.py",
+                  "test_equation_ties.py")
+TIMEOUT_S = 600  # per check: a mutant that makes a check hang counts as caught, after this long
+TRAINING = ["--preset", "A", "--steps", "200", "--lr", "1e-2", "--warmup", "20", "--eval-every", "200",
+            "--batch-size", "32", "--seed", "0", "--no-progress"]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    title: str
+    what: str  # what it compares, for the page
+
+
+CHECKS = (
+    Check("gradcheck", "Finite differences",
+          "every gradient of a tiny model against float64 central differences, ReLU and GELU "
+          "(`python -m transformer gradcheck`)"),
+    Check("crosscheck", "PyTorch cross-check",
+          "logits, loss, gradients, intermediates, AdamW steps, training steps and KV-cache decoding "
+          "against PyTorch on the CPU, ReLU and GELU (`python -m transformer crosscheck`)"),
+    Check("tests", "Unit tests",
+          "the pytest suite, without the tests of the site and the tools (stops at the first failure)"),
+    Check("training", "Training run",
+          "200 steps of preset A on Tiny Shakespeare; the validation loss must fall below that of a "
+          "bigram model counted from the training split"),
+)
+
+
+# ---------------------------------------------------------------- applying a mutant
+
+def function_span(source, function, path):
+    """(start, end) character offsets of a top-level or nested function's source."""
+    tree = ast.parse(source)
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function]
+    if len(found) != 1:
+        raise ValueError(f"{path}: expected one function {function}, found {len(found)}")
+    lines = source.splitlines(keepends=True)
+    start = sum(len(line) for line in lines[:found[0].lineno - 1])
+    end = sum(len(line) for line in lines[:found[0].end_lineno])
+    return start, end
+
+
+def apply_edit(source, e):
+    """Return (the edited source, the 1-based line of the edit). `e.old` must occur once in its scope."""
+    start, end = function_span(source, e.function, e.path) if e.function else (0, len(source))
+    scope = source[start:end]
+    count = scope.count(e.old)
+    if count != 1:
+        where = f"{e.path}:{e.function}" if e.function else e.path
+        raise ValueError(f"mutant edit does not fit the code: {e.old!r} occurs {count} times in {where}")
+    at = start + scope.index(e.old)
+    return source[:at] + e.new + source[at + len(e.old):], source.count("\n", 0, at) + 1
+
+
+def apply_mutant(mutant, root):
+    """Apply every edit of the mutant to the files under root; return the edits' lines in the original."""
+    lines = []
+    for e in mutant.edits:
+        path = root / e.path
+        source = path.read_text()
+        mutated, line = apply_edit(source, e)
+        compile(mutated, e.path, "exec")
+        path.write_text(mutated)
+        lines.append(line)
+    return lines
+
+
+def edit_lines(mutant):
+    """The line of each edit in the working tree's (unmutated) source, applying the edits in order."""
+    sources, lines = {}, []
+    for e in mutant.edits:
+        source = sources.get(e.path) or (ROOT / e.path).read_text()
+        sources[e.path], line = apply_edit(source, e)
+        lines.append(line)
+    return lines
+
+
+# ---------------------------------------------------------------- the checks, run in a copy
+
+def run(cmd, copy, timeout=TIMEOUT_S, threads="1"):
+    env = dict(os.environ, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS=threads,
+               OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+    try:
+        return subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def crash_line(result):
+    """The last line of a traceback (the exception), or the last line of stderr."""
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else f"exit status {result.returncode}"
+
+
+def check_gradcheck(copy, ctx):
+    fails = []
+    for activation in ("relu", "gelu"):
+        result = run([sys.executable, "-m", "transformer", "gradcheck", "--activation", activation], copy)
+        if result is None:
+            return True, f"{activation}: timed out after {TIMEOUT_S} s"
+        if result.returncode not in (0, 1):
+            return True, f"{activation}: crashed ({crash_line(result)})"
+        bad = [line.split()[0] for line in result.stdout.splitlines() if line.rstrip().endswith(" FAIL")]
+        if result.returncode == 1 or bad:
+            fails.append(f"{activation}: {len(bad)} parameters ({', '.join(bad[:4])}{', ...' if len(bad) > 4 else ''})")
+    return bool(fails), "; ".join(fails) or "every parameter within tolerance, ReLU and GELU"
+
+
+def check_crosscheck(copy, ctx):
+    fails = []
+    for activation in ("relu", "gelu"):
+        report = copy / f"crosscheck-{activation}.json"
+        result = run([sys.executable, "-m", "transformer", "crosscheck", "--devices", "cpu",
+                      "--activation", activation, "--json", str(report)], copy)
+        if result is None:
+            return True, f"{activation}: timed out after {TIMEOUT_S} s"
+        if result.returncode not in (0, 1) or not report.exists():
+            return True, f"{activation}: crashed ({crash_line(result)})"
+        rows = json.loads(report.read_text())["rows"]
+        bad = [r for r in rows if not r["passed"]]
+        if result.returncode == 1 or bad:
+            kinds = sorted({r["check"].rstrip("0123456789 ") for r in bad})  # "train step 3" -> "train step"
+            fails.append(f"{activation}: {len(bad)} of {len(rows)} comparisons ({', '.join(kinds)})")
+    return bool(fails), "; ".join(fails) or "every comparison within tolerance, ReLU and GELU"
+
+
+def check_tests(copy, ctx):
+    ignore = [f"--ignore=tests/{name}" for name in NOT_UNIT_TESTS]
+    result = run([sys.executable, "-m", "pytest", "tests", "-x", "-q", "-p", "no:cacheprovider", *ignore], copy)
+    if result is None:
+        return True, f"timed out after {TIMEOUT_S} s"
+    failed = [line.split(" ", 1)[1].split(" - ")[0] for line in result.stdout.splitlines()
+              if line.startswith(("FAILED ", "ERROR "))]
+    if result.returncode == 0:
+        passed = [line for line in result.stdout.splitlines() if " passed" in line]
+        return False, passed[-1].strip("= ") if passed else "passed"
+    if failed:
+        return True, f"first failure: {failed[0]}"
+    return True, f"pytest exit status {result.returncode} ({crash_line(result)})"
+
+
+def check_training(copy, ctx):
+    out = copy / "run"
+    result = run([sys.executable, "-m", "transformer", "train", "--corpus", str(CORPUS), "--out", str(out),
+                  *TRAINING], copy)
+    if result is None:
+        return True, f"timed out after {TIMEOUT_S} s"
+    if result.returncode != 0:
+        return True, f"crashed ({crash_line(result)})"
+    losses = [json.loads(line)["val_loss"] for line in (out / "metrics.jsonl").read_text().splitlines()
+              if '"val_loss"' in line]
+    loss, bar = losses[-1], ctx["bigram_loss"]
+    if not math.isfinite(loss) or loss >= bar:
+        return True, f"validation loss {loss:.4f}, not below the bigram model's {bar:.4f}"
+    return False, f"validation loss {loss:.4f}, below the bigram model's {bar:.4f}"
+
+
+CHECK_FUNCTIONS = {"gradcheck": check_gradcheck, "crosscheck": check_crosscheck, "tests": check_tests,
+                   "training": check_training}
+
+
+def bigram_loss(path=CORPUS):
+    """Cross-entropy on the validation split of a bigram model counted on the training split.
+
+    Add-one smoothing; the split is the library's (the first 90% for training). A model that learns
+    anything beyond the previous character beats it; one that cannot use context cannot.
+    """
+    import numpy as np
+
+    from transformer.data import CharTokenizer, train_val_split
+
+    text = path.read_text()
+    tokenizer = CharTokenizer.from_text(text)
+    train, val = train_val_split(tokenizer.encode(text), seq_len=64)
+    V = tokenizer.vocab_size
+    counts = np.ones((V, V))
+    np.add.at(counts, (train[:-1], train[1:]), 1.0)
+    probs = counts / counts.sum(axis=1, keepdims=True)
+    return float(-np.log(probs[val[:-1], val[1:]]).mean())
+
+
+@contextmanager
+def mutant_copy(mutant):
+    """A temporary copy of the package and its tests with the mutant applied (None: unchanged)."""
+    with tempfile.TemporaryDirectory(prefix="mutant-") as tmp:
+        copy = Path(tmp)
+        for item in COPIED:
+            src = ROOT / item
+            if src.is_dir():
+                shutil.copytree(src, copy / item, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy(src, copy / item)
+        if mutant is not None:
+            apply_mutant(mutant, copy)
+        yield copy
+
+
+def run_one(mutant, ctx):
+    """Run every check against a copy with the mutant applied; return the results by check."""
+    results = {}
+    with mutant_copy(mutant) as copy:
+        for check in CHECKS:
+            start = time.perf_counter()
+            caught, detail = CHECK_FUNCTIONS[check.name](copy, ctx)
+            results[check.name] = {"caught": caught, "detail": detail,
+                                   "seconds": round(time.perf_counter() - start, 1)}
+    return results
+
+
+# ---------------------------------------------------------------- the whole run, and its cache
+
+def selected(names=None, quick=False):
+    by_name = {m.name: m for m in MUTANTS}
+    unknown = [n for n in names or [] if n not in by_name]
+    if unknown:
+        raise SystemExit(f"error: no mutant named {', '.join(unknown)} (see --list)")
+    if names:
+        return [by_name[n] for n in names]
+    return [by_name[n] for n in QUICK] if quick else list(MUTANTS)
+
+
+def mutant_record(mutant, results):
+    caught_by = [c.name for c in CHECKS if results[c.name]["caught"]]
+    return {"name": mutant.name, "component": mutant.component, "breaks": mutant.breaks,
+            "uncatchable": mutant.uncatchable,
+            "edits": [{"path": e.path, "function": e.function, "line": line, "old": e.old, "new": e.new}
+                      for e, line in zip(mutant.edits, edit_lines(mutant), strict=True)],
+            "results": results, "caught_by": caught_by,
+            "gap": not caught_by and not mutant.uncatchable}
+
+
+def run_all(mutants, jobs=2, log=print):
+    """Run the unchanged code, then every mutant, through every check. Returns the report."""
+    ensure_corpus()
+    ctx = {"bigram_loss": bigram_loss()}
+    start = time.perf_counter()
+    with ThreadPoolExecutor(jobs) as pool:
+        baseline = pool.submit(run_one, None, ctx)
+        futures = [(m, pool.submit(run_one, m, ctx)) for m in mutants]
+        base = baseline.result()
+        wrong = {name: r["detail"] for name, r in base.items() if r["caught"]}
+        if wrong:
+            for _, f in futures:
+                f.cancel()
+            raise RuntimeError("the checks fail on the unchanged code, so they cannot judge a mutant: "
+                               + "; ".join(f"{k}: {v}" for k, v in wrong.items()))
+        log(f"{'unchanged code':<36} passes every check")
+        records = []
+        for mutant, future in futures:
+            record = mutant_record(mutant, future.result())
+            records.append(record)
+            log(f"{mutant.name:<36} {status_text(record)}")
+    return {"checks": [c.__dict__ for c in CHECKS], "bigram_loss": ctx["bigram_loss"], "baseline": base,
+            "mutants": records, "seconds": round(time.perf_counter() - start), "jobs": jobs,
+            "training_args": TRAINING}
+
+
+def status_text(record):
+    if record["caught_by"]:
+        return "caught by " + ", ".join(record["caught_by"])
+    return "not caught (no check can see it)" if record["uncatchable"] else "SURVIVED"
+
+
+def ensure_corpus():
+    if not CORPUS.exists():
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py")], check=True)
+
+
+def report_key(quick):
+    """A hash of everything a run's outcome depends on: the copied code and tests, this tool, the corpus."""
+    import numpy
+
+    digest = hashlib.sha256()
+    files = [p for item in COPIED for p in sorted((ROOT / item).rglob("*.py") if (ROOT / item).is_dir()
+                                                     else [ROOT / item])]
+    files += [ROOT / "tools" / "mutants.py", ROOT / "tools" / "mutant_catalogue.py"]
+    for path in files:
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    ensure_corpus()
+    digest.update(CORPUS.read_bytes())
+    digest.update(f"{numpy.__version__} {torch_version()} quick={quick}".encode())
+    return digest.hexdigest()
+
+
+def torch_version():
+    try:
+        from importlib.metadata import version
+        return version("torch")
+    except Exception:  # noqa: BLE001 - without torch the cross-check cannot run; the key must say so
+        return "none"
+
+
+def cache_path(quick):
+    return CACHE / f"mutants-{'quick' if quick else 'full'}.json"
+
+
+def report(quick=False, jobs=2, force=False, log=print):
+    """The cached report of the whole (or quick) run, rerun when anything it depends on changed."""
+    key, path = report_key(quick), cache_path(quick)
+    if not force and path.exists():
+        cached = json.loads(path.read_text())
+        if cached.get("key") == key:
+            return cached
+    result = run_all(selected(quick=quick), jobs, log)
+    result.update({"key": key, "quick": quick})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(result, indent=1))
+    partial.replace(path)  # a report is whole or absent, never half-written
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--quick", action="store_true", help="only the mutants of QUICK")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="only these mutants (not cached)")
+    parser.add_argument("--force", action="store_true", help="rerun even when the cached report is current")
+    parser.add_argument("-j", "--jobs", type=int, default=2, help="mutants run at once (default: 2)")
+    parser.add_argument("--json", type=Path, help="also write the report here")
+    args = parser.parse_args()
+    if args.list:
+        for m in MUTANTS:
+            lines = ", ".join(f"{e.path}:{line}" for e, line in zip(m.edits, edit_lines(m), strict=True))
+            print(f"{m.name:<36} {lines}")
+        return 0
+    try:
+        if args.only:
+            result = run_all(selected(args.only), args.jobs)
+        else:
+            printed = []
+            result = report(args.quick, args.jobs, args.force, log=lambda line: printed.append(print(line, flush=True)))
+            if not printed:  # the report came from the cache: show its lines too
+                print(f"(the cached report of {cache_path(args.quick).relative_to(ROOT)}, current for this code)")
+                for record in result["mutants"]:
+                    print(f"{record['name']:<36} {status_text(record)}")
+    except (RuntimeError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    records = result["mutants"]
+    caught = sum(bool(r["caught_by"]) for r in records)
+    gaps = [r["name"] for r in records if r["gap"]]
+    print(f"{caught} of {len(records)} mutants caught in {result['seconds']} s with {result['jobs']} jobs; "
+          f"{len(records) - caught - len(gaps)} that no check can see; "
+          f"survivors: {', '.join(gaps) or 'none'}")
+    return 1 if gaps else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
