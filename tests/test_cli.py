@@ -108,6 +108,12 @@ def test_train_without_a_corpus_says_how_to_give_one(tmp_path, capsys, monkeypat
     assert_one_line_error(code, err, "pass --corpus PATH or set TRANSFORMER_CORPUS")
 
 
+def test_resume_where_no_run_is_names_the_missing_checkpoint(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TRANSFORMER_CORPUS", raising=False)
+    code, _, err = run_cli(["train", "--resume", "--out", tmp_path / "no-run"], capsys)
+    assert_one_line_error(code, err, f"checkpoint {tmp_path / 'no-run' / 'checkpoint.npz'} does not exist")
+
+
 def test_corpus_can_come_from_the_environment(tmp_path, corpus, capsys, monkeypatch):
     monkeypatch.setenv("TRANSFORMER_CORPUS", str(corpus))
     code, stdout, _ = run_cli(["train", "--out", tmp_path / "run", "--steps", "2", *SMALL], capsys)
