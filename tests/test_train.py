@@ -191,6 +191,23 @@ def test_a_new_run_never_overwrites_an_existing_one_by_accident(tmp_path, corpus
     assert load_checkpoint(out / "checkpoint.npz").step == 5
 
 
+def test_an_overwriting_run_that_fails_leaves_no_checkpoint_of_the_old_run(tmp_path, corpus):
+    """Otherwise --resume would continue the old run with the failed run's metrics."""
+    out = tmp_path / "run"
+
+    def stop_at_2(step, stop):
+        if step == 2:
+            stop.reason = "interrupted"
+
+    train(corpus, out, MODEL, small_config(), progress=False, on_step=stop_at_2)
+    with pytest.raises(ConfigError, match="the loss became"):
+        train(corpus, out, MODEL, small_config(lr=1e30, grad_clip=0.0, warmup=0, weight_decay=0.0), overwrite=True,
+              progress=False)
+    assert not (out / "checkpoint.npz").exists()
+    with pytest.raises(CheckpointError, match="does not exist"):
+        train(corpus, out, MODEL, small_config(), resume=True, progress=False)
+
+
 def test_resume_refuses_a_different_corpus(tmp_path, corpus):
     out = tmp_path / "run"
 

@@ -350,6 +350,9 @@ def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, 
         _truncate_metrics(metrics_path, run.step)
     else:
         out_dir.mkdir(parents=True, exist_ok=True)
+        # With overwrite, the old run's checkpoint goes with its metrics: were it kept, a new run that
+        # fails before its first checkpoint would leave it beside the new metrics, and --resume would mix both.
+        ckpt_path.unlink(missing_ok=True)
         metrics_path.write_text("")
 
     from tqdm import tqdm  # imported here: the model itself needs numpy alone
