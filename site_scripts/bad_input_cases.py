@@ -114,6 +114,10 @@ GROUPS = {
         Case("zero-steps", "A run of zero steps", "There would be nothing to train.", "TrainConfig(steps=0)",
              TRAIN + ("--steps", "0"), names=("steps must be a positive integer",),
              tests=(TRAIN_TESTS + "test_training_refuses_bad_settings", TRAIN_ERRORS)),
+        Case("setting-type", "A training setting of the wrong type", "A β of Adam is a number; the string "
+             "\"0.9\" is not one. (The command line reads --beta1 as a number first, so only Python can pass it.)",
+             'TrainConfig(beta1="0.9")', names=("beta1 must lie in [0, 1)",),
+             tests=(TRAIN_TESTS + "test_a_setting_of_the_wrong_type_is_a_config_error",)),
         Case("zero-minutes", "A time limit of zero minutes", "The run would stop before its first step.",
              'train("corpus.txt", "new", cfg, TrainConfig(), max_minutes=0)', TRAIN + ("--max-minutes", "0"),
              names=("max_minutes must be a positive number",),
@@ -189,6 +193,11 @@ GROUPS = {
              'train("corpus.txt", "broken", cfg, TrainConfig(), resume=True)', ("train", "--resume", "--out", "broken"),
              names=("truncated",), tests=(CKPT + "test_truncated_checkpoint",
                                           CLI + "test_a_refused_resume_leaves_the_run_as_it_was")),
+        Case("resume-tampered", "Resuming from a checkpoint with an invalid training state", "The state of "
+             "the batch sampler stored in the checkpoint was edited by hand and no longer describes a generator.",
+             'train("corpus.txt", "tampered", cfg, TrainConfig(), resume=True)',
+             ("train", "--resume", "--out", "tampered"), names=("invalid training state",),
+             tests=(TRAIN_TESTS + "test_resume_refuses_a_checkpoint_with_an_invalid_training_state",)),
         Case("resume-finished", "Resuming a run that finished", "Every step of the run is done.",
              'train("corpus.txt", "done", cfg, TrainConfig(), resume=True)', ("train", "--resume", "--out", "done"),
              names=("already finished",),
@@ -266,6 +275,15 @@ def stop_after_first_step(step, stop):
     stop.reason = "interrupted"  # as Ctrl-C would: the run writes a checkpoint and can be resumed
 
 
+def rewrite_meta(source, target, edit):
+    """Copy a checkpoint, changing its JSON description with edit(meta)."""
+    with np.load(source) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    meta = json.loads(str(arrays["meta"]))
+    edit(meta)
+    np.savez(target, **{**arrays, "meta": np.array(json.dumps(meta))})
+
+
 def make_fixtures(folder):
     """The files the bad inputs name, written by the real library wherever a real file is needed."""
     Path(folder).mkdir(parents=True)
@@ -284,14 +302,14 @@ def make_fixtures(folder):
         np.savez("foreign.npz", weights=np.zeros(3))
         wider = init_params(cfg.with_(emb_dim=2 * cfg.emb_dim), seed=SEED)
         save_checkpoint("mismatched.npz", Checkpoint(wider, cfg, chars))
-        with np.load("model.npz") as npz:
-            arrays = {k: npz[k] for k in npz.files}
-        meta = dict(json.loads(str(arrays["meta"])), version=VERSION + 1)
-        np.savez("newer.npz", **{**arrays, "meta": np.array(json.dumps(meta))})
+        rewrite_meta("model.npz", "newer.npz", lambda meta: meta.update(version=VERSION + 1))
         np.savez("pickled.npz", meta=np.array([{"format": FORMAT}], dtype=object))
         small = TrainConfig(steps=2, batch_size=2, warmup=0, seed=SEED)
         train("corpus.txt", "run", cfg, small, progress=False, on_step=stop_after_first_step)  # resumable
         train("corpus.txt", "done", cfg, small, progress=False)  # finished
+        Path("tampered").mkdir()
+        rewrite_meta("run/checkpoint.npz", "tampered/checkpoint.npz",
+                     lambda meta: meta["extra"].update(sampler_state={"bit_generator": "PCG64"}))
         train("corpus.txt", "broken", cfg, small, progress=False, on_step=stop_after_first_step)
         whole = Path("broken/checkpoint.npz").read_bytes()
         Path("broken/checkpoint.npz").write_bytes(whole[: len(whole) // 2])
