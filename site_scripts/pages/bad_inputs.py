@@ -74,7 +74,8 @@ def case_md(case, library, command, namespace):
         rows.append(["Command", "—"])
     rows.append(["Checked by", "<br>".join(f"`pytest {t}`" for t in case.tests)])
     note = NOTES[case.slug](namespace) if case.slug in NOTES else ""
-    return f"### {case.title} {{#{case.slug}}}\n\n{case.wrong}\n\n{note}" + sections.md_table(["", ""], rows)
+    return (f"### {case.title} {{#{case.slug}}}\n\n{case.wrong}\n\n{note}"
+            + sections.md_table(["", "At build time"], rows))
 
 
 def cases_md(results, namespace):
