@@ -25,6 +25,7 @@ PAGE_PATHS = {
     "kvcache": "generation/kv-cache.md",
     "gradcheck": "verification/gradcheck.md",
     "crosscheck": "verification/crosscheck.md",
+    "bad_inputs": "verification/bad-inputs.md",
     "mutants": "verification/mutants.md",
     "configuration": "reference/configuration.md",
     "cli": "reference/cli.md",

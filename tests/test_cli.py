@@ -93,6 +93,8 @@ MODEL = ["--context-len", "16", "--emb-dim", "16", "--num-layers", "1", "--ff-di
     (b"x" * 500, ["--corpus", "{tmp}/c.txt", "--resume"], "checkpoint.npz does not exist"),
     (b"x" * 500, ["--corpus", "{tmp}/c.txt", "--resume", "--lr", "0.1"], "drop --lr"),
     (b"x" * 500, ["--corpus", "{tmp}/c.txt", *MODEL, "--steps", "0"], "steps must be a positive integer"),
+    (b"x" * 500, ["--corpus", "{tmp}/c.txt", "--context-len", "0"], "context_len must be a positive integer"),
+    (None, ["--corpus", "{tmp}", *MODEL], "is a directory, not a text file"),
 ])
 def test_train_errors_are_one_line(tmp_path, capsys, make, args, message):
     if make is not None:
@@ -100,12 +102,19 @@ def test_train_errors_are_one_line(tmp_path, capsys, make, args, message):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     code, _, err = run_cli(["train", "--out", tmp_path / "out", *args, "--no-progress"], capsys)
     assert_one_line_error(code, err, message)
+    assert not (tmp_path / "out").exists()  # a refused run leaves nothing behind, no half-written checkpoint
 
 
 def test_train_without_a_corpus_says_how_to_give_one(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("TRANSFORMER_CORPUS", raising=False)
     code, _, err = run_cli(["train", "--out", tmp_path], capsys)
     assert_one_line_error(code, err, "pass --corpus PATH or set TRANSFORMER_CORPUS")
+
+
+def test_resume_where_no_run_is_names_the_missing_checkpoint(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TRANSFORMER_CORPUS", raising=False)
+    code, _, err = run_cli(["train", "--resume", "--out", tmp_path / "no-run"], capsys)
+    assert_one_line_error(code, err, f"checkpoint {tmp_path / 'no-run' / 'checkpoint.npz'} does not exist")
 
 
 def test_corpus_can_come_from_the_environment(tmp_path, corpus, capsys, monkeypatch):
@@ -120,6 +129,8 @@ def test_corpus_can_come_from_the_environment(tmp_path, corpus, capsys, monkeypa
     (["--top-k", "9"], "top_k must be an integer in [1, 5]"),
     (["--tokens", "-1"], "number of tokens must be a non-negative integer"),
     (["--prompt", ""], "prompt must be a non-empty sequence"),
+    (["--temperature", "nan"], "temperature must be a finite number >= 0, got nan"),
+    (["--top-k", "0"], "top_k must be an integer in [1, 5], got 0"),
 ])
 def test_sample_errors_are_one_line(checkpoint, capsys, args, message):
     code, _, err = run_cli(["sample", "--checkpoint", checkpoint, "--prompt", "ab", *args], capsys)
@@ -163,6 +174,27 @@ def test_usage_mistakes_are_one_line_too(capsys):
     assert len(err.strip().splitlines()) == 1 and "invalid choice: 'tanh'" in err
 
 
+@pytest.mark.parametrize("args, message", [
+    ([], "the following arguments are required: command"),
+    (["train", "--corpus", "c.txt"], "the following arguments are required: --out"),
+    (["train", "--out", "x", "--learning-rate", "0.1"], "unrecognized arguments: --learning-rate 0.1"),
+    (["train", "--out", "x", "--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
+    (["gradcheck", "--preset", "B"], "argument --preset: invalid choice: 'B'"),
+])
+def test_more_usage_mistakes_are_one_line(capsys, args, message):
+    with pytest.raises(SystemExit) as stop:
+        main(args)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith("error: python -m transformer") and message in err and err.rstrip().endswith("(see --help)")
+
+
+def test_gradcheck_refuses_an_empty_batch(capsys):
+    code, out, err = run_cli(["gradcheck", "--batch", "0"], capsys)
+    assert_one_line_error(code, err, "--batch must be at least 1, got 0")
+    assert out == ""
+
+
 def test_an_unwritable_out_folder_is_one_line(tmp_path, corpus, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
@@ -180,6 +212,29 @@ def test_resume_needs_only_the_out_folder(tmp_path, corpus, capsys, monkeypatch)
     assert code == 0 and "done: 4 steps" in stdout
     code, _, err = run_cli(["train", "--resume", "--out", out, "--preset", "B"], capsys)
     assert_one_line_error(code, err, "drop --preset")
+
+
+def test_a_refused_resume_leaves_the_run_as_it_was(tmp_path, corpus, capsys):
+    out = tmp_path / "run"
+    code, _, _ = run_cli(["train", "--corpus", corpus, "--out", out, *SMALL, "--steps", "4",
+                          "--max-minutes", "1e-9"], capsys)
+    assert code == 0  # stopped after its first step: resumable
+
+    def files():
+        return {p.name: p.read_bytes() for p in out.iterdir()}
+
+    other = tmp_path / "other.txt"
+    other.write_text(corpus.read_text().upper())
+    before = files()
+    code, _, err = run_cli(["train", "--resume", "--out", out, "--corpus", other], capsys)
+    assert_one_line_error(code, err, "the corpus differs from the one this run was trained on")
+    assert files() == before
+    whole = before["checkpoint.npz"]
+    (out / "checkpoint.npz").write_bytes(whole[: len(whole) // 2])
+    before = files()
+    code, _, err = run_cli(["train", "--resume", "--out", out], capsys)
+    assert_one_line_error(code, err, "truncated or not an .npz file")
+    assert files() == before
 
 
 def test_a_second_train_into_the_same_folder_is_refused(tmp_path, corpus, capsys):

@@ -276,6 +276,13 @@ def test_num_heads_not_dividing_emb_dim_raises_config_error():
         ModelConfig(emb_dim=10, num_heads=3)
 
 
+@pytest.mark.parametrize("name", ["vocab_size", "context_len", "emb_dim", "num_heads", "num_layers", "ff_dim"])
+@pytest.mark.parametrize("value", [0, -1, 2.0, True])
+def test_sizes_must_be_positive_integers(name, value):
+    with pytest.raises(ConfigError, match=f"{name} must be a positive integer, got {value!r}"):
+        ModelConfig(**{name: value})
+
+
 def test_unknown_activation_raises_config_error():
     with pytest.raises(ConfigError, match=r"activation must be one of.*'tanh'"):
         ModelConfig(activation="tanh")

@@ -178,9 +178,10 @@ def test_every_function_is_listed_on_one_page_only():
 
 def test_every_tested_by_command_names_a_real_test(built_site):
     commands = set()
-    for path in build.SNIPPETS.rglob("used.md"):
+    for path in build.SNIPPETS.rglob("*.md"):  # the "used" sections, the Bad inputs page's "checked by", ...
         commands |= set(re.findall(r"`pytest (tests/[\w/.]+::\w+)`", path.read_text()))
     assert len(commands) > 20
+    assert any("tests/test_cli.py::" in c for c in commands)  # the Bad inputs page's commands are among them
     result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                              "-m", "", *sorted(commands)], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-2000:]

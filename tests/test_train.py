@@ -125,6 +125,33 @@ def test_training_refuses_bad_settings(tmp_path, corpus):
         train(corpus, tmp_path / "never-ran", MODEL, small_config(), resume=True, progress=False)
 
 
+@pytest.mark.parametrize("changes", [{"beta1": "0.9"}, {"beta2": None}, {"lr": "0.1"}, {"steps": 2.5}])
+def test_a_setting_of_the_wrong_type_is_a_config_error(changes):
+    with pytest.raises(ConfigError, match=f"{next(iter(changes))} must"):
+        small_config(**changes)
+
+
+@pytest.mark.parametrize("part, value", [("train", {"beta1": "0.9"}), ("train", [1, 2]),
+                                         ("sampler_state", {"bit_generator": "PCG64"})])
+def test_resume_refuses_a_checkpoint_with_an_invalid_training_state(tmp_path, corpus, part, value):
+    """load_checkpoint checks the model's part of a checkpoint; resuming checks the run's part, as a
+    CheckpointError the command line prints as one line, not a TypeError or a KeyError."""
+    out = tmp_path / "run"
+
+    def stop_at_2(step, stop):
+        if step == 2:
+            stop.reason = "interrupted"
+
+    train(corpus, out, MODEL, small_config(), progress=False, on_step=stop_at_2)
+    with np.load(out / "checkpoint.npz") as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    meta = json.loads(str(arrays["meta"]))
+    meta["extra"][part] = value
+    np.savez(out / "checkpoint.npz", **{**arrays, "meta": np.array(json.dumps(meta))})
+    with pytest.raises(CheckpointError, match="holds an invalid training state"):
+        train(corpus, out, MODEL, small_config(), resume=True, progress=False)
+
+
 def test_divergence_is_reported_not_trained_through(tmp_path, corpus):
     with pytest.raises(ConfigError, match="the loss became"):
         train(corpus, tmp_path / "run", MODEL, small_config(lr=1e30, grad_clip=0.0, warmup=0, weight_decay=0.0),
@@ -189,6 +216,23 @@ def test_a_new_run_never_overwrites_an_existing_one_by_accident(tmp_path, corpus
     assert (out / "checkpoint.npz").read_bytes() == before
     train(corpus, out, MODEL, small_config(steps=5), overwrite=True, progress=False)
     assert load_checkpoint(out / "checkpoint.npz").step == 5
+
+
+def test_an_overwriting_run_that_fails_leaves_no_checkpoint_of_the_old_run(tmp_path, corpus):
+    """Otherwise --resume would continue the old run with the failed run's metrics."""
+    out = tmp_path / "run"
+
+    def stop_at_2(step, stop):
+        if step == 2:
+            stop.reason = "interrupted"
+
+    train(corpus, out, MODEL, small_config(), progress=False, on_step=stop_at_2)
+    with pytest.raises(ConfigError, match="the loss became"):
+        train(corpus, out, MODEL, small_config(lr=1e30, grad_clip=0.0, warmup=0, weight_decay=0.0), overwrite=True,
+              progress=False)
+    assert not (out / "checkpoint.npz").exists()
+    with pytest.raises(CheckpointError, match="does not exist"):
+        train(corpus, out, MODEL, small_config(), resume=True, progress=False)
 
 
 def test_resume_refuses_a_different_corpus(tmp_path, corpus):

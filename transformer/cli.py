@@ -167,11 +167,13 @@ def cmd_train(args):
 
 
 def _corpus_of_run(ckpt_path):
-    """The corpus path a run recorded, if its checkpoint can be read."""
+    """The corpus path a run recorded (None if it recorded none).
+
+    A missing or unreadable checkpoint is a CheckpointError here: there is nothing to resume,
+    and saying so beats asking for a corpus that would not help.
+    """
     from .checkpoint import load_checkpoint
 
-    if not os.path.isfile(ckpt_path):
-        return None
     return load_checkpoint(ckpt_path).extra.get("corpus")
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from .config import ModelConfig
 from .data import TOKENIZERS, eval_windows, load_corpus, make_tokenizer, sample_batch, train_val_split
-from .errors import ConfigError
+from .errors import CheckpointError, ConfigError, TransformerError
 from .model import forward, init_params, loss_and_grads
 from .optim import AdamWConfig, adamw_init, adamw_update, clip_grads, lr_at
 from .softmax import cross_entropy_forward
@@ -77,7 +77,8 @@ class TrainConfig:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}")
         for name in ("beta1", "beta2"):
-            if not 0 <= getattr(self, name) < 1:
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 <= value < 1):
                 raise ConfigError(f"{name} must lie in [0, 1), got {getattr(self, name)!r}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
@@ -268,7 +269,7 @@ def resumed_run(ckpt_path, corpus_sha256) -> Run:
     Raises
     ------
     CheckpointError
-        If the checkpoint cannot be read.
+        If the checkpoint cannot be read, or its training settings or sampler state are invalid.
     ConfigError
         If the corpus differs, the checkpoint holds no optimizer or sampler state, or the run has
         already finished.
@@ -280,12 +281,15 @@ def resumed_run(ckpt_path, corpus_sha256) -> Run:
                           f"({ckpt.extra.get('corpus')}); resume with that file")
     if ckpt.opt_state is None or "train" not in ckpt.extra or "sampler_state" not in ckpt.extra:
         raise ConfigError(f"{ckpt_path} holds no optimizer or sampler state; it cannot be resumed")
-    train_cfg = TrainConfig.from_dict(ckpt.extra["train"])
+    try:  # load_checkpoint checks the model's part of the description; these parts are the run's
+        train_cfg = TrainConfig.from_dict(ckpt.extra["train"])
+        rng = np.random.default_rng()
+        rng.bit_generator.state = ckpt.extra["sampler_state"]
+    except (TransformerError, AttributeError, KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {ckpt_path} holds an invalid training state: {e!r}") from None
     if ckpt.step >= train_cfg.steps:
         raise ConfigError(f"the run in {ckpt_path.parent} already finished ({ckpt.step} of {train_cfg.steps} "
                           "steps); there is nothing to resume")
-    rng = np.random.default_rng()
-    rng.bit_generator.state = ckpt.extra["sampler_state"]
     return Run(ckpt.cfg, train_cfg, ckpt.tokenizer, ckpt.params, ckpt.opt_state, rng, ckpt.step,
                ckpt.extra.get("elapsed_s", 0.0))
 
@@ -350,6 +354,9 @@ def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, 
         _truncate_metrics(metrics_path, run.step)
     else:
         out_dir.mkdir(parents=True, exist_ok=True)
+        # With overwrite, the old run's checkpoint goes with its metrics: were it kept, a new run that
+        # fails before its first checkpoint would leave it beside the new metrics, and --resume would mix both.
+        ckpt_path.unlink(missing_ok=True)
         metrics_path.write_text("")
 
     from tqdm import tqdm  # imported here: the model itself needs numpy alone

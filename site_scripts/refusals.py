@@ -1,0 +1,213 @@
+"""Run a bad input through the library and through the real command line, and refuse
+to report one that was not refused properly.
+
+A library call must raise a TransformerError (a ValueError) whose message mentions
+what the case names. A command (`python -m transformer ...` in a subprocess) must
+exit with status 2 and print exactly one line, `error: ...`, on stderr, nothing on
+stdout and no traceback. Neither may change or remove a file that was there, nor
+leave a checkpoint (or a checkpoint's temporary file) behind. Anything else raises
+RuntimeError, which stops the build (site_scripts/hook.py turns it into an error).
+
+Every run happens in its own copy of a folder of fixtures, with paths relative to
+it, so the messages name no temporary folder and two builds print the same text.
+"""
+
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformer.cli import EXIT_USER_ERROR, main
+from transformer.errors import TransformerError
+
+ROOT = Path(__file__).resolve().parent.parent
+# What `python -m transformer` runs. Naming it puts the whole command line (main, its
+# COMMANDS and everything they call) into the cache key of the pages that import this.
+CLI_ENTRY = main
+CHECKPOINT_LEFTOVERS = (".npz", ".tmp")  # a refused run must leave neither behind
+
+
+@dataclass(frozen=True)
+class Case:
+    slug: str  # the anchor of the case on the page
+    title: str
+    wrong: str  # one plain sentence: what is wrong with the input
+    call: str = ""  # a library call, evaluated in the fixtures' namespace; "" for command-line-only cases
+    argv: tuple | None = None  # the arguments after `python -m transformer`; None for library-only cases
+    names: tuple = ()  # what the message must mention, so that the right error is shown
+    tests: tuple = ()  # "tests/<file>.py::<test>" that check this case
+
+
+@dataclass
+class Ran:
+    """What one refused input did: the exception (library) or the exit status and stderr (command)."""
+    raised: str = ""  # exception class
+    message: str = ""
+    status: int | None = None
+    stderr: str = ""
+    kept: list = field(default_factory=list)  # files that were there before and are byte for byte the same
+    created: list = field(default_factory=list)
+
+
+@contextmanager
+def working_directory(folder):
+    old = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+def snapshot(folder):
+    """{path relative to folder: sha256 of its bytes} of every file under folder."""
+    folder = Path(folder)
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def check_files(where, before, after):
+    """(kept, created): refuse a run that changed or removed a file, or left a checkpoint behind."""
+    changed = [p for p in before if p in after and after[p] != before[p]]
+    removed = [p for p in before if p not in after]
+    created = [p for p in after if p not in before]
+    leftovers = [p for p in created if p.endswith(CHECKPOINT_LEFTOVERS)]
+    if changed or removed or leftovers:
+        raise RuntimeError(f"{where} lost or left files: changed {changed}, removed {removed}, "
+                           f"left behind {leftovers}")
+    return [p for p in before if after.get(p) == before[p]], created
+
+
+def check_raised(case, error):
+    """Refuse a library call that raised nothing, raised something that is not a TransformerError,
+    or whose message does not mention what the case names."""
+    where = f"bad input {case.slug!r}: `{case.call}`"
+    if error is None:
+        raise RuntimeError(f"{where} was accepted: it raised no error")
+    if not isinstance(error, TransformerError):
+        raise RuntimeError(f"{where} raised {type(error).__name__}: {error}; the library must raise a "
+                           "TransformerError (a ValueError) that the command line prints as one line")
+    missing = [n for n in case.names if n not in str(error)]
+    if missing:
+        raise RuntimeError(f"{where} raised {type(error).__name__}: {error}; it does not mention {missing}")
+
+
+def run_call(case, namespace, folder):
+    """Evaluate the case's library call in folder (its working directory) and check how it failed."""
+    before, error = snapshot(folder), None
+    with working_directory(folder):
+        try:
+            eval(case.call, dict(namespace))  # noqa: S307 - the calls are this page's own source
+        except Exception as e:  # noqa: BLE001 - check_raised judges what was raised
+            error = e
+    check_raised(case, error)
+    kept, created = check_files(f"`{case.call}`", before, snapshot(folder))
+    return Ran(raised=type(error).__name__, message=str(error), kept=kept, created=created)
+
+
+def command_text(argv):
+    return shlex.join(["python", "-m", "transformer", *argv])
+
+
+def check_command(case, status, stdout, stderr):
+    """Refuse a command that exited 0 or with another status than 2, printed a traceback, printed
+    anything but one `error: ...` line, or whose line does not mention what the case names."""
+    where = f"bad input {case.slug!r}: `{command_text(case.argv)}`"
+    if "Traceback" in stderr:
+        raise RuntimeError(f"{where} printed a traceback:\n{stderr}")
+    if status == 0:
+        raise RuntimeError(f"{where} exited with status 0: the bad input was accepted\n{stdout}{stderr}")
+    if status != EXIT_USER_ERROR:
+        raise RuntimeError(f"{where} exited with status {status}, not {EXIT_USER_ERROR}\n{stderr}")
+    lines = stderr.splitlines()
+    if stdout or len(lines) != 1 or not lines[0].startswith("error: "):
+        raise RuntimeError(f"{where} must print one line `error: ...` on stderr and nothing on stdout; "
+                           f"it printed {stdout!r} and {stderr!r}")
+    missing = [n for n in case.names if n not in lines[0]]
+    if missing:
+        raise RuntimeError(f"{where} printed {lines[0]!r}; it does not mention {missing}")
+
+
+def cli_env():
+    """The environment of the commands: this checkout's package first, no corpus from the environment."""
+    env = {k: v for k, v in os.environ.items() if k != "TRANSFORMER_CORPUS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def run_command(case, folder, python_args=()):
+    """Run `python -m transformer <argv>` in folder and check how it failed."""
+    before = snapshot(folder)
+    try:
+        result = subprocess.run([sys.executable, *python_args, "-m", "transformer", *case.argv], cwd=folder,
+                                capture_output=True, text=True, env=cli_env(), timeout=300)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"bad input {case.slug!r}: `{command_text(case.argv)}` ran past 300 s") from None
+    check_command(case, result.returncode, result.stdout, result.stderr)
+    kept, created = check_files(f"`{command_text(case.argv)}`", before, snapshot(folder))
+    return Ran(status=result.returncode, stderr=result.stderr.strip(), kept=kept, created=created)
+
+
+def run_all(cases, namespace, fixtures, workdir):
+    """{slug: (library Ran or None, command Ran or None)}: each run in its own copy of fixtures.
+
+    The library calls run one after another (each changes the working directory); the commands,
+    each a separate process, run side by side.
+    """
+    def copy(kind, case):
+        folder = Path(workdir) / kind / case.slug
+        shutil.copytree(fixtures, folder)
+        return folder
+
+    library = {c.slug: run_call(c, namespace, copy("library", c)) for c in cases if c.call}
+    commands = [c for c in cases if c.argv is not None]
+    folders = [copy("command", c) for c in commands]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        ran = dict(zip([c.slug for c in commands], pool.map(run_command, commands, folders), strict=True))
+    return {c.slug: (library.get(c.slug), ran.get(c.slug)) for c in cases}
+
+
+OPTIMIZED_SCRIPT = """\
+{setup}
+import json
+import sys
+from transformer.errors import TransformerError
+
+if __debug__:
+    sys.exit("not running under python -O")
+raised = []
+for call in [
+{calls}
+]:
+    try:
+        eval(call)
+        raised.append(None)
+    except TransformerError as e:
+        raised.append([type(e).__name__, str(e)])
+print(json.dumps(raised))
+"""
+
+
+def run_optimized(cases, setup, folder):
+    """Run every library call again under `python -O` (asserts removed) in a fresh process in folder;
+    return the script and [(class, message)] per call, and refuse any call that did not raise."""
+    import json
+
+    calls = [c.call for c in cases if c.call]
+    script = OPTIMIZED_SCRIPT.format(setup=setup.rstrip(), calls="\n".join(f"    {c!r}," for c in calls))
+    result = subprocess.run([sys.executable, "-O", "-c", script], cwd=folder, capture_output=True, text=True,
+                            env=cli_env(), timeout=300)
+    if result.returncode != 0:
+        raise RuntimeError(f"the library calls under python -O failed:\n{result.stderr}")
+    raised = json.loads(result.stdout)
+    accepted = [call for call, r in zip(calls, raised, strict=True) if r is None]
+    if accepted:
+        raise RuntimeError(f"under python -O these bad inputs were accepted: {accepted}")
+    return script, [tuple(r) for r in raised]
