@@ -114,3 +114,13 @@ def test_rebuild_benchmark_usage_mistakes_exit_2_without_a_traceback(tmp_path, c
     assert "did you mean layer_norm_backward" in capsys.readouterr().err
     assert tool.main(["--repo", str(tmp_path)]) == 2
     assert "not inside a git repository" in capsys.readouterr().err
+
+
+def test_rebuild_benchmark_explains_an_extra_rerun_by_the_lines_the_edit_moved():
+    """A line inserted in loss_fn moves loss_and_grads down; pages key on its first line, so they rerun."""
+    tool = load_tool("bench_rebuild")
+    source = (ROOT / "transformer" / "model.py").read_text()
+    moved = tool.moved_units(source, tool.insert_edit(source, "loss_fn"))
+    assert "loss_and_grads" in moved and "loss_fn" not in moved and "forward" not in moved
+    reasons = tool.why_extra(ROOT, "model", ["page block"], moved)
+    assert reasons == {"page block": ["loss_and_grads"]}

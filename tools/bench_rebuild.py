@@ -18,6 +18,9 @@ rewritten whenever it runs. That depends on the caching rule, not on the wording
 of the build log (which we read too, only to cross-check). The expected set is
 computed independently, by site_scripts.depends: the pages and notebooks whose
 reached units include the function, and the notebooks that depend on those.
+An extra rerun is explained where it can be: a key also holds the first line of
+each reached unit (listings print it), so the functions below the inserted line
+move down and rerun the pages that reach them.
 
 --quick builds in quick mode (SITE_QUICK=1, short notebook runs); the default is
 the full mode that scripts/site builds (about 25 min on 2 cores: the edit of
@@ -190,12 +193,19 @@ def reran_in_log(output):
     return pages | {f"notebook {n}" for n in re.findall(r"executed notebook (\S+) \(", output)}
 
 
+def site_scripts(root):
+    """site_scripts.depends and site_scripts.notebooks, imported from the repository."""
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from site_scripts import depends, notebooks
+
+    return depends, notebooks
+
+
 def expected_reruns(root, module, function):
     """The pages and notebooks whose reached units include the function, by site_scripts.depends,
     and the notebooks that depend (`# depends-on:`) on one of those."""
-    sys.path.insert(0, str(root))
-    from site_scripts import depends, notebooks
-
+    depends, notebooks = site_scripts(root)
     unit = (module, function)
     pages = sorted(p.stem for p in (root / "site_scripts" / "pages").glob("*.py") if not p.name.startswith("_"))
     expected = {f"page {p}" for p in pages
@@ -206,6 +216,29 @@ def expected_reruns(root, module, function):
         if reaches or any(f"notebook {dep}" in expected for dep in notebooks.dependencies(name, folder)):
             expected.add(f"notebook {name}")
     return expected
+
+
+def moved_units(before, after):
+    """The top-level functions and classes whose first line differs between two versions of a file."""
+    def first_lines(source):
+        return {n.name: min([n.lineno] + [d.lineno for d in n.decorator_list]) for n in ast.parse(source).body
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+    old, new = first_lines(before), first_lines(after)
+    return sorted(name for name in new if old.get(name) != new[name])
+
+
+def why_extra(root, module, extra, moved):
+    """{extra page or notebook: the moved units of the edited module it reaches}. A key holds each
+    reached unit's first line (the listings print it), so the units below an inserted line rerun
+    their pages too."""
+    depends, _ = site_scripts(root)
+    reasons = {}
+    for item in extra:
+        kind, name = item.split(" ", 1)
+        path = root / "site_scripts" / "pages" / f"{name}.py" if kind == "page" else root / "notebooks" / f"{name}.py"
+        reasons[item] = sorted(u for m, u in depends.page_units(path, root) if m == module and u in moved)
+    return reasons
 
 
 def pages_showing(site_dir, text):
@@ -244,7 +277,8 @@ def run(root, args, work):
         same_s.append(seconds)
         same_reran |= reran_between(before, stamps(copy, mode))
     progress(f"nothing changed {', '.join(f'{s:.1f}' for s in same_s)} s; editing {args.edit} in {path}...")
-    (copy / path).write_text(insert_edit((copy / path).read_text(), args.edit))
+    source = (copy / path).read_text()
+    (copy / path).write_text(insert_edit(source, args.edit))
     if EDIT_LINE not in check_imported(python, copy, env, module, args.edit):
         raise BenchError(f"the edit of {args.edit} does not show in the function the copy imports")
     expected = expected_reruns(copy, module, args.edit)
@@ -252,12 +286,14 @@ def run(root, args, work):
     edit_s, output = mkdocs_build(python, copy, site, env)
     reran = reran_between(before, stamps(copy, mode))
     extra, missing = compare(reran, expected)
+    moved = moved_units(source, (copy / path).read_text())
     return {"mode": mode, "repository": str(root), "commit": describe(root), "copy": str(copy),
             "cold_s": cold_s, "nothing_changed_s": same_s, "nothing_changed_median_s": statistics.median(same_s),
             "nothing_changed_reran": sorted(same_reran),
             "nothing_changed_pass": statistics.median(same_s) < BAR_NOTHING_CHANGED_S and not same_reran,
             "edit": {"function": args.edit, "file": str(path), "s": edit_s, "reran": sorted(reran),
-                     "expected": sorted(expected), "extra": extra, "missing": missing,
+                     "expected": sorted(expected), "extra": extra, "missing": missing, "moved": moved,
+                     "extra_reasons": why_extra(copy, module, extra, moved),
                      "reran_in_log": sorted(reran_in_log(output)), "shown_on": pages_showing(site, EDIT_NAME),
                      "pass": not extra and not missing}}
 
@@ -294,6 +330,9 @@ def report(r):
              f"  reran:    {listing(edit['reran'])}",
              f"  expected: {listing(edit['expected'])}  (site_scripts.depends)",
              f"  extra: {', '.join(edit['extra']) or 'none'}; missing: {', '.join(edit['missing']) or 'none'}"]
+    for item, units in edit["extra_reasons"].items():
+        why = f"reaches {', '.join(units)}, moved down by the inserted line" if units else "no reason found"
+        lines.append(f"    extra {item}: {why}")
     if set(edit["reran_in_log"]) != set(edit["reran"]):
         lines.append(f"  note: the build log names another set: {listing(edit['reran_in_log'])}")
     return "\n".join(lines)
