@@ -117,10 +117,14 @@ def test_rebuild_benchmark_usage_mistakes_exit_2_without_a_traceback(tmp_path, c
 
 
 def test_rebuild_benchmark_explains_an_extra_rerun_by_the_lines_the_edit_moved():
-    """A line inserted in loss_fn moves loss_and_grads down; pages key on its first line, so they rerun."""
+    """A line inserted in loss_fn moves loss_and_grads and loss_fn's own call of forward down one line;
+    pages print both line numbers, so the pages that reach them rerun."""
     tool = load_tool("bench_rebuild")
     source = (ROOT / "transformer" / "model.py").read_text()
-    moved = tool.moved_units(source, tool.insert_edit(source, "loss_fn"))
+    moved, called = tool.moved_by_edit(source, tool.insert_edit(source, "loss_fn"))
     assert "loss_and_grads" in moved and "loss_fn" not in moved and "forward" not in moved
-    reasons = tool.why_extra(ROOT, "model", ["page block"], moved)
-    assert reasons == {"page block": ["loss_and_grads"]}
+    assert "forward" in called
+    reasons = tool.why_extra(ROOT, "model", ["page sampling", "notebook attention_maps"], moved, called,
+                             reran={"notebook shakespeare"})
+    assert reasons["page sampling"] == ["forward (called from lines that moved)"]
+    assert reasons["notebook attention_maps"] == ["notebook shakespeare (depended on, reran)"]

@@ -18,9 +18,10 @@ rewritten whenever it runs. That depends on the caching rule, not on the wording
 of the build log (which we read too, only to cross-check). The expected set is
 computed independently, by site_scripts.depends: the pages and notebooks whose
 reached units include the function, and the notebooks that depend on those.
-An extra rerun is explained where it can be: a key also holds the first line of
-each reached unit (listings print it), so the functions below the inserted line
-move down and rerun the pages that reach them.
+An extra rerun is explained where it can be: a page's key also holds the first
+line of each unit it reaches and the lines that call them (the page prints
+both), so the inserted line moves code below it and reruns the pages that
+reach that code.
 
 --quick builds in quick mode (SITE_QUICK=1, short notebook runs); the default is
 the full mode that scripts/site builds (about 25 min on 2 cores: the edit of
@@ -218,26 +219,38 @@ def expected_reruns(root, module, function):
     return expected
 
 
-def moved_units(before, after):
-    """The top-level functions and classes whose first line differs between two versions of a file."""
+def moved_by_edit(before, after):
+    """What the inserted line moved down in its file: (top-level functions and classes, names called).
+
+    A page's key holds the first line of each unit it reaches (its listings print
+    it) and the line of every call of those units (its "where used" prints it)."""
     def first_lines(source):
         return {n.name: min([n.lineno] + [d.lineno for d in n.decorator_list]) for n in ast.parse(source).body
                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
 
     old, new = first_lines(before), first_lines(after)
-    return sorted(name for name in new if old.get(name) != new[name])
+    edit_line = next(i for i, line in enumerate(after.splitlines(), start=1) if EDIT_LINE in line)
+    called = {getattr(n.func, "id", None) or getattr(n.func, "attr", None) for n in ast.walk(ast.parse(after))
+              if isinstance(n, ast.Call) and n.lineno > edit_line}
+    return {name for name in new if old.get(name) != new[name]}, called - {None}
 
 
-def why_extra(root, module, extra, moved):
-    """{extra page or notebook: the moved units of the edited module it reaches}. A key holds each
-    reached unit's first line (the listings print it), so the units below an inserted line rerun
-    their pages too."""
-    depends, _ = site_scripts(root)
+def why_extra(root, module, extra, moved, called, reran):
+    """{extra page or notebook: [reasons]}: the moved units it reaches, the reached units called from
+    moved lines (pages only: notebooks do not print callers), the notebooks it depends on that reran."""
+    depends, notebooks = site_scripts(root)
     reasons = {}
     for item in extra:
         kind, name = item.split(" ", 1)
         path = root / "site_scripts" / "pages" / f"{name}.py" if kind == "page" else root / "notebooks" / f"{name}.py"
-        reasons[item] = sorted(u for m, u in depends.page_units(path, root) if m == module and u in moved)
+        units = sorted(depends.page_units(path, root))
+        groups = [([u for m, u in units if m == module and u in moved], "moved down")]
+        if kind == "page":  # a page prints the lines that call its units; a notebook does not
+            groups.append((sorted({u for _, u in units} & called), "called from lines that moved"))
+        else:
+            dependencies = notebooks.dependencies(name, root / "notebooks")
+            groups.append(([f"notebook {d}" for d in dependencies if f"notebook {d}" in reran], "depended on, reran"))
+        reasons[item] = [f"{', '.join(names)} ({what})" for names, what in groups if names]
     return reasons
 
 
@@ -286,14 +299,14 @@ def run(root, args, work):
     edit_s, output = mkdocs_build(python, copy, site, env)
     reran = reran_between(before, stamps(copy, mode))
     extra, missing = compare(reran, expected)
-    moved = moved_units(source, (copy / path).read_text())
+    moved, called = moved_by_edit(source, (copy / path).read_text())
     return {"mode": mode, "repository": str(root), "commit": describe(root), "copy": str(copy),
             "cold_s": cold_s, "nothing_changed_s": same_s, "nothing_changed_median_s": statistics.median(same_s),
             "nothing_changed_reran": sorted(same_reran),
             "nothing_changed_pass": statistics.median(same_s) < BAR_NOTHING_CHANGED_S and not same_reran,
             "edit": {"function": args.edit, "file": str(path), "s": edit_s, "reran": sorted(reran),
-                     "expected": sorted(expected), "extra": extra, "missing": missing, "moved": moved,
-                     "extra_reasons": why_extra(copy, module, extra, moved),
+                     "expected": sorted(expected), "extra": extra, "missing": missing,
+                     "extra_reasons": why_extra(copy, module, extra, moved, called, reran),
                      "reran_in_log": sorted(reran_in_log(output)), "shown_on": pages_showing(site, EDIT_NAME),
                      "pass": not extra and not missing}}
 
@@ -330,9 +343,8 @@ def report(r):
              f"  reran:    {listing(edit['reran'])}",
              f"  expected: {listing(edit['expected'])}  (site_scripts.depends)",
              f"  extra: {', '.join(edit['extra']) or 'none'}; missing: {', '.join(edit['missing']) or 'none'}"]
-    for item, units in edit["extra_reasons"].items():
-        why = f"reaches {', '.join(units)}, moved down by the inserted line" if units else "no reason found"
-        lines.append(f"    extra {item}: {why}")
+    for item, why in edit["extra_reasons"].items():
+        lines.append(f"    extra {item}: {'; '.join(why) or 'no reason found'}")
     if set(edit["reran_in_log"]) != set(edit["reran"]):
         lines.append(f"  note: the build log names another set: {listing(edit['reran_in_log'])}")
     return "\n".join(lines)
