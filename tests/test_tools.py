@@ -1,5 +1,7 @@
-"""The developer tools work: the scaled-backward mutation runner and the benchmark's models."""
+"""The developer tools work: the two mutation runners, the step benchmark's models and the rebuild
+benchmark's edit and bookkeeping."""
 
+import ast
 import importlib.util
 import sys
 from pathlib import Path
@@ -117,3 +119,74 @@ def test_the_bigram_bar_is_the_cross_entropy_of_counted_pairs(tmp_path):
     rng = np.random.default_rng(0)
     (tmp_path / "noise.txt").write_text("".join(rng.choice(list("abcd"), 20000)))
     assert abs(tool.bigram_loss(tmp_path / "noise.txt") - np.log(4)) < 0.01
+
+def test_rebuild_benchmark_edit_lands_inside_the_function_and_changes_no_result(tmp_path):
+    tool = load_tool("bench_rebuild")
+    path, module = tool.find_function(ROOT, "layer_norm_backward")
+    assert (path.as_posix(), module) == ("transformer/layernorm.py", "layernorm")
+    source = (ROOT / path).read_text()
+    edited = tool.insert_edit(source, "layer_norm_backward")
+    assert len(edited.splitlines()) == len(source.splitlines()) + 1
+    function = next(n for n in ast.parse(edited).body if getattr(n, "name", None) == "layer_norm_backward")
+    assert tool.EDIT_LINE in ast.get_source_segment(edited, function)
+
+    (tmp_path / "edited_layernorm.py").write_text(edited)
+    spec = importlib.util.spec_from_file_location("edited_layernorm", tmp_path / "edited_layernorm.py")
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    from transformer.layernorm import layer_norm_backward, layer_norm_forward
+
+    rng = np.random.default_rng(0)
+    x, g, b, dy = rng.normal(size=(3, 5)), rng.normal(size=5), rng.normal(size=5), rng.normal(size=(3, 5))
+    _, cache = layer_norm_forward(x, g, b, 1e-5)
+    for theirs, ours in zip(copy.layer_norm_backward(dy, cache), layer_norm_backward(dy, cache), strict=True):
+        np.testing.assert_array_equal(theirs, ours)
+
+
+def test_rebuild_benchmark_edit_goes_above_a_decorated_first_statement():
+    tool = load_tool("bench_rebuild")
+    source = "def f(x):\n    @staticmethod\n    def g():\n        pass\n    return x\n"
+    edited = tool.insert_edit(source, "f")
+    assert edited.splitlines()[1] == "    " + tool.EDIT_LINE
+    compile(edited, "f.py", "exec")
+
+
+def test_rebuild_benchmark_reports_extra_and_missing_reruns():
+    tool = load_tool("bench_rebuild")
+    before = {"page layernorm": (1, "k1"), "page tokenizer": (1, "k2"), "notebook why_ffn": (1, "k3")}
+    after = {"page layernorm": (2, "k9"), "page tokenizer": (1, "k2"), "notebook why_ffn": (2, "k3"),
+             "page cli": (2, "k4")}
+    reran = tool.reran_between(before, after)
+    assert reran == {"page layernorm", "notebook why_ffn", "page cli"}  # changed key, rewritten stamp, new stamp
+    assert tool.compare(reran, {"page layernorm", "notebook why_ffn", "page gradcheck"}) == \
+        (["page cli"], ["page gradcheck"])
+
+
+def test_rebuild_benchmark_expects_the_pages_and_notebooks_that_reach_the_function():
+    tool = load_tool("bench_rebuild")
+    expected = tool.expected_reruns(ROOT, "layernorm", "layer_norm_backward")
+    assert {"page layernorm", "page gradcheck", "notebook gradcheck_by_hand"} <= expected
+    assert "notebook attention_maps" in expected  # through `# depends-on: shakespeare`, which trains
+    assert "page tokenizer" not in expected
+
+
+def test_rebuild_benchmark_usage_mistakes_exit_2_without_a_traceback(tmp_path, capsys):
+    tool = load_tool("bench_rebuild")
+    assert tool.main(["--edit", "layer_norm_bakward"]) == 2
+    assert "did you mean layer_norm_backward" in capsys.readouterr().err
+    assert tool.main(["--repo", str(tmp_path)]) == 2
+    assert "not inside a git repository" in capsys.readouterr().err
+
+
+def test_rebuild_benchmark_explains_an_extra_rerun_by_the_lines_the_edit_moved():
+    """A line inserted in loss_fn moves loss_and_grads and loss_fn's own call of forward down one line;
+    pages print both line numbers, so the pages that reach them rerun."""
+    tool = load_tool("bench_rebuild")
+    source = (ROOT / "transformer" / "model.py").read_text()
+    moved, called = tool.moved_by_edit(source, tool.insert_edit(source, "loss_fn"))
+    assert "loss_and_grads" in moved and "loss_fn" not in moved and "forward" not in moved
+    assert "forward" in called
+    reasons = tool.why_extra(ROOT, "model", ["page sampling", "notebook attention_maps"], moved, called,
+                             reran={"notebook shakespeare"})
+    assert reasons["page sampling"] == ["forward (called from lines that moved)"]
+    assert reasons["notebook attention_maps"] == ["notebook shakespeare (depended on, reran)"]
