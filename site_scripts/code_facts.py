@@ -124,14 +124,23 @@ def called_through(name, root=ROOT, folder="transformer"):
     """[(table Place, [Places of the functions that use the table])] for each module-level
     table (a dict or tuple assigned at top level) that holds the function `name`."""
     files = sorted((Path(root) / folder).glob("*.py"))
-    indexes = {path: _tables_and_uses(read_text(path)) for path in files}
-    found = []
+    stamps = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files)
+    return _tables_index(str(root), stamps).get(name, [])
+
+
+@lru_cache(maxsize=8)
+def _tables_index(root, stamps):
+    """called_through for every name at once, built once per state of the files (the cache keys of a
+    build ask about each unit of each page: a thousand questions about the same files)."""
+    indexes = {Path(path): _tables_and_uses(read_text(path)) for path, _, _ in stamps}
+    found = {}
     for path, (tables, _) in indexes.items():
-        for table, line in tables.get(name, []):
-            users = [Place(p.relative_to(root).as_posix(), use_line, fn)
-                     for p, (_, uses) in indexes.items() for use_line, fn in uses.get(table, {}).items()]
-            users.sort(key=lambda u: (u.path, u.line))
-            found.append((Place(path.relative_to(root).as_posix(), line, table), users))
+        for name, entries in tables.items():
+            for table, line in entries:
+                users = [Place(p.relative_to(root).as_posix(), use_line, fn)
+                         for p, (_, uses) in indexes.items() for use_line, fn in uses.get(table, {}).items()]
+                users.sort(key=lambda u: (u.path, u.line))
+                found.setdefault(name, []).append((Place(path.relative_to(root).as_posix(), line, table), users))
     return found
 
 

@@ -23,6 +23,7 @@ it. Exit status 1 when a mutant that some check should catch survives.
 
 import argparse
 import ast
+import fnmatch
 import hashlib
 import json
 import math
@@ -46,8 +47,12 @@ CACHE = ROOT / "build" / "cache"
 CORPUS = ROOT / "data" / "tinyshakespeare" / "input.txt"
 COPIED = ("transformer", "tests", "pyproject.toml")  # what a mutant's copy holds
 # These test the site and the tools (they read docs/, site_scripts/, tools/), not the model's arithmetic.
-NOT_UNIT_TESTS = ("test_site.py", "test_notebooks.py", "test_tools.py", "test_code_facts.py",
-                  "test_equation_ties.py")
+NOT_UNIT_TESTS = ("test_site*.py", "test_notebooks.py", "test_tools.py", "test_code_facts.py",
+                  "test_equation_ties.py", "test_refusals.py")
+# The unit tests run in this order and stop at the first failure, so the failure reported is the most
+# specific test that sees the mistake: the layers before the model, the command line last.
+UNIT_TEST_ORDER = ("test_layers.py", "test_model.py", "test_optim.py", "test_data.py", "test_generate.py",
+                   "test_checkpoint.py", "test_crosscheck.py", "test_train.py")
 TIMEOUT_S = 600  # per check: a mutant that makes a check hang counts as caught, after this long
 TRAINING = ["--preset", "A", "--steps", "200", "--lr", "1e-2", "--warmup", "20", "--eval-every", "200",
             "--batch-size", "32", "--seed", "0", "--no-progress"]
@@ -68,7 +73,8 @@ CHECKS = (
           "logits, loss, gradients, intermediates, AdamW steps, training steps and KV-cache decoding "
           "against PyTorch on the CPU, ReLU and GELU (`python -m transformer crosscheck`)"),
     Check("tests", "Unit tests",
-          "the pytest suite, without the tests of the site and the tools (stops at the first failure)"),
+          "the pytest suite without the tests of the site and the tools, the layers' tests first; it stops at "
+          "the first failure, which is named"),
     Check("training", "Training run",
           "200 steps of preset A on Tiny Shakespeare; the validation loss must fall below that of a "
           "bigram model counted from the training split"),
@@ -173,9 +179,17 @@ def check_crosscheck(copy, ctx):
     return bool(fails), "; ".join(fails) or "every comparison within tolerance, ReLU and GELU"
 
 
+def unit_test_files(tests):
+    """The unit test files under `tests`, in UNIT_TEST_ORDER, then the rest by name."""
+    files = sorted(p.name for p in tests.glob("test_*.py")
+                   if not any(fnmatch.fnmatch(p.name, pattern) for pattern in NOT_UNIT_TESTS))
+    rank = {name: i for i, name in enumerate(UNIT_TEST_ORDER)}
+    return [f"tests/{name}" for name in sorted(files, key=lambda n: (rank.get(n, len(rank)), n))]
+
+
 def check_tests(copy, ctx):
-    ignore = [f"--ignore=tests/{name}" for name in NOT_UNIT_TESTS]
-    result = run([sys.executable, "-m", "pytest", "tests", "-x", "-q", "-p", "no:cacheprovider", *ignore], copy)
+    result = run([sys.executable, "-m", "pytest", *unit_test_files(copy / "tests"), "-x", "-q",
+                  "-p", "no:cacheprovider"], copy)
     if result is None:
         return True, f"timed out after {TIMEOUT_S} s"
     failed = [line.split(" ", 1)[1].split(" - ")[0] for line in result.stdout.splitlines()
