@@ -28,6 +28,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -155,9 +156,11 @@ def check_gradcheck(copy, ctx):
             return True, f"{activation}: timed out after {TIMEOUT_S} s"
         if result.returncode not in (0, 1):
             return True, f"{activation}: crashed ({crash_line(result)})"
-        bad = [line.split()[0] for line in result.stdout.splitlines() if line.rstrip().endswith(" FAIL")]
+        bad = [line.split()[0] for line in result.stdout.splitlines() if "FAIL" in line.split()]
+        total = re.search(r"of (\d+) parameters pass", result.stdout)
         if result.returncode == 1 or bad:
-            fails.append(f"{activation}: {len(bad)} parameters ({', '.join(bad[:4])}{', ...' if len(bad) > 4 else ''})")
+            names = ", ".join(bad[:4]) + (", ..." if len(bad) > 4 else "")
+            fails.append(f"{activation}: {len(bad)} of {total.group(1) if total else '?'} parameters off ({names})")
     return bool(fails), "; ".join(fails) or "every parameter within tolerance, ReLU and GELU"
 
 

@@ -112,9 +112,8 @@ def details_md(report, repo_url):
         if r["uncatchable"]:
             text += f"*Why no check can see it:* {r['uncatchable']}\n\n"
         text += "".join(edit_md(e, repo_url) + "\n" for e in r["edits"])
-        rows = [[titles[c], "**caught**" if res["caught"] else "missed", res["detail"], f"{res['seconds']:.0f} s"]
-                for c, res in r["results"].items()]
-        text += sections.md_table(["Check", "Result", "What it saw", "Time"], rows)
+        text += "\n".join(f"- {titles[c]}: {'**caught**' if res['caught'] else 'missed'}. {res['detail']} "
+                          f"({res['seconds']:.0f} s)" for c, res in r["results"].items()) + "\n"
         parts.append(text)
     return "\n".join(parts)
 
