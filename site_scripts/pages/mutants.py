@@ -14,6 +14,7 @@ from ..build import ROOT
 from ..notebooks import mode
 
 PAGE = "mutants"
+WHOLE_PACKAGE = True  # the run exercises every function, so any edit in transformer/ reruns this page (depends.py)
 
 
 def tool():
@@ -31,6 +32,7 @@ def quick():
 
 
 def key_inputs(context):
+    """Beyond the package: the tests, the tool and its catalogue, the corpus, the mode (tools/mutants.py)."""
     return tool().report_key(quick())
 
 
