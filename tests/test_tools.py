@@ -190,3 +190,22 @@ def test_rebuild_benchmark_explains_an_extra_rerun_by_the_lines_the_edit_moved()
                              reran={"notebook shakespeare"})
     assert reasons["page sampling"] == ["forward (called from lines that moved)"]
     assert reasons["notebook attention_maps"] == ["notebook shakespeare (depended on, reran)"]
+
+
+def test_a_surviving_mutant_is_shown_as_a_gap_and_fails_the_tool(tmp_path, monkeypatch, capsys):
+    """Negative control of the page and the tool's exit status: a report with a survivor."""
+    from site_scripts.pages import mutants as page
+
+    tool = load_tool("mutants")
+    results = {c.name: {"caught": False, "detail": "passed", "seconds": 1.0} for c in tool.CHECKS}
+    survivor = tool.mutant_record(next(m for m in tool.MUTANTS if m.name == "attention-grad-no-scale"), results)
+    invisible = tool.mutant_record(next(m for m in tool.MUTANTS if m.uncatchable), results)
+    report = {"mutants": [survivor, invisible], "checks": [c.__dict__ for c in tool.CHECKS],
+              "baseline": results, "seconds": 1, "jobs": 1, "quick": False}
+    assert survivor["gap"] and not invisible["gap"]
+    assert "attention-grad-no-scale" in page.gaps_md(report) and invisible["name"] not in page.gaps_md(report)
+    assert "(gap)" in page.matrix_md(report)
+    monkeypatch.setattr(tool, "report", lambda *args, **kwargs: report)
+    monkeypatch.setattr(sys, "argv", ["mutants.py"])
+    assert tool.main() == 1
+    assert "survivors: attention-grad-no-scale" in capsys.readouterr().out
