@@ -337,8 +337,9 @@ def report_key(quick):
     import numpy
 
     digest = hashlib.sha256()
-    files = [p for item in COPIED for p in sorted((ROOT / item).rglob("*.py") if (ROOT / item).is_dir()
-                                                     else [ROOT / item])]
+    files = sorted((ROOT / "transformer").rglob("*.py")) + [ROOT / "pyproject.toml"]
+    files += [p for p in sorted((ROOT / "tests").rglob("*.py"))  # the tests of the site do not judge mutants
+              if not any(fnmatch.fnmatch(p.name, pattern) for pattern in NOT_UNIT_TESTS)]
     files += [ROOT / "tools" / "mutants.py", ROOT / "tools" / "mutant_catalogue.py"]
     for path in files:
         digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
