@@ -338,8 +338,9 @@ def report_key(quick):
 
     digest = hashlib.sha256()
     files = sorted((ROOT / "transformer").rglob("*.py")) + [ROOT / "pyproject.toml"]
-    files += [p for p in sorted((ROOT / "tests").rglob("*.py"))  # the tests of the site do not judge mutants
-              if not any(fnmatch.fnmatch(p.name, pattern) for pattern in NOT_UNIT_TESTS)]
+    # The tests that judge mutants and their fixtures; not the site's tests and their helpers. (A unit
+    # test importing a helper module from tests/ would have to add it here.)
+    files += [ROOT / "tests" / "conftest.py", *(ROOT / f for f in unit_test_files(ROOT / "tests"))]
     files += [ROOT / "tools" / "mutants.py", ROOT / "tools" / "mutant_catalogue.py"]
     for path in files:
         digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
