@@ -21,7 +21,7 @@ from .config import PRESETS, ModelConfig
 from .generate import KVCache, decode_step
 from .gradcheck import relative_gap
 from .model import forward, init_params, loss_and_grads
-from .optim import AdamWConfig, adamw_init, adamw_update, is_decayed
+from .optim import AdamWConfig, adamw_init, adamw_update, clip_grads, lr_at
 
 DEVICES = ("cpu", "cuda", "mps", "xla")
 
@@ -208,15 +208,32 @@ def check_device(device, torch_device, dtype, cfg, params, ids, targets, adam_st
 
 
 def make_torch_adamw(tparams, opt: AdamWConfig):
-    """torch.optim.AdamW with our decay groups: matrices decayed, the rest not."""
+    """torch.optim.AdamW decaying the matrices and embedding tables (every tensor of two axes) and
+    nothing else. The rule is written here from the shapes, not taken from optim.is_decayed, so a
+    wrong list of decayed names in the reference shows up as a difference."""
     import torch
 
-    groups = [{"params": [p for n, p in tparams.items() if is_decayed(n)], "weight_decay": opt.weight_decay},
-              {"params": [p for n, p in tparams.items() if not is_decayed(n)], "weight_decay": 0.0}]
+    groups = [{"params": [p for p in tparams.values() if p.dim() >= 2], "weight_decay": opt.weight_decay},
+              {"params": [p for p in tparams.values() if p.dim() < 2], "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps)
 
 
+def make_torch_schedule(optimizer, warmup, total, min_lr):
+    """Linear warm-up then cosine decay from torch's own schedulers (LinearLR, CosineAnnealingLR): the
+    learning rates of optim.lr_at for steps 0 to total - 1."""
+    import torch
+
+    warm = torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=1.0 / warmup, end_factor=1.0,
+                                             total_iters=warmup - 1)
+    decay = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total - warmup, eta_min=min_lr)
+    return torch.optim.lr_scheduler.SequentialLR(optimizer, [warm, decay], milestones=[warmup])
+
+
 ADAMW = AdamWConfig(lr=1e-2)  # a large rate, so ten steps move every parameter visibly
+# Whole training steps also warm up, decay and clip as train() does. The gradient norm of the
+# cross-check's model starts near 3.5 and falls below 1 after about seven steps, so clipping at 1.0
+# acts on most of the ten steps.
+WARMUP, MIN_LR, GRAD_CLIP = 3, 1e-3, 1.0
 # The largest rounding noise we allow a float64 gradient that is zero in exact
 # arithmetic (the key bias): its terms are ~1e-3 here and cancel to ~1e-17.
 ZERO_GRADIENT_NOISE = 1e-14
@@ -228,7 +245,8 @@ def check_steps(device, torch_device, dtype, cfg, params, ids, targets, steps, o
     own_gradients=False ("adamw step N"): torch.optim.AdamW is fed our
     gradients, so the two optimizers alone are compared.
     own_gradients=True ("train step N"): whole training steps, each side with
-    its own gradients. The key-bias gradient is zero in exact arithmetic, so
+    its own gradients, learning-rate schedule and clipping, in train()'s order:
+    gradients, clip to GRAD_CLIP, AdamW at the step's rate. The key-bias gradient is zero in exact arithmetic, so
     each framework moves bk by its own rounding noise divided by Adam's
     normaliser: at most lr * noise / eps a step. Both bk trajectories are
     therefore noise, and bk is held to that bound (ZERO_GRADIENT_NOISE) rather
@@ -244,18 +262,24 @@ def check_steps(device, torch_device, dtype, cfg, params, ids, targets, steps, o
     state = adamw_init(ours)
     theirs = to_torch(params, torch_device, getattr(torch, dtype))
     optimizer = make_torch_adamw(theirs, opt)
+    schedule = make_torch_schedule(optimizer, WARMUP, steps, MIN_LR) if own_gradients else None
     label = "train step" if own_gradients else "adamw step"
     rows = []
     for step in range(1, steps + 1):
         _, grads = loss_and_grads(ours, ids, targets, cfg)
-        adamw_update(ours, grads, state, opt.lr, opt)
         if own_gradients:
+            grads, _ = clip_grads(grads, GRAD_CLIP)
+            adamw_update(ours, grads, state, lr_at(step - 1, opt.lr, WARMUP, steps, MIN_LR), opt)
             optimizer.zero_grad()
             torch_loss(theirs, ids, targets, cfg).backward()
+            torch.nn.utils.clip_grad_norm_(list(theirs.values()), GRAD_CLIP)
         else:
+            adamw_update(ours, grads, state, opt.lr, opt)
             for name, t in theirs.items():
                 t.grad = torch.tensor(grads[name], dtype=t.dtype).to(torch_device)
         optimizer.step()
+        if schedule is not None:
+            schedule.step()
         for name in ours:
             tol = None
             if own_gradients and name.endswith(".bk"):
