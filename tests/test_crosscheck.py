@@ -107,6 +107,26 @@ def test_a_wrong_layer_norm_backward_is_reported(monkeypatch):
     assert ("gradient", "head_w") not in failed  # above the first wrong LayerNorm
 
 
+def test_optimizer_mistakes_in_the_reference_show_in_the_training_steps(monkeypatch):
+    """Negative controls for the torch side's own decay rule, schedule and clipping: a LayerNorm gain
+    added to the decayed names, a warm-up that starts at 0, clipping switched off."""
+    import transformer.crosscheck as crosscheck
+    import transformer.optim as optim
+
+    def failed_checks():
+        report = run_crosscheck(["cpu"])
+        return {r["check"].rstrip("0123456789 ") for r in report["rows"] if not r["passed"]}
+
+    monkeypatch.setattr(optim, "DECAYED_SUFFIXES", optim.DECAYED_SUFFIXES + ("ln1_g",))
+    assert failed_checks() == {"adamw step", "train step"}
+    monkeypatch.undo()
+    monkeypatch.setattr(crosscheck, "lr_at", lambda step, *args: optim.lr_at(step + 1, *args))
+    assert failed_checks() == {"train step"}
+    monkeypatch.undo()
+    monkeypatch.setattr(crosscheck, "clip_grads", lambda grads, max_norm: (grads, 0.0))
+    assert failed_checks() == {"train step"}
+
+
 def test_the_torch_side_never_calls_our_backward_functions(monkeypatch):
     """Independence: with every NumPy backward broken, torch still computes its gradients."""
     import transformer.block as block
