@@ -1,8 +1,9 @@
-"""Check every link inside a built site: each `href` and `src` that stays on the
-site must name a file that exists and, with a `#fragment`, an element of that
-file with that id (or name). Links to other hosts are skipped, but nothing a
-page loads (a script, a stylesheet, an image, an icon) may come from one: the
-site works offline. Other schemes (mailto:, data:) are not checked.
+"""Check every link inside a built site: each `href` and `src`, and each link of
+a mermaid diagram, that stays on the site must name a file that exists and,
+with a `#fragment`, an element of that file with that id (or name). Links to
+other hosts are skipped, but nothing a page loads (a script, a stylesheet, an
+image, an icon) may come from one: the site works offline. Other schemes
+(mailto:, data:) are not checked.
 
 mkdocs --strict checks the links written in markdown; this reads the HTML that
 came out, so it also covers what the theme, mkdocstrings, the notebooks and
@@ -13,6 +14,7 @@ the raw HTML of the code listings add.
 
 import argparse
 import posixpath
+import re
 import sys
 from collections import Counter
 from html.parser import HTMLParser
@@ -23,21 +25,38 @@ LINK_ATTRS = {"href", "src"}
 LOADED_RELS = {"stylesheet", "icon", "preload", "modulepreload", "manifest", "prefetch", "preconnect", "dns-prefetch"}
 
 
+MERMAID_CLICK = re.compile(r'^\s*click\s+\S+\s+href\s+"([^"]+)"', flags=re.M)
+
+
 class _Page(HTMLParser):
-    """The ids (and names) of one HTML file, and every link it holds as (tag, attribute, value)."""
+    """The ids (and names) of one HTML file, and every link it holds as (how it is written, URL):
+    the href and src attributes, and the `click ... href "URL"` lines of mermaid diagrams (the
+    browser draws them into links)."""
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.ids, self.links, self.remote_assets = set(), [], []
+        self.mermaid = None  # the source of the mermaid diagram being read
+
+    def handle_data(self, data):
+        if self.mermaid is not None:
+            self.mermaid += data
+
+    def handle_endtag(self, tag):
+        if tag == "pre" and self.mermaid is not None:
+            self.links += [(f'mermaid click href "{url}"', url) for url in MERMAID_CLICK.findall(self.mermaid)]
+            self.mermaid = None
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         for key in ("id", "name"):
             if attrs.get(key):
                 self.ids.add(attrs[key])
+        if tag == "pre" and "mermaid" in (attrs.get("class") or "").split():
+            self.mermaid = ""
         for key in sorted(LINK_ATTRS & attrs.keys()):
             url = attrs[key] or ""
-            self.links.append((tag, key, url))
+            self.links.append((f'<{tag} {key}="{url}">', url))
             if is_remote(url) and loaded_by_browser(tag, key, attrs):
                 self.remote_assets.append(url)
 
@@ -92,11 +111,11 @@ def check_site(site):
         rel = path.relative_to(site).as_posix()
         for url in page.remote_assets:
             problems.append(f"{rel}: loads {url} from another host (what a page loads must be served by the site)")
-        for tag, attr, url in page.links:
+        for written, url in page.links:
             if not is_local(url):
                 continue
             target, fragment = target_of(site, rel, url)
-            shown = f"{rel}: <{tag} {attr}=\"{url}\">"
+            shown = f"{rel}: {written}"
             if not target.resolve().is_relative_to(site.resolve()):
                 problems.append(f"{shown} -> leaves the site")
             elif not target.is_file():

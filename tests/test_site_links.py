@@ -27,7 +27,9 @@ def test_a_broken_link_a_broken_anchor_and_an_outside_script_are_each_reported(t
 
     write(tmp_path / "b" / "index.html", '<a href="../missing/">gone</a> <a href="../a/#nowhere">bad anchor</a>'
                                          ' <img src="fig.png"> <script src="https://cdn.example.org/x.js"></script>'
-                                         ' <link rel="stylesheet" href="//cdn.example.org/x.css">')
+                                         ' <link rel="stylesheet" href="//cdn.example.org/x.css">'
+                                         '<pre class="mermaid"><code>flowchart TD\n  a --&gt; b\n'
+                                         '  click a href "../a/#here" "fine"\n  click b href "../a/#gone"</code></pre>')
     assert check_site(tmp_path) == [
         'b/index.html: loads https://cdn.example.org/x.js from another host (what a page loads must be served by '
         'the site)',
@@ -35,6 +37,7 @@ def test_a_broken_link_a_broken_anchor_and_an_outside_script_are_each_reported(t
         'b/index.html: <a href="../missing/"> -> no file missing/index.html',
         'b/index.html: <a href="../a/#nowhere"> -> no id "nowhere" in a/index.html',
         'b/index.html: <img src="fig.png"> -> no file b/fig.png',
+        'b/index.html: mermaid click href "../a/#gone" -> no id "gone" in a/index.html',
     ]
 
 
