@@ -128,7 +128,7 @@ RENDERING_PROBLEMS = """() => {
   for (const e of document.querySelectorAll(".arithmatex")) {
     const math = e.querySelector("mjx-container");
     const items = window.MathJax?.startup?.document?.getMathItemsWithin?.(e) || [];
-    const tex = (items.length ? items[0].math : e.textContent).trim().slice(0, 80);
+    const tex = (items.length ? items[0].math : e.textContent).trim().slice(0, 80) || "(empty)";
     const error = e.querySelector("mjx-merror");
     if (!math) problems.push(`formula not typeset: ${tex}`);
     else if (error) problems.push(`formula with a MathJax error (${error.dataset.mjxError}): ${tex}`);
