@@ -44,3 +44,18 @@ def on_page_content(html, page, **kwargs):
     if page.present_anchor_ids is not None:
         page.present_anchor_ids |= set(re.findall(r'\bid="([^"]+)"', html))
     return html
+
+
+SOURCE_FACTS = ' data-md-component="source"'
+
+
+def on_post_page(output, page, **kwargs):
+    """Keep the header's repository link a plain link: marked as Material's "source" component,
+    it makes every visit fetch the repository's stars and forks from api.github.com, and the
+    site makes no request off itself."""
+    return output.replace(SOURCE_FACTS, "")
+
+
+def on_post_template(output_content, template_name, **kwargs):
+    """The same for the pages built from theme templates alone (404.html)."""
+    return output_content.replace(SOURCE_FACTS, "")

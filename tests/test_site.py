@@ -1,7 +1,6 @@
 """The site builds strictly, its generated tables match the code, links run both
 ways between equations and code, and the build is cached and deterministic."""
 
-import os
 import re
 import shutil
 import subprocess
@@ -9,46 +8,14 @@ import sys
 import textwrap
 
 import pytest
+from sitebuild import ROOT, html_of, mkdocs_build, nav_pages
 
 from site_scripts import build, depends, notebooks
 from site_scripts.equations import BY_ID, PAGE_PATHS
 from site_scripts.markers import Marker, collect_markers
 from site_scripts.sections import listed_functions
 
-ROOT = build.ROOT
 CONTEXT = {"repo_url": "https://github.com/transformer-explained/transformer"}  # what mkdocs.yml gives by default
-ENV = dict(os.environ, NO_MKDOCS_2_WARNING="1", SITE_QUICK="1")  # quick notebooks: see site_scripts/notebooks.py
-ENV.pop("SITE_REPO_URL", None)
-
-
-def mkdocs_build(site_dir, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],
-                          cwd=cwd, capture_output=True, text=True, env=ENV)
-
-
-@pytest.fixture(scope="module")
-def built_site(tmp_path_factory):
-    if not (ROOT / "docs/assets/vendor/mathjax/tex-mml-chtml.js").exists():
-        pytest.fail("docs/assets/vendor is missing: run scripts/setup")
-    out = tmp_path_factory.mktemp("site")
-    result = mkdocs_build(out)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out
-
-
-def nav_pages():
-    from mkdocs.config import load_config
-
-    def walk(items):
-        for item in items:
-            for value in (item.values() if isinstance(item, dict) else [item]):
-                yield from (walk(value) if isinstance(value, list) else [value])
-
-    return list(walk(load_config(str(ROOT / "mkdocs.yml"))["nav"]))
-
-
-def html_of(site, md_path):
-    return (site / md_path.replace(".md", "/index.html").replace("index/index.html", "index.html")).read_text()
 
 
 def fragments(name):

@@ -107,8 +107,9 @@ def main():
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--only", nargs="+", default=None, help="mutant names (function:output) to run")
     parser.add_argument("-j", "--jobs", type=int, default=2)
-    # The site tests build pages from docs/, which the mutant copies do not carry; they check no arithmetic.
-    parser.add_argument("pytest_args", nargs="*", default=["tests", "--ignore=tests/test_site.py"],
+    # The site tests (test_site*.py) build pages from docs/, which the mutant copies do not carry; they check
+    # no arithmetic.
+    parser.add_argument("pytest_args", nargs="*", default=["tests", "--ignore-glob=tests/test_site*.py"],
                         help="what pytest runs (default: tests, without the site build)")
     args = parser.parse_args()
     mutants = find_mutants()

@@ -1,0 +1,217 @@
+"""What the browser tests need besides pytest: a static server for a folder, Chromium through
+playwright, and `check_page`, which loads one page and lists everything wrong with it."""
+
+import functools
+import http.server
+import os
+import re
+import shutil
+import threading
+from contextlib import contextmanager
+from urllib.parse import urlsplit
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")  # `scripts/setup --browser` installs Debian's
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage"]
+HOST = "127.0.0.1"
+TIMEOUT_MS = 15_000  # for one page to typeset its formulas, draw its diagrams and load its images
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@contextmanager
+def serve(folder):
+    """The base URL of a static server of `folder` on 127.0.0.1 and a free port, running in a thread."""
+    server = http.server.ThreadingHTTPServer((HOST, 0), functools.partial(_QuietHandler, directory=str(folder)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{HOST}:{server.server_port}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def fault_path(name):
+    """Where a copy of a page with the fault `name` goes: beside the site's own pages in model/,
+    so that its relative links work."""
+    return f"model/fault-{re.sub(r'[^a-z]+', '-', name.lower())}/"
+
+
+def plant_faults(site, folder, faults):
+    """A copy of the built `site` in `folder`, plus fault_path(name)/index.html for each
+    name: (page's path under the site, its text to replace once, the replacement) of `faults`."""
+    shutil.copytree(site, folder)
+    for name, (page_html, old, new) in faults.items():
+        original = (site / page_html).read_text()
+        if old not in original:
+            raise ValueError(f"{page_html} does not hold {old!r}: the fault {name!r} cannot be planted")
+        path = folder / fault_path(name) / "index.html"
+        path.parent.mkdir(parents=True)
+        path.write_text(original.replace(old, new, 1))
+    return folder
+
+
+@contextmanager
+def chromium():
+    """Chromium, headless, through playwright's sync API."""
+    try:
+        from playwright.sync_api import sync_playwright  # imported here: only the browser tests need it
+    except ImportError:
+        raise RuntimeError("playwright is not installed: run scripts/setup --browser") from None
+    if not os.access(CHROMIUM, os.X_OK):
+        raise RuntimeError(f"no Chromium at {CHROMIUM}: run scripts/setup --browser (or set CHROMIUM to one)")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def playwright_error():
+    """playwright's error class (its TimeoutError is one), imported late like playwright itself."""
+    from playwright.sync_api import Error
+
+    return Error
+
+
+def watch(page):
+    """A list that fills with what goes wrong while `page` loads: console errors, uncaught
+    exceptions, failed requests, error responses, and any request to a host other than ours."""
+    seen = []
+
+    def on_request(request):
+        parts = urlsplit(request.url)
+        if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname != HOST:
+            seen.append(f"request to another host: {request.url}")
+
+    page.on("request", on_request)
+    page.on("console", lambda m: seen.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: seen.append(f"uncaught exception: {e}"))
+    page.on("requestfailed", lambda r: seen.append(f"request failed ({r.failure}): {r.url}"))
+    page.on("response", lambda r: seen.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
+    page.add_init_script(NOTE_UNCAUGHT)
+    return seen
+
+
+# Marks a page on which a script threw: SETTLED then stops waiting for diagrams (a diagram that
+# failed to draw stays undrawn, and the exception is already reported).
+NOTE_UNCAUGHT = """
+addEventListener("error", () => { window.__uncaught = true; });
+addEventListener("unhandledrejection", () => { window.__uncaught = true; });
+"""
+
+
+# Done when MathJax has loaded, every mermaid diagram has been replaced by its drawing (or a
+# script threw: see NOTE_UNCAUGHT), and every image has loaded or failed (lazy ones are made
+# eager first). Then TYPESET waits for MathJax's queue: docs/assets/mathjax-config.js chains
+# each typeset pass onto MathJax.startup.promise.
+SETTLED = """() => {
+  for (const img of document.images) img.loading = "eager";
+  return Boolean(window.MathJax?.startup?.promise) && (!document.querySelector("pre.mermaid") || window.__uncaught)
+    && [...document.images].every(img => img.complete);
+}"""
+TYPESET = """async () => {
+  let promise;
+  do { promise = MathJax.startup.promise; await promise; } while (promise !== MathJax.startup.promise);
+}"""
+
+# Each problem of the rendered page as a line of text.
+RENDERING_PROBLEMS = """() => {
+  const problems = [];
+  const shown = e => !e.closest("details:not([open])");  // a folded formula has no width
+  for (const e of document.querySelectorAll(".arithmatex")) {
+    const math = e.querySelector("mjx-container");
+    const items = window.MathJax?.startup?.document?.getMathItemsWithin?.(e) || [];
+    const tex = (items.length ? items[0].math : e.textContent).trim().slice(0, 80) || "(empty)";
+    const error = e.querySelector("mjx-merror");
+    if (!math) problems.push(`formula not typeset: ${tex}`);
+    else if (error) problems.push(`formula with a MathJax error (${error.dataset.mjxError}): ${tex}`);
+    else if (math.querySelector('[style*="color: red"]')) problems.push(`formula with red error text: ${tex}`);
+    else if (shown(e) && math.getBoundingClientRect().width === 0) problems.push(`formula of zero width: ${tex}`);
+  }
+  for (const img of document.images)
+    if (img.naturalWidth === 0) problems.push(`image not loaded: ${img.src}`);
+  for (const pre of document.querySelectorAll("pre.mermaid"))
+    problems.push(`mermaid diagram not drawn: ${pre.textContent.trim().split("\\n")[0]}`);
+  for (const d of document.querySelectorAll("div.mermaid"))
+    if (d.getBoundingClientRect().height === 0) problems.push("mermaid diagram of zero height");
+  return problems;
+}"""
+
+
+def settle(page, url, wait_until="load"):
+    """Load `url` and wait until `wait_until` (playwright's: "load", "networkidle"), the formulas
+    are typeset, the diagrams drawn and the images loaded. Returns [] or the one problem that kept
+    it from settling."""
+    page.goto(url, wait_until=wait_until)
+    try:
+        page.wait_for_function(SETTLED, timeout=TIMEOUT_MS)
+        page.evaluate(TYPESET)
+    except playwright_error() as e:  # a timeout
+        return [f"MathJax, diagrams or images not done after {TIMEOUT_MS} ms: {str(e).splitlines()[0]}"]
+    return []
+
+
+def check_page(page, url):
+    """Load `url` in `page` (a fresh one: it keeps listening) and return every problem found
+    on it, as lines of text; [] when all is well."""
+    seen = watch(page)
+    seen += settle(page, url, wait_until="networkidle")  # to see what the page requests after its load
+    return list(dict.fromkeys(seen + page.evaluate(RENDERING_PROBLEMS)))  # each once, in order
+
+
+# Where a followed link landed: the element named by location.hash, the text of what it shows
+# (a code line: the line's span; otherwise the element), the element after it, and whether the
+# reader sees it (its left edge, halfway down, is not under the sticky header or off screen).
+LANDED = """() => {
+  const target = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+  if (!target) return null;
+  const shown = target.id.startsWith("__codelineno-") ? target.parentElement : target;
+  const box = shown.getBoundingClientRect();
+  const hit = document.elementFromPoint(box.left + 2, box.top + box.height / 2);
+  return {hash: location.hash, path: location.pathname, tag: target.tagName, text: shown.textContent,
+          next: target.nextElementSibling?.outerHTML.slice(0, 200) || "",
+          visible: Boolean(hit && shown.contains(hit)), top: Math.round(box.top),
+          seen: hit ? `${hit.tagName.toLowerCase()}.${[...hit.classList].join(".")}` : "nothing"};
+}"""
+
+
+# True once the page has not scrolled for 200 ms (polled at every frame).
+STILL = """() => {
+  const now = performance.now();
+  if (window.__lastScrollY !== scrollY) { window.__lastScrollY = scrollY; window.__stillSince = now; }
+  return now - window.__stillSince > 200;
+}"""
+
+
+def follow(page, link, fragment, keyboard=False):
+    """Click `link` (a locator; or focus it and press Enter), wait until the page shows the element
+    `#fragment` and has stopped scrolling (Material scrolls more than once), and return LANDED's
+    account of where it landed (None when no element has that id)."""
+    if keyboard:
+        link.focus()
+        page.keyboard.press("Enter")
+    else:
+        link.click()
+    try:
+        page.wait_for_function(f"h => location.hash === h && ({LANDED})()?.visible", arg=f"#{fragment}",
+                               timeout=5_000)
+    except playwright_error():  # a timeout: LANDED below says what is wrong
+        pass
+    page.wait_for_function(STILL, timeout=5_000)
+    return page.evaluate(LANDED)
+
+
+# Mermaid draws into a closed shadow root, which no selector can enter. Run before the page's
+# own scripts, this makes every shadow root open, so that the drawn diagram's links can be found
+# and clicked like any other element; nothing else about the drawing changes.
+OPEN_SHADOW_ROOTS = """{
+  const attach = Element.prototype.attachShadow;
+  Element.prototype.attachShadow = function (init) { return attach.call(this, {...init, mode: "open"}); };
+}"""

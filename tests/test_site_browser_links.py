@@ -1,0 +1,122 @@
+"""The built site in Chromium, clicked through: each equation's 'Computed at' links and each code
+line's annotation lead between an equation and the lines marked with it, the boxes of the
+gradient-flow diagram lead to the lines making their calls, the search finds the LayerNorm page,
+and the palette toggle switches to dark and back. The link checks' negative controls run on
+copies of a page with one link planted wrong. Run with `scripts/test -m browser`."""
+
+import re
+
+import pytest
+from browsercheck import fault_path, plant_faults, playwright_error, serve, settle
+from browserlinks import annotation_link_problems, diagram_link_problems, equation_link_problems, mermaid_clicks
+from sitebuild import html_of, page_dir
+
+from site_scripts.code_facts import top_level_function
+from site_scripts.markers import collect_markers
+from site_scripts.sections import line_anchor
+
+pytestmark = pytest.mark.browser
+
+
+def report(what, problems):
+    return f"{what}: {len(problems)} problems\n  " + "\n  ".join(problems)
+
+
+# Clicking every link is cheap once a page is loaded; loading is not: three pages with many equations.
+EQUATION_PAGES = ["model/layernorm.md", "model/attention.md", "training/optim.md"]
+
+
+@pytest.mark.parametrize("md", EQUATION_PAGES)
+def test_computed_at_links_land_on_the_code_lines_marked_with_their_equation(page, site_url, md):
+    problems = equation_link_problems(page, site_url + page_dir(md))
+    assert not problems, report(md, problems)
+
+
+@pytest.mark.parametrize("md", EQUATION_PAGES)
+def test_code_line_annotations_lead_to_the_equations_the_line_computes(page, site_url, md):
+    problems = annotation_link_problems(page, site_url + page_dir(md))
+    assert not problems, report(md, problems)
+
+
+def test_gradient_flow_diagram_boxes_lead_to_code_lines_that_make_their_call(page, site_url):
+    problems = diagram_link_problems(page, site_url + page_dir("model/full-model.md"))
+    assert not problems, report("the gradient-flow diagram of model/full-model.md", problems)
+
+
+# ------------------------------------------------------------------ search and palette
+
+def test_searching_layer_norm_lists_the_layernorm_page_and_its_result_leads_there(page, site_url):
+    assert not settle(page, site_url)
+    box = page.locator("input.md-search__input")
+    box.click()
+    box.press_sequentially("layer norm", delay=30)  # fill() would leave the search empty
+    result = page.locator(".md-search-result__item > a[href*='/model/layernorm/']")
+    try:
+        result.first.wait_for(timeout=5_000)
+    except playwright_error():  # a timeout
+        listed = page.eval_on_selector_all(".md-search-result__item > a", "as => as.map(a => a.pathname)")
+        pytest.fail(f"searching 'layer norm' does not list model/layernorm/; it lists {listed}")
+    result.first.click()
+    page.wait_for_url(re.compile(r"/model/layernorm/"))
+    assert page.locator("article h1").inner_text().rstrip("¶") == "LayerNorm"
+
+
+def test_palette_toggle_switches_to_dark_and_back(page, site_url):
+    from playwright.sync_api import expect
+
+    assert not settle(page, site_url)
+    body = page.locator("body")
+    light_background = body.evaluate("b => getComputedStyle(b).backgroundColor")
+    expect(body).to_have_attribute("data-md-color-scheme", "default")
+    page.locator("form[data-md-component=palette] label:visible").click()
+    expect(body).to_have_attribute("data-md-color-scheme", "slate")
+    expect(body).not_to_have_css("background-color", light_background)
+    page.locator("form[data-md-component=palette] label:visible").click()
+    expect(body).to_have_attribute("data-md-color-scheme", "default")
+    expect(body).to_have_css("background-color", light_background)
+
+
+# ------------------------------------------------------------------ negative controls of the link checks
+
+LINK_CHECKS = {  # name of a link planted on a copy of a page: the check that must catch it
+    "Computed at link to another equation's line": equation_link_problems,
+    "annotation link to another equation": annotation_link_problems,
+    "diagram box linked to another call's line": diagram_link_problems,
+}
+
+
+@pytest.fixture(scope="module")
+def link_faults(built_site):
+    """name in LINK_CHECKS: (page, its text replaced, the replacement, the start of the problem reported)."""
+    mean, var = (next(m for m in collect_markers() if m.eq_id == eq) for eq in ("ln-mean", "ln-var"))
+    code = {m.eq_id: line_anchor(m.path, top_level_function(m.path, m.line)[0], m.line) for m in (mean, var)}
+    mean_span = code["ln-mean"].replace("__codelineno-", "__span-")  # the id of the line's span
+    boxes = dict(mermaid_clicks(html_of(built_site, "model/full-model.md")))
+    forward, check = (next(b for b in boxes if b.startswith(f"{call}<br/>")) for call in ("forward", "check_targets"))
+    return {
+        "Computed at link to another equation's line": (
+            "model/layernorm.md", f'Computed at <a href="#{code["ln-mean"]}">',
+            f'Computed at <a href="#{code["ln-var"]}">', f'eq-ln-mean: #{code["ln-var"]} is the line'),
+        "annotation link to another equation": (
+            "model/layernorm.md", f'<li>Line {mean.line} computes <a href="#eq-ln-mean">',
+            f'<li>Line {mean.line} computes <a href="#eq-ln-var">',
+            f"{mean_span}: leads to #eq-ln-var, but the line has no # eq:ln-var"),
+        "diagram box linked to another call's line": (
+            "model/full-model.md", f'href "{boxes[forward]}"', f'href "{boxes[check]}"',
+            f"box {forward!r}: {boxes[check]} shows the line"),
+    }
+
+
+@pytest.fixture(scope="module")
+def faulty_url(built_site, link_faults, tmp_path_factory):
+    """The site with, for each name in LINK_CHECKS, a copy of a page with that link planted wrong."""
+    faults = {name: (page_dir(md) + "index.html", old, new) for name, (md, old, new, _) in link_faults.items()}
+    with serve(plant_faults(built_site, tmp_path_factory.mktemp("faulty") / "site", faults)) as url:
+        yield url
+
+
+@pytest.mark.parametrize("name", LINK_CHECKS)
+def test_link_checks_report_a_link_to_the_wrong_place(page, faulty_url, link_faults, name):
+    """Negative controls of the tests above: each check reports the one link planted wrong."""
+    problems = LINK_CHECKS[name](page, faulty_url + fault_path(name))
+    assert any(p.startswith(link_faults[name][3]) for p in problems), report(name, problems)
