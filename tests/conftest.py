@@ -3,9 +3,7 @@
 import os
 import re
 
-import browsercheck
 import pytest
-import sitebuild
 
 from transformer.config import PRESETS
 
@@ -25,6 +23,8 @@ def cfg_a():
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory):
     """The site, built (quick notebooks) once per test session: pytest-xdist's workers share one build."""
+    import sitebuild  # imported here: the unit tests also run without site_scripts (tools/mutants.py copies)
+
     folder = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         folder = folder.parent  # the session's folder, above each worker's own
@@ -39,6 +39,8 @@ def built_site(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
     """Headless Chromium (scripts/setup --browser installs it and playwright)."""
+    import browsercheck
+
     with browsercheck.chromium() as b:
         yield b
 
@@ -46,19 +48,21 @@ def browser():
 @pytest.fixture(scope="module")
 def site_url(built_site):
     """The built site, served on 127.0.0.1."""
+    import browsercheck
+
     with browsercheck.serve(built_site) as url:
         yield url
-
-
-OFF_SITE = re.compile(rf"^(https?|wss?)://(?!{re.escape(browsercheck.HOST)}[:/])")
 
 
 @pytest.fixture
 def page(browser):
     """A fresh page in a fresh context (its own stored palette, its own listeners). A request off
     the site is refused at once, so that a machine with a network behaves like one without."""
+    import browsercheck
+
+    off_site = re.compile(rf"^(https?|wss?)://(?!{re.escape(browsercheck.HOST)}[:/])")
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     context.set_default_timeout(15_000)
-    context.route(OFF_SITE, lambda route: route.abort("blockedbyclient"))
+    context.route(off_site, lambda route: route.abort("blockedbyclient"))
     yield context.new_page()
     context.close()
