@@ -52,7 +52,7 @@ def open_annotation(annotation):
     annotation.locator(".md-annotation__index").focus()
     links = annotation.locator(".md-tooltip a[href*='#eq-']")
     try:
-        links.first.wait_for(state="visible", timeout=3_000)
+        links.first.wait_for(state="visible", timeout=10_000)  # slow under load; a missing link still fails
     except playwright_error():  # a timeout
         return None
     return links
