@@ -118,6 +118,11 @@ GROUPS = {
              "\"0.9\" is not one. (The command line reads --beta1 as a number first, so only Python can pass it.)",
              'TrainConfig(beta1="0.9")', names=("beta1 must lie in [0, 1)",),
              tests=(TRAIN_TESTS + "test_a_setting_of_the_wrong_type_is_a_config_error",)),
+        Case("setting-bool", "True or False where a number belongs", "Python counts True as the integer 1, "
+             "so without a test of its own steps=True would train for one step. (The command line reads --steps "
+             "as an integer, so only Python can pass it.)", "TrainConfig(steps=True)",
+             names=("steps must be a positive integer, got True",),
+             tests=(TRAIN_TESTS + "test_a_setting_of_the_wrong_type_is_a_config_error",)),
         Case("zero-minutes", "A time limit of zero minutes", "The run would stop before its first step.",
              'train("corpus.txt", "new", cfg, TrainConfig(), max_minutes=0)', TRAIN + ("--max-minutes", "0"),
              names=("max_minutes must be a positive number",),
@@ -211,8 +216,10 @@ GROUPS = {
              argv=("train", "--resume", "--out", "run", "--lr", "0.1"), names=("drop --lr",),
              tests=(TRAIN_ERRORS, CLI + "test_resume_needs_only_the_out_folder")),
         Case("out-is-a-file", "An --out that is a file", "The run's folder cannot be created where a file is.",
-             argv=("train", "--corpus", "corpus.txt", "--out", "notes.txt"), names=("notes.txt",),
-             tests=(CLI + "test_an_unwritable_out_folder_is_one_line",)),
+             'train("corpus.txt", "notes.txt", cfg, TrainConfig())',
+             ("train", "--corpus", "corpus.txt", "--out", "notes.txt"), names=("notes.txt is a file",),
+             tests=(TRAIN_TESTS + "test_an_out_dir_that_is_a_file_is_refused_and_left_alone",
+                    CLI + "test_an_unwritable_out_folder_is_one_line")),
     ],
     "Sampling": [
         Case("temperature-negative", "A negative temperature", "Dividing the logits by a negative number "

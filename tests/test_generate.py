@@ -80,6 +80,7 @@ def test_sampling_frequencies_follow_the_softmax_of_scaled_logits():
 @pytest.mark.parametrize("kwargs, message", [
     ({"temperature": -1.0}, "temperature must be a finite number >= 0"),
     ({"temperature": float("nan")}, "temperature must be a finite number >= 0"),
+    ({"temperature": True}, "temperature must be a finite number >= 0"),
     ({"top_k": 0}, r"top_k must be an integer in \[1, 5\]"),
     ({"top_k": 6}, r"top_k must be an integer in \[1, 5\]"),
     ({"num_tokens": -3}, "number of tokens must be a non-negative integer"),

@@ -125,7 +125,17 @@ def test_training_refuses_bad_settings(tmp_path, corpus):
         train(corpus, tmp_path / "never-ran", MODEL, small_config(), resume=True, progress=False)
 
 
-@pytest.mark.parametrize("changes", [{"beta1": "0.9"}, {"beta2": None}, {"lr": "0.1"}, {"steps": 2.5}])
+def test_an_out_dir_that_is_a_file_is_refused_and_left_alone(tmp_path, corpus):
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("a file, not a folder\n")
+    with pytest.raises(ConfigError, match="notes.txt is a file"):
+        train(corpus, blocker, MODEL, small_config(), progress=False)
+    assert blocker.read_text() == "a file, not a folder\n"
+
+
+@pytest.mark.parametrize("changes", [{"beta1": "0.9"}, {"beta2": None}, {"lr": "0.1"}, {"steps": 2.5},
+                                     # bool is a subclass of int: True would otherwise pass as 1
+                                     {"steps": True}, {"warmup": False}, {"grad_clip": True}, {"beta1": False}])
 def test_a_setting_of_the_wrong_type_is_a_config_error(changes):
     with pytest.raises(ConfigError, match=f"{next(iter(changes))} must"):
         small_config(**changes)

@@ -148,7 +148,8 @@ def check_sampling(temperature, top_k, vocab_size):
     InputError
         If either setting is out of range.
     """
-    if not (isinstance(temperature, (int, float, np.floating, np.integer)) and math.isfinite(temperature)
+    if isinstance(temperature, (bool, np.bool_)) or not (
+            isinstance(temperature, (int, float, np.floating, np.integer)) and math.isfinite(temperature)
             and temperature >= 0):
         raise InputError(f"temperature must be a finite number >= 0, got {temperature!r}")
     if top_k is not None and (as_int(top_k) is None or not 1 <= top_k <= vocab_size):

@@ -66,20 +66,24 @@ class TrainConfig:
                                                       "choices": ["char", "byte"]})
 
     def __post_init__(self):
+        # bool is a subclass of int in Python, so True would pass as 1 step without the first test.
         for name in ("steps", "batch_size", "eval_every", "ckpt_every"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
         for name in ("seq_len", "warmup", "seed"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be a non-negative integer, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
         for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+            if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value)
+                                               and value >= 0):
                 raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}")
         for name in ("beta1", "beta2"):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and 0 <= value < 1):
-                raise ConfigError(f"{name} must lie in [0, 1), got {getattr(self, name)!r}")
+            if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0 <= value < 1):
+                raise ConfigError(f"{name} must lie in [0, 1), got {value!r}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.tokenizer not in TOKENIZERS:
@@ -328,7 +332,7 @@ def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, 
     Raises
     ------
     ConfigError
-        If max_minutes is not positive, out_dir already holds a run, seq_len exceeds context_len, the
+        If max_minutes is not positive, out_dir is a file or already holds a run, seq_len exceeds context_len, the
         run cannot be resumed, or training diverges.
     CorpusError
         If the corpus cannot be read or is too short.
@@ -339,6 +343,8 @@ def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, 
     ckpt_path, metrics_path = out_dir / CHECKPOINT_NAME, out_dir / METRICS_NAME
     if max_minutes is not None and not (math.isfinite(max_minutes) and max_minutes > 0):
         raise ConfigError(f"max_minutes must be a positive number, got {max_minutes!r}")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"{out_dir} is a file; --out must name a folder (new or holding a run)")
     if not resume and not overwrite and ckpt_path.exists():
         raise ConfigError(f"{out_dir} already holds a run; continue it with --resume, "
                           "start again with --overwrite, or choose another --out")
