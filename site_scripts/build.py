@@ -56,8 +56,10 @@ def code_facts_text(units, root=ROOT):
 
 
 def titles_text(root=ROOT):
-    """The first line of every docs page: pages print each other's titles in links."""
-    return "\n".join(p.read_text().split("\n", 1)[0] for p in sorted((root / "docs").rglob("*.md")))
+    """The title of every docs page: pages print each other's titles in links."""
+    from .sections import markdown_title
+
+    return "\n".join(markdown_title(p.read_text()) for p in sorted((root / "docs").rglob("*.md")))
 
 
 def page_key(name, context, root=ROOT) -> str:

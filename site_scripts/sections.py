@@ -3,6 +3,7 @@ the code or runs it; none holds a number, a line or a name typed by hand."""
 
 import platform
 import posixpath
+import re
 from pathlib import Path
 
 import numpy as np
@@ -51,8 +52,15 @@ def page_link(from_page, to_page, anchor=""):
 
 
 def page_title(page):
-    """The first heading of a page's markdown file."""
-    return (ROOT / "docs" / PAGE_PATHS[page]).read_text().splitlines()[0].lstrip("# ").strip()
+    """The title of a page: the first level-1 heading of its markdown file."""
+    return markdown_title((ROOT / "docs" / PAGE_PATHS[page]).read_text())
+
+
+def markdown_title(text):
+    """The first level-1 heading of a markdown text, after any front matter (whose YAML comments also
+    start with "# ")."""
+    text = re.sub(r"\A---\n.*?^---\n", "", text, flags=re.M | re.S)
+    return re.search(r"^# (.+)$", text, flags=re.M).group(1).strip()
 
 
 def page_equations(page):

@@ -1,6 +1,6 @@
 """The built site in Chromium, clicked through: each equation's 'Computed at' links and each code
 line's annotation lead between an equation and the lines marked with it, the boxes of the
-gradient-flow diagram lead to the lines making their calls, the search finds the LayerNorm page,
+gradient-flow diagram lead to the lines making their calls, the search lists the LayerNorm page first,
 and the palette toggle switches to dark and back. The link checks' negative controls run on
 copies of a page with one link planted wrong. Run with `scripts/test -m browser`."""
 
@@ -45,7 +45,7 @@ def test_gradient_flow_diagram_boxes_lead_to_code_lines_that_make_their_call(pag
 
 # ------------------------------------------------------------------ search and palette
 
-def test_searching_layer_norm_lists_the_layernorm_page_and_its_result_leads_there(page, site_url):
+def test_searching_layer_norm_lists_the_layernorm_page_first_and_its_result_leads_there(page, site_url):
     assert not settle(page, site_url)
     box = page.locator("input.md-search__input")
     box.click()
@@ -56,6 +56,8 @@ def test_searching_layer_norm_lists_the_layernorm_page_and_its_result_leads_ther
     except playwright_error():  # a timeout
         listed = page.eval_on_selector_all(".md-search-result__item > a", "as => as.map(a => a.pathname)")
         pytest.fail(f"searching 'layer norm' does not list model/layernorm/; it lists {listed}")
+    listed = page.eval_on_selector_all(".md-search-result__item > a", "as => as.map(a => a.pathname)")
+    assert listed[0].endswith("/model/layernorm/"), f"searching 'layer norm' lists {listed[0]} first: {listed}"
     result.first.click()
     page.wait_for_url(re.compile(r"/model/layernorm/"))
     assert page.locator("article h1").inner_text().rstrip("¶") == "LayerNorm"
