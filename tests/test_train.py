@@ -274,6 +274,6 @@ def test_resume_survives_a_metrics_line_torn_by_a_crash(tmp_path, corpus):
 
 
 def test_max_minutes_must_be_positive(tmp_path, corpus):
-    for bad in (0.0, -1.0, float("nan")):
+    for bad in (0.0, -1.0, float("nan"), True, "5"):
         with pytest.raises(ConfigError, match="max_minutes must be a positive number"):
             train(corpus, tmp_path / "run", MODEL, small_config(), max_minutes=bad, progress=False)

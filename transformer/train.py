@@ -341,7 +341,8 @@ def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, 
     """
     out_dir = Path(out_dir)
     ckpt_path, metrics_path = out_dir / CHECKPOINT_NAME, out_dir / METRICS_NAME
-    if max_minutes is not None and not (math.isfinite(max_minutes) and max_minutes > 0):
+    if max_minutes is not None and (isinstance(max_minutes, bool) or not (
+            isinstance(max_minutes, (int, float)) and math.isfinite(max_minutes) and max_minutes > 0)):
         raise ConfigError(f"max_minutes must be a positive number, got {max_minutes!r}")
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"{out_dir} is a file; --out must name a folder (new or holding a run)")
