@@ -162,6 +162,19 @@ def test_rebuild_benchmark_reports_extra_and_missing_reruns():
         (["page cli"], ["page gradcheck"])
 
 
+def test_rebuild_benchmark_reads_where_the_time_went_from_the_build_log():
+    tool = load_tool("bench_rebuild")
+    log = ("INFO    -  generated page layernorm in 0.1 s\n"  # the hook's lines, as mkdocs prints them
+           "INFO    -  generated page mutants in 550.9 s\n"
+           "INFO    -  executed notebook shakespeare (full) in 234.6 s\n"
+           "INFO    -  Documentation built in 800.2 seconds\n")
+    steps = tool.step_seconds(log)
+    assert steps == {"page mutants": 550.9, "notebook shakespeare": 234.6, "page layernorm": 0.1}
+    assert list(steps) == ["page mutants", "notebook shakespeare", "page layernorm"]  # slowest first
+    assert tool.slowest(steps, 800.0, count=2) == \
+        "page mutants 551 s, notebook shakespeare 235 s, everything else 14 s"
+
+
 def test_rebuild_benchmark_expects_the_pages_and_notebooks_that_reach_the_function():
     tool = load_tool("bench_rebuild")
     expected = tool.expected_reruns(ROOT, "layernorm", "layer_norm_backward")

@@ -194,6 +194,21 @@ def reran_in_log(output):
     return pages | {f"notebook {n}" for n in re.findall(r"executed notebook (\S+) \(", output)}
 
 
+def step_seconds(output):
+    """{"page X" or "notebook X": seconds} from the hook's log lines, slowest first: where a build's time went."""
+    steps = {f"page {n}": float(s) for n, s in re.findall(r"generated page (\S+) in ([\d.]+) s", output)}
+    steps |= {f"notebook {n}": float(s) for n, s in re.findall(r"executed notebook (\S+) \(\w+\) in ([\d.]+) s",
+                                                                 output)}
+    return dict(sorted(steps.items(), key=lambda item: -item[1]))
+
+
+def slowest(steps, wall_s, count=4):
+    """The slowest steps of a build and what the rest took (mkdocs itself, the quick generators)."""
+    shown = list(steps.items())[:count]
+    rest = wall_s - sum(seconds for _, seconds in shown)
+    return ", ".join(f"{item} {seconds:.0f} s" for item, seconds in shown) + f", everything else {rest:.0f} s"
+
+
 def site_scripts(root):
     """site_scripts.depends and site_scripts.notebooks, imported from the repository."""
     if str(root) not in sys.path:
@@ -281,7 +296,7 @@ def run(root, args, work):
     env = build_env(copy, root, args.quick)
     check_imported(python, copy, env, module, args.edit)
     progress(f"copied {root} to {copy}; {mode} mode; cold build (every page and notebook)...")
-    cold_s, _ = mkdocs_build(python, copy, site, env)
+    cold_s, cold_output = mkdocs_build(python, copy, site, env)
     progress(f"cold build {cold_s:.1f} s; {args.repeat} rebuilds with nothing changed...")
     same_s, same_reran = [], set()
     for _ in range(args.repeat):
@@ -301,10 +316,11 @@ def run(root, args, work):
     extra, missing = compare(reran, expected)
     moved, called = moved_by_edit(source, (copy / path).read_text())
     return {"mode": mode, "repository": str(root), "commit": describe(root), "copy": str(copy),
-            "cold_s": cold_s, "nothing_changed_s": same_s, "nothing_changed_median_s": statistics.median(same_s),
+            "cold_s": cold_s, "cold_steps_s": step_seconds(cold_output), "nothing_changed_s": same_s, "nothing_changed_median_s": statistics.median(same_s),
             "nothing_changed_reran": sorted(same_reran),
             "nothing_changed_pass": statistics.median(same_s) < BAR_NOTHING_CHANGED_S and not same_reran,
-            "edit": {"function": args.edit, "file": str(path), "s": edit_s, "reran": sorted(reran),
+            "edit": {"function": args.edit, "file": str(path), "s": edit_s, "steps_s": step_seconds(output),
+                     "reran": sorted(reran),
                      "expected": sorted(expected), "extra": extra, "missing": missing,
                      "extra_reasons": why_extra(copy, module, extra, moved, called, reran),
                      "reran_in_log": sorted(reran_in_log(output)), "shown_on": pages_showing(site, EDIT_NAME),
@@ -336,10 +352,12 @@ def report(r):
              f"{'edit ' + edit['function']:<34}{edit['s']:>8.1f} s{1:>6}"
              f"   reruns only what uses it: {verdict(edit['pass'])}",
              "",
+             f"cold, slowest: {slowest(r['cold_steps_s'], r['cold_s'])}",
              f"nothing changed, each run: {', '.join(f'{s:.1f} s' for s in r['nothing_changed_s'])}; "
              f"reran: {', '.join(r['nothing_changed_reran']) or 'nothing'}",
              f"edited {edit['file']} (one line inserted in {edit['function']}; the built site shows it on: "
              f"{', '.join(edit['shown_on']) or 'no page'})",
+             f"  slowest:  {slowest(edit['steps_s'], edit['s'])}",
              f"  reran:    {listing(edit['reran'])}",
              f"  expected: {listing(edit['expected'])}  (site_scripts.depends)",
              f"  extra: {', '.join(edit['extra']) or 'none'}; missing: {', '.join(edit['missing']) or 'none'}"]
