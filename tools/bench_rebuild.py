@@ -316,7 +316,8 @@ def run(root, args, work):
     extra, missing = compare(reran, expected)
     moved, called = moved_by_edit(source, (copy / path).read_text())
     return {"mode": mode, "repository": str(root), "commit": describe(root), "copy": str(copy),
-            "cold_s": cold_s, "cold_steps_s": step_seconds(cold_output), "nothing_changed_s": same_s, "nothing_changed_median_s": statistics.median(same_s),
+            "cold_s": cold_s, "cold_steps_s": step_seconds(cold_output),
+            "nothing_changed_s": same_s, "nothing_changed_median_s": statistics.median(same_s),
             "nothing_changed_reran": sorted(same_reran),
             "nothing_changed_pass": statistics.median(same_s) < BAR_NOTHING_CHANGED_S and not same_reran,
             "edit": {"function": args.edit, "file": str(path), "s": edit_s, "steps_s": step_seconds(output),
