@@ -188,14 +188,9 @@ def reran_between(before, after):
     return {item for item, stamp in after.items() if before.get(item) != stamp}
 
 
-def reran_in_log(output):
-    """What the build log says reran (the hook's "generated page X" and "executed notebook X" lines)."""
-    pages = {f"page {n}" for n in re.findall(r"generated page (\S+) in ", output)}
-    return pages | {f"notebook {n}" for n in re.findall(r"executed notebook (\S+) \(", output)}
-
-
 def step_seconds(output):
-    """{"page X" or "notebook X": seconds} from the hook's log lines, slowest first: where a build's time went."""
+    """{"page X" or "notebook X": seconds} from the hook's "generated page X in N s" and "executed notebook
+    X (mode) in N s" lines, slowest first: what a build reran, by its log, and where its time went."""
     steps = {f"page {n}": float(s) for n, s in re.findall(r"generated page (\S+) in ([\d.]+) s", output)}
     steps |= {f"notebook {n}": float(s) for n, s in re.findall(r"executed notebook (\S+) \(\w+\) in ([\d.]+) s",
                                                                  output)}
@@ -312,6 +307,7 @@ def run(root, args, work):
     expected = expected_reruns(copy, module, args.edit)
     before = stamps(copy, mode)
     edit_s, output = mkdocs_build(python, copy, site, env)
+    edit_steps = step_seconds(output)
     reran = reran_between(before, stamps(copy, mode))
     extra, missing = compare(reran, expected)
     moved, called = moved_by_edit(source, (copy / path).read_text())
@@ -320,11 +316,11 @@ def run(root, args, work):
             "nothing_changed_s": same_s, "nothing_changed_median_s": statistics.median(same_s),
             "nothing_changed_reran": sorted(same_reran),
             "nothing_changed_pass": statistics.median(same_s) < BAR_NOTHING_CHANGED_S and not same_reran,
-            "edit": {"function": args.edit, "file": str(path), "s": edit_s, "steps_s": step_seconds(output),
+            "edit": {"function": args.edit, "file": str(path), "s": edit_s, "steps_s": edit_steps,
                      "reran": sorted(reran),
                      "expected": sorted(expected), "extra": extra, "missing": missing,
                      "extra_reasons": why_extra(copy, module, extra, moved, called, reran),
-                     "reran_in_log": sorted(reran_in_log(output)), "shown_on": pages_showing(site, EDIT_NAME),
+                     "reran_in_log": sorted(edit_steps), "shown_on": pages_showing(site, EDIT_NAME),
                      "pass": not extra and not missing}}
 
 

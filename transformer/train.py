@@ -35,6 +35,16 @@ METRICS_NAME = "metrics.jsonl"
 DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
+def is_int(value) -> bool:
+    """A Python int, and not a bool: bool is a subclass of int, so True would pass as 1."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_finite_number(value) -> bool:
+    """A finite Python int or float, and not a bool (see is_int)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Settings of a training run, checked when the config is made.
@@ -66,23 +76,21 @@ class TrainConfig:
                                                       "choices": ["char", "byte"]})
 
     def __post_init__(self):
-        # bool is a subclass of int in Python, so True would pass as 1 step without the first test.
         for name in ("steps", "batch_size", "eval_every", "ckpt_every"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not (is_int(value) and value >= 1):
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
         for name in ("seq_len", "warmup", "seed"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if not (is_int(value) and value >= 0):
                 raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
         for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value)
-                                               and value >= 0):
+            if not (is_finite_number(value) and value >= 0):
                 raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}")
         for name in ("beta1", "beta2"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0 <= value < 1):
+            if not (is_finite_number(value) and 0 <= value < 1):
                 raise ConfigError(f"{name} must lie in [0, 1), got {value!r}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
@@ -341,8 +349,7 @@ def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, 
     """
     out_dir = Path(out_dir)
     ckpt_path, metrics_path = out_dir / CHECKPOINT_NAME, out_dir / METRICS_NAME
-    if max_minutes is not None and (isinstance(max_minutes, bool) or not (
-            isinstance(max_minutes, (int, float)) and math.isfinite(max_minutes) and max_minutes > 0)):
+    if max_minutes is not None and not (is_finite_number(max_minutes) and max_minutes > 0):
         raise ConfigError(f"max_minutes must be a positive number, got {max_minutes!r}")
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"{out_dir} is a file; --out must name a folder (new or holding a run)")
