@@ -1,0 +1,77 @@
+"""What the site build and the tools share: the project root, the versions a result depends on, markdown
+tables, and the cached-artifact pattern (a key, a computation, a stamp).
+
+A leaf module: it imports nothing from the project, so `transformer`, `site_scripts` and `tools` can all
+use it without importing each other.
+"""
+
+import hashlib
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / "build" / "cache"
+
+
+def torch_version():
+    """The installed torch's version, or "none": no torch means no cross-check rows, which a key must reflect.
+    Read from the package metadata, so asking does not import torch."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "none"
+
+
+def numpy_version():
+    from importlib.metadata import version
+
+    return version("numpy")
+
+
+def hash_parts(*parts) -> str:
+    """A SHA-256 of text parts, each ended by a NUL so that ("ab", "c") and ("a", "bc") differ."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part if isinstance(part, bytes) else str(part).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def md_table(header, rows):
+    """A markdown table; a `|` inside a cell is escaped."""
+    lines = ["| " + " | ".join(str(h).replace("|", "\\|") for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_if_changed(path: Path, text: str) -> bool:
+    """Write only a changed text, so `mkdocs serve` does not see an edit where there is none."""
+    if path.exists() and path.read_text() == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return True
+
+
+def write_atomically(path: Path, text: str):
+    """A file is whole or absent, never half-written: write beside it, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    partial.replace(path)
+
+
+def cached_json(path: Path, key: str, compute, force=False):
+    """The JSON result stored at `path` if it was computed under `key`, else `compute()`, stored with the key.
+
+    The one cache of the build: pages, notebooks, the cross-check report and the mutation report each name
+    what their result depends on in `key`, and nothing else decides whether they rerun."""
+    if not force and path.exists():
+        stored = json.loads(path.read_text())
+        if stored.get("key") == key:
+            return stored["value"]
+    value = json.loads(json.dumps(compute()))  # the same types as a reloaded one
+    write_atomically(path, json.dumps({"key": key, "value": value}, sort_keys=True))
+    return value
