@@ -1,48 +1,78 @@
 """Run the page generators, each only when something it depends on changed.
 
-A page generator is a module site_scripts/pages/<name>.py with a function
-generate(context) -> {fragment name: markdown}. Its fragments are written to
-build/snippets/<name>/<fragment>.md, which the docs pages include with
-pymdownx.snippets (`--8<-- "<name>/<fragment>.md"`).
+Every page is an entry of site_scripts/registry.py. Its fragments are the standard ones its entry
+describes (the listings of its functions, its equations, its rows of the cross-check, ...) and those
+of its optional generator, site_scripts/pages/<id>.py, a module with generate(context) -> {fragment
+name: markdown}. They are written to build/snippets/<id>/<fragment>.md, which the docs pages include.
 
-A page's cache key hashes everything its output depends on: its generator's
-source, the shared site_scripts modules, the source and first line of every
-transformer function and class it can reach (site_scripts/depends.py), the
-callers and the tests of those functions (the pages print them), the numpy
-and torch versions, the build context (the repository URL) and whatever the
-generator's optional key_inputs(context) returns. Editing one
-function therefore reruns exactly the pages that reach it. Files are
-rewritten only when their content changes, so `mkdocs serve` does not
-rebuild forever.
+The cache key of a page, in one paragraph: it hashes the code the page's numbers can come from. That
+is the generator and the site_scripts modules it imports; the transformer units (functions, classes,
+tables) reachable from what the generator imports and from the units its entry names; the callers
+and tests of those units (the pages print them); the files its entry lists under `reads`, for code it
+runs in ways no import shows; the titles of all pages (links print them); the numpy and torch versions
+and the build context. Editing one function therefore reruns exactly the pages that can reach it.
+Files are rewritten only when their content changes, so `mkdocs serve` does not rebuild forever.
 
     python -m site_scripts.build [--page NAME ...] [--force]
 """
 
 import argparse
-import hashlib
 import importlib
 import json
 import sys
 import time
-from pathlib import Path
 
-from . import depends
+from . import depends, registry
+from .common import ROOT, hash_parts, mode, numpy_version, torch_version, write_if_changed
 
-ROOT = Path(__file__).resolve().parent.parent
 SNIPPETS = ROOT / "build" / "snippets"
-PAGES_DIR = ROOT / "site_scripts" / "pages"
-SHARED = ["build.py", "depends.py", "equations.py", "markers.py", "code_facts.py", "sections.py"]
+SHARED = ["build.py", "common.py", "depends.py", "equations.py", "markers.py", "code_facts.py", "registry.py",
+          "sections.py"]
 
 
 def page_names():
-    return sorted(p.stem for p in PAGES_DIR.glob("*.py") if not p.name.startswith("_"))
+    return [p.id for p in registry.PAGES if p.generated and not p.notebook]
+
+
+def generator_path(name, root=ROOT):
+    """The page's own generator, or None when its entry says all it shows."""
+    path = root / "site_scripts" / "pages" / f"{name}.py"
+    return path if path.exists() else None
 
 
 def page_sources(name, root=ROOT):
     """The page generator and the site_scripts helpers it imports (beyond the shared ones)."""
-    path = root / "site_scripts" / "pages" / f"{name}.py"
-    helpers = sorted(set(depends.Source(path.read_text()).site_modules) - {s[:-3] for s in SHARED} - {"pages"})
-    return [path] + [root / "site_scripts" / f"{h}.py" for h in helpers]
+    path = generator_path(name, root)
+    found = [path] if path else []
+    if path:
+        helpers = set(depends.Source(path.read_text()).site_modules) - {s[:-3] for s in SHARED} - {"pages"}
+        found += [root / "site_scripts" / f"{h}.py" for h in sorted(helpers)]
+    if registry.BY_ID[name].crosscheck and root / "site_scripts" / "results.py" not in found:
+        found.append(root / "site_scripts" / "results.py")
+    return found
+
+
+def page_units(name, root=ROOT):
+    """The transformer units the page can reach: from its generator's imports and its entry's names."""
+    entry = registry.BY_ID[name]
+    if "transformer" in entry.reads:
+        return depends.all_units(root)
+    path = generator_path(name, root)
+    units = depends.page_units(path, root) if path else set()
+    seeds = entry.units | ({("crosscheck", "run_crosscheck")} if entry.crosscheck else set())
+    return units | depends.closure(seeds, root)
+
+
+def read_files(entry, root=ROOT):
+    """The text of the files under the entry's `reads` paths (a folder: its files, in order), and the
+    build's mode if the entry reads it."""
+    paths, text = [], f"mode {mode()}\n" if "mode" in entry.reads else ""
+    for read in entry.reads:
+        if ":" in read or read in ("transformer", "mode"):
+            continue
+        path = root / read
+        paths += sorted(p for p in path.rglob("*.py")) if path.is_dir() else [path]
+    return text + "\n".join(f"{p.relative_to(root).as_posix()}\n{p.read_text()}" for p in paths if p.exists())
 
 
 def code_facts_text(units, root=ROOT):
@@ -64,41 +94,26 @@ def titles_text(root=ROOT):
 
 def page_key(name, context, root=ROOT) -> str:
     """The hash of everything the page's output depends on (see the module docstring)."""
-    import numpy
-
-    units = depends.page_units(root / "site_scripts" / "pages" / f"{name}.py", root)
-    digest = hashlib.sha256()
-    for part in [*[p.read_text() for p in page_sources(name, root)],
-                 *[(root / "site_scripts" / s).read_text() for s in SHARED],
-                 depends.units_text(units, root), code_facts_text(units, root), titles_text(root),
-                 numpy.__version__, torch_version(), json.dumps(context, sort_keys=True), extra_key(name, context)]:
-        digest.update(part.encode())
-        digest.update(b"\0")
-    return digest.hexdigest()
+    units = page_units(name, root)
+    return hash_parts(*[p.read_text() for p in page_sources(name, root)],
+                      *[(root / "site_scripts" / s).read_text() for s in SHARED],
+                      depends.units_text(units, root), code_facts_text(units, root), titles_text(root),
+                      read_files(registry.BY_ID[name], root), numpy_version(), torch_version(),
+                      json.dumps(context, sort_keys=True))
 
 
-def extra_key(name, context):
-    """What a generator declares beyond the code it reaches: its optional key_inputs(context) -> str
-    (the mutants page hashes the whole package, the tests and the run's tools, which it runs in copies)."""
-    module = importlib.import_module(f"site_scripts.pages.{name}")
-    key_inputs = getattr(module, "key_inputs", None)
-    return key_inputs(context) if key_inputs else ""
+def fragments(name, context):
+    """The page's standard fragments (from its entry), then its generator's (which may replace one)."""
+    from .results import devices_md
+    from .sections import code_fragments
 
-
-def torch_version():
-    try:
-        from importlib.metadata import version
-        return version("torch")
-    except Exception:  # noqa: BLE001 - no torch means no cross-check rows, which the key must reflect
-        return "none"
-
-
-def write_if_changed(path: Path, text: str) -> bool:
-    if path.exists() and path.read_text() == text:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return True
+    entry = registry.BY_ID[name]
+    out = code_fragments(entry, context["repo_url"]) if entry.functions else {}
+    if entry.crosscheck:
+        out["devices"] = devices_md(name, entry.crosscheck)
+    if generator_path(name):
+        out.update(importlib.import_module(f"site_scripts.pages.{name}").generate(context))
+    return out
 
 
 def generate(name, context, force=False) -> bool:
@@ -107,14 +122,18 @@ def generate(name, context, force=False) -> bool:
     stamp = SNIPPETS / name / ".key"
     if not force and stamp.exists() and stamp.read_text() == key:
         return False
-    module = importlib.import_module(f"site_scripts.pages.{name}")
-    fragments = module.generate(context)
-    for fragment, text in fragments.items():
+    made = fragments(name, context)
+    for fragment, text in made.items():
         write_if_changed(SNIPPETS / name / f"{fragment}.md", text)
-    for stale in set((SNIPPETS / name).glob("*.md")) - {SNIPPETS / name / f"{f}.md" for f in fragments}:
+    for stale in set((SNIPPETS / name).glob("*.md")) - {SNIPPETS / name / f"{f}.md" for f in made}:
         stale.unlink()  # a fragment the generator no longer makes must not linger
     write_if_changed(stamp, key)
     return True
+
+
+def made_fragments(name):
+    """The names of the fragments the page's last run made."""
+    return {p.stem for p in (SNIPPETS / name).glob("*.md")}
 
 
 def generate_all(context, pages=None, force=False, log=print):

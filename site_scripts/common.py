@@ -7,10 +7,17 @@ use it without importing each other.
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "build" / "cache"
+QUICK_ENV = "SITE_QUICK"  # SITE_QUICK=1: the quick build, with the long runs shortened (the tests use it)
+
+
+def mode():
+    """The build's mode: "quick" when SITE_QUICK=1, else "full"."""
+    return "quick" if os.environ.get(QUICK_ENV) == "1" else "full"
 
 
 def torch_version():

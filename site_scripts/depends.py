@@ -18,7 +18,8 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from .common import ROOT
+
 MODULE = "<module>"
 
 
@@ -153,7 +154,8 @@ def _read(path, mtime_ns, size):
     return Path(path).read_text()
 
 
-def _module(name, root=ROOT):
+def module_source(name, root=ROOT):
+    """The parsed source of transformer/<name>.py."""
     return _parse(read_text(root / "transformer" / f"{name}.py"), name, root)
 
 
@@ -170,7 +172,7 @@ def closure(seeds, root=ROOT):
         module, unit = todo.pop()
         if (module, unit) in seen:
             continue
-        source = _module(module, root)
+        source = module_source(module, root)
         if unit != MODULE and unit not in source.nodes:
             unit = source.resolve(unit)  # a name imported from the module: the unit that assigns it
             if (module, unit) in seen:
@@ -181,24 +183,16 @@ def closure(seeds, root=ROOT):
     return seen
 
 
-WHOLE_PACKAGE = "WHOLE_PACKAGE = True"  # a generator that runs the whole package (in copies) says so
-
-
 def all_units(root=ROOT):
     """Every unit of every transformer module."""
     units = set()
     for path in sorted((Path(root) / "transformer").glob("*.py")):
-        units |= {(path.stem, unit) for unit in [*_module(path.stem, root).nodes, MODULE]}
+        units |= {(path.stem, unit) for unit in [*module_source(path.stem, root).nodes, MODULE]}
     return units
 
 
 def page_units(page_path, root=ROOT):
-    """The transformer units a page generator (and the site_scripts helpers it imports) reaches.
-
-    A generator holding the line `WHOLE_PACKAGE = True` reaches every unit: it runs the package in
-    ways no import shows (the mutants page runs every check against copies of it)."""
-    if any(line.startswith(WHOLE_PACKAGE) for line in read_text(page_path).splitlines()):
-        return all_units(root)
+    """The transformer units a page generator (and the site_scripts helpers it imports) reaches."""
     seeds, files, done = set(), [Path(page_path)], set()
     while files:
         path = files.pop()
@@ -214,18 +208,19 @@ def page_units(page_path, root=ROOT):
 
 def unit_line(module, unit, root=ROOT):
     """The first line of a unit (0 for "<module>"): listings print it, so it belongs in a key."""
-    return _module(module, root).first_line(unit)
+    return module_source(module, root).first_line(unit)
 
 
 def units_text(units, root=ROOT):
     """The source and first line of the units, in a fixed order, for hashing."""
-    return "\n\0".join(f"{m}:{u}@{unit_line(m, u, root)}\n{_module(m, root).unit_source(u)}"
+    return "\n\0".join(f"{m}:{u}@{unit_line(m, u, root)}\n{module_source(m, root).unit_source(u)}"
                         for m, u in sorted(units))
 
 
 def main():
-    page = sys.argv[1]
-    for module, unit in sorted(page_units(ROOT / "site_scripts" / "pages" / f"{page}.py")):
+    from .build import page_units as units_of_page
+
+    for module, unit in sorted(units_of_page(sys.argv[1])):
         print(f"{module}.{unit}")
     return 0
 

@@ -7,58 +7,13 @@ an equation has no implementing line or a marker names no equation here.
 
 from dataclasses import dataclass
 
-# Page ids (an Equation's `page`, a generator's name) and their files under docs/.
-PAGE_PATHS = {
-    "home": "index.md",
-    "tokenizer": "model/tokenizer.md",
-    "embeddings": "model/embeddings.md",
-    "linear": "model/linear.md",
-    "layernorm": "model/layernorm.md",
-    "softmax": "model/softmax.md",
-    "attention": "model/attention.md",
-    "block": "model/block.md",
-    "model": "model/full-model.md",
-    "optim": "training/optim.md",
-    "training": "training/loop.md",
-    "checkpoints": "training/checkpoints.md",
-    "sampling": "generation/sampling.md",
-    "kvcache": "generation/kv-cache.md",
-    "gradcheck": "verification/gradcheck.md",
-    "crosscheck": "verification/crosscheck.md",
-    "bad_inputs": "verification/bad-inputs.md",
-    "mutants": "verification/mutants.md",
-    "configuration": "reference/configuration.md",
-    "cli": "reference/cli.md",
-}
-
-# Functions a page lists besides those holding a marker of its equations
-# ("path:function"). Together with the markers this says, for any function,
-# which page shows its code, so links can reach it from anywhere on the site.
-EXTRA_LISTINGS = {
-    "tokenizer": ["transformer/data.py:CharTokenizer", "transformer/data.py:ByteTokenizer",
-                  "transformer/data.py:make_tokenizer"],
-    "block": ["transformer/block.py:block_params"],
-    "model": ["transformer/model.py:param_shapes", "transformer/model.py:check_ids",
-              "transformer/model.py:check_params", "transformer/model.py:backward",
-              "transformer/model.py:check_targets", "transformer/model.py:loss_and_grads"],
-    "optim": ["transformer/optim.py:is_decayed", "transformer/optim.py:adamw_init",
-              "transformer/optim.py:global_norm"],
-    "training": ["transformer/data.py:train_val_split", "transformer/data.py:eval_windows",
-                 "transformer/train.py:train_step", "transformer/train.py:evaluate"],
-    "checkpoints": ["transformer/checkpoint.py:save_checkpoint", "transformer/checkpoint.py:load_checkpoint"],
-    "sampling": ["transformer/generate.py:generate"],
-    "kvcache": ["transformer/generate.py:KVCache"],
-    "gradcheck": ["transformer/gradcheck.py:relative_gap", "transformer/gradcheck.py:check_passes",
-                  "transformer/gradcheck.py:gradcheck_model"],
-    "crosscheck": ["transformer/crosscheck.py:compare", "transformer/crosscheck.py:check_device",
-                   "transformer/crosscheck.py:run_crosscheck"],
-}
+from .registry import PAGE_PATHS
 
 
 @dataclass(frozen=True)
 class Equation:
     id: str  # stable anchor, also the marker name: # eq:<id>
-    page: str  # the page that explains it
+    page: str  # the page that explains it (an id of site_scripts/registry.py)
     title: str
     latex: str
 
@@ -178,4 +133,5 @@ BY_ID = {eq.id: eq for eq in EQUATIONS}
 if len(BY_ID) != len(EQUATIONS):
     raise RuntimeError("an equation id is declared twice in site_scripts/equations.py")
 if {eq.page for eq in EQUATIONS} - set(PAGE_PATHS):
-    raise RuntimeError(f"equations name pages not in PAGE_PATHS: {({eq.page for eq in EQUATIONS} - set(PAGE_PATHS))}")
+    raise RuntimeError(f"equations name pages not in site_scripts/registry.py: "
+                       f"{sorted({eq.page for eq in EQUATIONS} - set(PAGE_PATHS))}")

@@ -1,6 +1,8 @@
 """mkdocs hook: `mkdocs build` and `mkdocs serve` rerun the page generators and
 the experiment notebooks that need it before reading the docs, so no page can
-be built stale; the rendered notebooks join the site as experiments/<name>.md."""
+be built stale; the rendered notebooks join the site as experiments/<name>.md.
+The navigation comes from site_scripts/registry.py, and each docs page's
+`<!-- anatomy -->` line becomes the standard sections (site_scripts/anatomy.py)."""
 
 import re
 import sys
@@ -12,7 +14,15 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from site_scripts import build, notebooks  # noqa: E402
+from site_scripts import anatomy, build, notebooks, registry  # noqa: E402
+
+
+def on_config(config, **kwargs):
+    """The navigation is the registry's: mkdocs.yml names no page."""
+    if config["nav"]:
+        raise PluginError("mkdocs.yml has a nav: the pages and their order come from site_scripts/registry.py")
+    config["nav"] = registry.nav()
+    return config
 
 
 def on_pre_build(config, **kwargs):
@@ -36,6 +46,17 @@ def on_files(files, config, **kwargs):
     for src_uri, path in notebooks.site_files():
         files.append(File.generated(config, src_uri, abs_src_path=str(path)))
     return files
+
+
+def on_page_markdown(markdown, page, **kwargs):
+    """Write the standard sections of a component page where its docs page says `<!-- anatomy -->`."""
+    entry = next((p for p in registry.PAGES if p.path == page.file.src_uri), None)
+    if entry is None or not anatomy.MARKER.search(markdown):
+        return markdown
+    try:
+        return anatomy.expand(markdown, entry.id, build.made_fragments(entry.id))
+    except ValueError as e:
+        raise PluginError(f"{page.file.src_uri}: {e}") from None
 
 
 def on_page_content(html, page, **kwargs):

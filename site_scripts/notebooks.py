@@ -27,16 +27,14 @@ import platform
 import re
 import sys
 import time
-from importlib.metadata import version
-from pathlib import Path
+from importlib.metadata import PackageNotFoundError, version
 
 from . import depends
+from .common import QUICK_ENV, ROOT, hash_parts, mode, write_if_changed
 
-ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 OUT = ROOT / "build" / "notebooks"
 CORPUS = ROOT / "data" / "tinyshakespeare" / "input.txt"
-QUICK_ENV = "SITE_QUICK"
 TIMEOUT_S = 1800  # one cell; the longest is the full Shakespeare run
 REPO_URL = "https://github.com/transformer-explained/transformer"  # mkdocs.yml's repo_url default
 DEPENDS = re.compile(r"^# depends-on: *([\w-]+)", flags=re.M)
@@ -44,10 +42,6 @@ DEPENDS = re.compile(r"^# depends-on: *([\w-]+)", flags=re.M)
 
 class NotebookError(RuntimeError):
     """A notebook could not be run: which one, which cell, what went wrong."""
-
-
-def mode():
-    return "quick" if os.environ.get(QUICK_ENV) == "1" else "full"
 
 
 def names(folder=NOTEBOOKS):
@@ -79,7 +73,6 @@ def in_order(folder=NOTEBOOKS):
 
 def notebook_key(name, run_mode, folder=NOTEBOOKS, repo_url=""):
     path = folder / f"{name}.py"
-    digest = hashlib.sha256()
     helpers = "".join(p.read_text() for p in sorted(folder.glob("_*.py")))
     parts = [path.read_text(), helpers, depends.units_text(depends.page_units(path)), run_mode, repo_url,
              platform.python_version(),
@@ -88,16 +81,13 @@ def notebook_key(name, run_mode, folder=NOTEBOOKS, repo_url=""):
              *(notebook_key(dep, run_mode, folder, repo_url) for dep in dependencies(name, folder))]
     if "tinyshakespeare" in parts[0]:
         parts.append(hashlib.sha256(CORPUS.read_bytes()).hexdigest() if CORPUS.exists() else "no corpus")
-    for part in parts:
-        digest.update(part.encode())
-        digest.update(b"\0")
-    return digest.hexdigest()
+    return hash_parts(*parts)
 
 
 def _version(package):
     try:
         return version(package)
-    except Exception:  # noqa: BLE001 - an absent package is part of the key too
+    except PackageNotFoundError:  # an absent package is part of the key too
         return "none"
 
 
@@ -202,8 +192,8 @@ def run(name, run_mode, force=False, folder=NOTEBOOKS, out=OUT, repo_url=REPO_UR
     for file_name, data in figures.items():
         if not (figure_dir / file_name).exists() or (figure_dir / file_name).read_bytes() != data:
             (figure_dir / file_name).write_bytes(data)
-    (target / f"{name}.md").write_text(text)
-    stamp.write_text(key)
+    write_if_changed(target / f"{name}.md", text)
+    write_if_changed(stamp, key)
     return True
 
 

@@ -23,13 +23,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformer.cli import EXIT_USER_ERROR, main
+from transformer.cli import EXIT_USER_ERROR
 from transformer.errors import TransformerError
 
 ROOT = Path(__file__).resolve().parent.parent
-# What `python -m transformer` runs. Naming it puts the whole command line (main, its
-# COMMANDS and everything they call) into the cache key of the pages that import this.
-CLI_ENTRY = main
 CHECKPOINT_LEFTOVERS = (".npz", ".tmp")  # a refused run must leave neither behind
 
 

@@ -4,12 +4,12 @@ the code or runs it; none holds a number, a line or a name typed by hand."""
 import platform
 import posixpath
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .code_facts import (
-    ROOT,
     called_by,
     called_through,
     enclosing_function,
@@ -17,14 +17,11 @@ from .code_facts import (
     test_mentions,
     top_level_function,
 )
-from .equations import BY_ID, EQUATIONS, EXTRA_LISTINGS, PAGE_PATHS
+from . import registry
+from .common import ROOT, md_table, torch_version
+from .equations import BY_ID, EQUATIONS
 from .markers import collect_markers
-
-
-def md_table(header, rows):
-    lines = ["| " + " | ".join(str(h).replace("|", "\\|") for h in header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+from .registry import PAGE_PATHS
 
 
 def array_md(name, a, decimals=4, row_label=""):
@@ -80,7 +77,7 @@ def line_anchor(path, function, line):
 
 def listed_functions(page):
     """(path, name) of every function listed on the page: each one holding a marker of
-    the page's equations (in file order), then its EXTRA_LISTINGS."""
+    the page's equations (in file order), then the listings of its registry entry."""
     ids = {eq.id for eq in page_equations(page)}
     found = []
     for m in collect_markers():
@@ -88,8 +85,9 @@ def listed_functions(page):
             place = (m.path, top_level_function(m.path, m.line)[0])
             if place not in found:
                 found.append(place)
-    for entry in EXTRA_LISTINGS.get(page, []):
-        place = tuple(entry.split(":"))
+    for unit in registry.BY_ID[page].listings:
+        module, name = unit.split(":")
+        place = (f"transformer/{module}.py", name)
         if place not in found:
             found.append(place)
     return found
@@ -107,7 +105,7 @@ def function_link(from_page, path, name, line=None):
     """A link to a function's listing (at `line`, else its first line) wherever it is shown."""
     page = function_page(path, name)
     if page is None:
-        raise LookupError(f"no page lists {path}:{name}; add it to EXTRA_LISTINGS")
+        raise LookupError(f"no page lists {path}:{name}; add it to a page's listings in site_scripts/registry.py")
     line = line or named_function(path, name)[1]
     return page_link(from_page, page, line_anchor(path, name, line))
 
@@ -195,18 +193,38 @@ def symbols_md(rows, default_note):
 
 # ---------------------------------------------------------------- gradient checks
 
+@dataclass(frozen=True)
+class GradRow:
+    """One gradient against central differences."""
+    label: str  # the gradient's name, as the page's code calls it
+    shape: tuple
+    gap: float  # max |analytic - numeric|
+    rel: float  # that gap over the larger of max |analytic| and max |numeric|
+    dtype: str
+    h: float  # the step of the differences
+
+    @property
+    def result(self):
+        from transformer.gradcheck import REL_TOL, check_passes
+
+        if not check_passes(self.gap, self.rel):
+            return "**FAIL**"
+        return "pass" if self.rel < REL_TOL else "pass (a zero gradient: the gap is below the absolute floor)"
+
+    def cells(self):
+        return [f"`{self.label}`", shape_text(self.shape), f"{self.gap:.2e}", f"{self.rel:.2e}", self.result]
+
+
 def gradcheck_rows(loss, checks, h, dtype="float64"):
     """checks: (label, analytic gradient, array the loss reads). Central differences of
     `loss()` against each analytic gradient."""
-    from transformer.gradcheck import REL_TOL, check_passes, numerical_grad, relative_gap
+    from transformer.gradcheck import numerical_grad, relative_gap
 
     rows = []
     for label, analytic, wrt in checks:
         numeric = numerical_grad(loss, wrt, h)
-        gap, rel = float(np.abs(analytic - numeric).max()), relative_gap(analytic, numeric)
-        result = "**FAIL**" if not check_passes(gap, rel) else "pass" if rel < REL_TOL else \
-            "pass (a zero gradient: the gap is below the absolute floor)"
-        rows.append([f"`{label}`", shape_text(np.shape(wrt)), f"{gap:.2e}", f"{rel:.2e}", dtype, f"{h:g}", result])
+        rows.append(GradRow(label, np.shape(wrt), float(np.abs(analytic - numeric).max()),
+                            relative_gap(analytic, numeric), dtype, h))
     return rows
 
 
@@ -214,24 +232,22 @@ def gradcheck_table(rows):
     """Rows of gradcheck_rows as a table; their dtype and step, shared by all, go in the caption."""
     from transformer.gradcheck import ABS_FLOOR, REL_TOL
 
-    settings = {(row[4], row[5]) for row in rows}
+    settings = {(row.dtype, row.h) for row in rows}
     if len(settings) != 1:
         raise RuntimeError(f"one table, one dtype and step: got {sorted(settings)}")
     (dtype, h), = settings
-    return (md_table(["Gradient", "Shape", "Largest gap", "Relative gap", "Result"],
-                     [row[:4] + row[6:] for row in rows])
-            + f"\nIn {dtype}, with step h = {h}. The relative gap is max |analytic − numeric| divided by the larger "
+    return (md_table(["Gradient", "Shape", "Largest gap", "Relative gap", "Result"], [row.cells() for row in rows])
+            + f"\nIn {dtype}, with step h = {h:g}. The relative gap is max |analytic − numeric| divided by the larger "
               f"of max |analytic| and max |numeric|. Pass: relative gap below {REL_TOL:g}, or largest gap below "
               f"{ABS_FLOOR:g} (the thresholds of `transformer/gradcheck.py`).\n")
 
 
 # ---------------------------------------------------------------- where it is used, status, provenance
 
-def used_md(funcs):
+def used_md(names):
     """Called by and tested by, found by reading the code."""
     out = []
-    for func in funcs:
-        name = func.__name__
+    for name in names:
         places = [f"`{p.function}` (`{p.path}:{p.line}`)" for p in called_by(name)]
         for table, users in called_through(name):
             via = ", ".join(f"`{u.function}` (`{u.path}:{u.line}`)" for u in users) or "no function"
@@ -251,12 +267,16 @@ def used_md(funcs):
     return "\n".join(out)
 
 
-def code_fragments(page, repo_url, used, seeds):
+def code_fragments(entry, repo_url):
     """The fragments read from the code that every page with listings shows: the equations and
-    their connection table (when the page declares equations), the listings, where the functions
-    `used` are called and checked, the status and the provenance."""
-    fragments = {"implementation": implementation_md(page, repo_url), "used": used_md(used),
-                 "status": status_md(page), "provenance": provenance_md(page, seeds)}
+    their connection table (when the page declares equations), the listings, where the entry's
+    functions are called and checked, the status and the provenance."""
+    from .examples import SEED
+
+    page = entry.id
+    fragments = {"implementation": implementation_md(page, repo_url),
+                 "used": used_md([unit.split(":")[1] for unit in entry.functions]),
+                 "status": status_md(page), "provenance": provenance_md(page, dict.fromkeys(entry.seeds, SEED))}
     if page_equations(page):
         fragments.update(equations=equations_md(page, repo_url), connection=connection_md(page, repo_url))
     return fragments
@@ -273,14 +293,9 @@ def status_md(page):
 
 
 def provenance_md(page, seeds):
-    import numpy
-
-    try:
-        import torch
-        torch_version = torch.__version__
-    except ImportError:
-        torch_version = "not installed"
+    torch = torch_version()
     seed_text = ", ".join(f"{k} = {v}" for k, v in seeds.items()) or "none (nothing random)"
-    return (f"Generated by `site_scripts/pages/{page}.py` with numpy {numpy.__version__}, torch {torch_version}, "
+    return (f"Generated by `site_scripts/pages/{page}.py` with numpy {np.__version__}, "
+            f"torch {'not installed' if torch == 'none' else torch}, "
             f"Python {platform.python_version()}; seeds: {seed_text}. "
             f"Rerun only this page: `python -m site_scripts.build --page {page} --force`.\n")

@@ -8,9 +8,8 @@ import shutil
 import subprocess
 import sys
 
-from site_scripts import build
-
-ROOT = build.ROOT
+from site_scripts import registry
+from site_scripts.common import ROOT
 ENV = dict(os.environ, NO_MKDOCS_2_WARNING="1", SITE_QUICK="1")  # quick notebooks: see site_scripts/notebooks.py
 ENV.pop("SITE_REPO_URL", None)
 
@@ -39,14 +38,8 @@ def build_once(folder):
 
 
 def nav_pages():
-    from mkdocs.config import load_config
-
-    def walk(items):
-        for item in items:
-            for value in (item.values() if isinstance(item, dict) else [item]):
-                yield from (walk(value) if isinstance(value, list) else [value])
-
-    return list(walk(load_config(str(ROOT / "mkdocs.yml"))["nav"]))
+    """The markdown path of every page in the navigation (site_scripts/registry.py, through the hook)."""
+    return [page.path for page in registry.PAGES]
 
 
 def page_dir(md_path):

@@ -10,8 +10,9 @@ import textwrap
 import pytest
 from sitebuild import ROOT, html_of, mkdocs_build, nav_pages
 
-from site_scripts import build, depends, notebooks
-from site_scripts.equations import BY_ID, PAGE_PATHS
+from site_scripts import build, depends, notebooks, registry
+from site_scripts.equations import BY_ID
+from site_scripts.registry import PAGE_PATHS
 from site_scripts.markers import Marker, collect_markers
 from site_scripts.sections import listed_functions
 
@@ -22,13 +23,15 @@ def fragments(name):
     return sorted((build.SNIPPETS / name).glob("*.md"))
 
 
-def test_every_page_has_a_generator_a_docs_file_and_a_nav_entry():
-    assert set(PAGE_PATHS) == set(build.page_names())
-    nav = nav_pages()
-    for path in PAGE_PATHS.values():
-        assert (ROOT / "docs" / path).is_file(), path
-        assert path in nav, f"{path} is not in the nav of mkdocs.yml"
-    assert {"index.md", "reference/api.md"} <= set(nav)
+def test_every_page_is_in_the_registry_with_its_prose():
+    for page in registry.PAGES:
+        source = ROOT / "notebooks" / f"{page.id}.py" if page.notebook else ROOT / "docs" / page.path
+        assert source.is_file(), f"{page.id}: {source} is missing"
+    generators = {p.stem for p in (ROOT / "site_scripts" / "pages").glob("*.py") if not p.name.startswith("_")}
+    assert generators <= set(build.page_names()), "a generator without a registry entry never runs"
+    docs = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
+    assert docs <= set(nav_pages()), "a docs page the navigation does not reach"
+    assert set(notebooks.names()) == {p.id for p in registry.PAGES if p.notebook}
 
 
 def test_every_nav_page_is_built_with_every_fragment_included(built_site):

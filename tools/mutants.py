@@ -177,7 +177,7 @@ def check_crosscheck(copy, ctx):
         rows = json.loads(report.read_text())["rows"]
         bad = [r for r in rows if not r["passed"]]
         if result.returncode == 1 or bad:
-            kinds = sorted({r["check"].rstrip("0123456789 ") for r in bad})  # "train step 3" -> "train step"
+            kinds = sorted({r["check"] for r in bad})
             fails.append(f"{activation}: {len(bad)} of {len(rows)} comparisons ({', '.join(kinds)})")
     return bool(fails), "; ".join(fails) or "every comparison within tolerance, ReLU and GELU"
 

@@ -49,15 +49,27 @@ TOLERANCES = {
 
 @dataclass
 class Row:
+    """One comparison of a NumPy tensor with torch's. A report holds these as dicts: `Row(**d)` reads one back."""
     device: str
     dtype: str
-    check: str  # forward, intermediate, loss, gradient, adamw step N, kv-cache
+    check: str  # forward, loss, intermediate, gradient, kv-cache, adamw step, train step
     tensor: str
     max_abs: float
     max_rel: float
     tol_rel: float
     tol_abs: float
     passed: bool
+    step: int | None = None  # the optimizer or training step (from 1) of an "adamw step" or "train step" row
+
+    @property
+    def label(self):
+        """The check as a reader names it: "gradient", "adamw step 3"."""
+        return self.check if self.step is None else f"{self.check} {self.step}"
+
+    @property
+    def on_floor(self):
+        """Passed on the absolute tolerance alone (a tensor that is ~0, whose relative gap is noise)."""
+        return self.passed and self.max_rel > self.tol_rel
 
 
 def discover_devices(requested=DEVICES):
@@ -109,7 +121,7 @@ def discover_devices(requested=DEVICES):
     return found
 
 
-def compare(rows, device, dtype, check, tensor, ours, theirs, tol=None):
+def compare(rows, device, dtype, check, tensor, ours, theirs, tol=None, step=None):
     """Append one Row comparing our float64 array with a torch tensor.
 
     Parameters
@@ -130,6 +142,8 @@ def compare(rows, device, dtype, check, tensor, ours, theirs, tol=None):
         The torch value.
     tol : Tolerance, optional
         Used instead of the dtype's tolerance.
+    step : int, optional
+        The optimizer or training step, for the rows of check_steps.
 
     Raises
     ------
@@ -139,19 +153,19 @@ def compare(rows, device, dtype, check, tensor, ours, theirs, tol=None):
     theirs = theirs.detach().cpu().double().numpy() if hasattr(theirs, "detach") else np.asarray(theirs)
     ours = np.asarray(ours, dtype=np.float64)
     if ours.shape != theirs.shape:
-        raise ValueError(f"{check} {tensor}: shapes differ, ours {ours.shape}, torch {theirs.shape}")
+        raise ValueError(f"{check} {step or ''} {tensor}: shapes differ, ours {ours.shape}, torch {theirs.shape}")
     tol = tol or TOLERANCES[dtype]
     max_abs = float(np.abs(ours - theirs).max())
     max_rel = float(relative_gap(ours, theirs))
     rows.append(Row(device, dtype, check, tensor, max_abs, max_rel, tol.rel, tol.abs,
-                    max_rel <= tol.rel or max_abs <= tol.abs))
+                    max_rel <= tol.rel or max_abs <= tol.abs, step))
 
 
 def result_text(row):
     """pass, pass (abs) when only the absolute criterion holds, or FAIL."""
-    if not row["passed"]:
+    if not row.passed:
         return "FAIL"
-    return "pass" if row["max_rel"] <= row["tol_rel"] else "pass (abs)"
+    return "pass (abs)" if row.on_floor else "pass"
 
 
 def check_device(device, torch_device, dtype, cfg, params, ids, targets, adam_steps=10):
@@ -285,7 +299,7 @@ def check_steps(device, torch_device, dtype, cfg, params, ids, targets, steps, o
             if own_gradients and name.endswith(".bk"):
                 bound = 2 * step * opt.lr * ZERO_GRADIENT_NOISE / opt.eps  # both sides drift at most this
                 tol = Tolerance(0.0, bound, "a zero gradient: both sides move by rounding noise only")
-            compare(rows, device, dtype, f"{label} {step}", name, ours[name], theirs[name], tol)
+            compare(rows, device, dtype, label, name, ours[name], theirs[name], tol, step)
     return rows
 
 
@@ -391,15 +405,14 @@ def format_report(report, verbose=False):
               f"{'tol':>6}  result")
     lines += ["", header]
     groups = {}
-    for r in report["rows"]:
-        check = r["check"].rsplit(" ", 1)[0] + "s" if r["check"][-1].isdigit() else r["check"]
-        groups.setdefault((r["device"], check), []).append(r)
+    for r in map(lambda d: Row(**d), report["rows"]):
+        groups.setdefault((r.device, r.check + "s" if r.step else r.check), []).append(r)
     for (_, check), group in groups.items():
-        for r in (group if verbose else [r for r in group if not r["passed"]]):
-            lines.append(_format_row(r, r["check"], r["tensor"]))
-        failed = sum(not r["passed"] for r in group)
+        for r in (group if verbose else [r for r in group if not r.passed]):
+            lines.append(_format_row(r, r.label, r.tensor))
+        failed = sum(not r.passed for r in group)
         worst = max(group, key=_closeness_to_failing)
-        label = f"{worst['tensor']} (closest of {len(group)})" if len(group) > 1 else worst["tensor"]
+        label = f"{worst.tensor} (closest of {len(group)})" if len(group) > 1 else worst.tensor
         lines.append(_format_row(worst, check, label,
                                  result_text(worst) if not failed else f"FAIL: {failed} of {len(group)}"))
     lines.append("")
@@ -412,14 +425,13 @@ def format_report(report, verbose=False):
 
 def _closeness_to_failing(row):
     """1 at the edge of the tolerance; a row passes while either ratio is <= 1."""
-    rel = row["max_rel"] / row["tol_rel"] if row["tol_rel"] else float("inf")
-    return min(rel, row["max_abs"] / row["tol_abs"])
+    rel = row.max_rel / row.tol_rel if row.tol_rel else float("inf")
+    return min(rel, row.max_abs / row.tol_abs)
 
 
 def _format_row(r, check, tensor, result=None):
     result = result or result_text(r)
-    return (f"{r['device']:<6} {check:<12} {tensor:<36} {r['max_abs']:>11.2e} "
-            f"{r['max_rel']:>11.2e} {r['tol_rel']:>6.0e}  {result}")
+    return f"{r.device:<6} {check:<12} {tensor:<36} {r.max_abs:>11.2e} {r.max_rel:>11.2e} {r.tol_rel:>6.0e}  {result}"
 
 
 def write_json(report, path):

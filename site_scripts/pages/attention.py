@@ -17,7 +17,6 @@ from ..examples import (
     tiny,
     tiny_trace,
 )
-from ..results import devices_md
 
 PAGE = "attention"
 
@@ -101,19 +100,10 @@ def gradcheck_md():
             "ignores; its row passes on the absolute floor.\n\n" + sections.gradcheck_table(rows))
 
 
-def keep(row):
-    if row["check"] == "intermediate":
-        return row["tensor"].endswith(".attention")
-    return row["check"] == "gradient" and row["tensor"].split(".")[-1] in ATTENTION_KEYS
-
 
 def generate(context):
-    repo = context["repo_url"]
     return {
-        **sections.code_fragments(PAGE, repo, [attention_forward, attention_backward],
-                                  {"init_params": SEED, "gradient check": SEED}),
         "symbols": symbols_md(),
         "example": example_md(),
         "gradcheck": gradcheck_md(),
-        "devices": devices_md(PAGE, keep, "torch matmuls, a masked `torch.softmax` and autograd"),
     }

@@ -1,6 +1,5 @@
 """Generator of the Transformer Block page's fragments."""
 
-import re
 
 import numpy as np
 
@@ -18,7 +17,6 @@ from ..examples import (
     tiny,
     tiny_trace,
 )
-from ..results import devices_md
 
 PAGE = "block"
 
@@ -98,19 +96,10 @@ def gradcheck_md():
             f"X and dY, seed {SEED}), once with ReLU and once with GELU.\n\n" + sections.gradcheck_table(rows_all))
 
 
-def keep(row):
-    if row["check"] == "intermediate":
-        return row["tensor"].endswith(".out")
-    return row["check"] == "gradient" and re.match(r"b\d+\.", row["tensor"]) is not None  # every block's keys
-
 
 def generate(context):
-    repo = context["repo_url"]
     return {
-        **sections.code_fragments(PAGE, repo, [block_forward, block_backward],
-                                  {"init_params": SEED, "gradient check": SEED}),
         "symbols": symbols_md(),
         "example": example_md(),
         "gradcheck": gradcheck_md(),
-        "devices": devices_md(PAGE, keep, "the torch mirror of a block (`torch_block`) and autograd"),
     }

@@ -88,9 +88,7 @@ def refusals_md():
 
 
 def generate(context):
-    repo = context["repo_url"]
     return {
-        **sections.code_fragments(PAGE, repo, [save_checkpoint, load_checkpoint], {"init_params": SEED}),
         "layout": layout_md(),
         "refusals": refusals_md(),
     }

@@ -1,9 +1,9 @@
 """Generator of the Cross-check on devices page's fragments."""
 
-from transformer.crosscheck import ADAMW, TOLERANCES, ZERO_GRADIENT_NOISE, check_device, compare, run_crosscheck
+from transformer.crosscheck import ADAMW, TOLERANCES, ZERO_GRADIENT_NOISE
 
 from .. import sections
-from ..results import crosscheck_report, device_label, result_text, tolerance_text
+from ..results import ROW_HEADER, crosscheck_report, device_label, row_cells
 
 PAGE = "crosscheck"
 
@@ -28,16 +28,15 @@ def devices_md():
 def tolerances_md():
     rows = [[dtype, f"{t.rel:g}", f"{t.abs:g}", t.why] for dtype, t in TOLERANCES.items()]
     report = crosscheck_report()
-    special = [r for r in report["rows"]
-               if (r["tol_rel"], r["tol_abs"]) != (TOLERANCES[r["dtype"]].rel, TOLERANCES[r["dtype"]].abs)]
+    special = [r for r in report["rows"] if (r.tol_rel, r.tol_abs) != (TOLERANCES[r.dtype].rel, TOLERANCES[r.dtype].abs)]
     text = (sections.md_table(["dtype on the torch side", "Relative", "Absolute", "Why this value"], rows)
             + "\nA comparison passes when its relative gap is within the relative tolerance or its absolute gap "
               "within the absolute one. The relative gap is max |ours − torch| divided by the larger of max |ours| "
               "and max |torch|.\n")
     if special:
-        bounds = sorted({r["tol_abs"] for r in special})
-        tensors = sorted({r["tensor"] for r in special})
-        checks = sorted({r["check"].rsplit(" ", 1)[0] for r in special})
+        bounds = sorted({r.tol_abs for r in special})
+        tensors = sorted({r.tensor for r in special})
+        checks = sorted({r.check for r in special})
         text += (f"\n**One exception, {len(special)} comparisons** ({', '.join(checks)}; "
                  + ", ".join(f"`{t}`" for t in tensors) + "). The key bias gets a zero gradient in exact arithmetic: "
                  "adding the same vector to every key adds the same number to every score of a row, which the "
@@ -54,16 +53,15 @@ def summary_md():
     report = crosscheck_report()
     groups = {}
     for r in report["rows"]:
-        kind = r["check"].rsplit(" ", 1)[0] if r["check"][-1].isdigit() else r["check"]
-        groups.setdefault((r["device"], r["dtype"], kind), []).append(r)
+        groups.setdefault((r.device, r.dtype, r.check), []).append(r)
     rows = []
     for (device, _, kind), group in groups.items():
-        relative = [r for r in group if r["max_rel"] <= r["tol_rel"]]
-        worst = max(relative or group, key=lambda r: r["max_rel"])
+        relative = [r for r in group if r.max_rel <= r.tol_rel]
+        worst = max(relative or group, key=lambda r: r.max_rel)
         floor = len(group) - len(relative)
-        rows.append([device_label(report, device), kind, len(group), f"`{worst['check']}: {worst['tensor']}`",
-                     f"{worst['max_rel']:.2e}", f"{worst['tol_rel']:g}",
-                     ("all pass" if all(r["passed"] for r in group) else "**FAIL**")
+        rows.append([device_label(report, device), kind, len(group), f"`{worst.label}: {worst.tensor}`",
+                     f"{worst.max_rel:.2e}", f"{worst.tol_rel:g}",
+                     ("all pass" if all(r.passed for r in group) else "**FAIL**")
                      + (f"; {floor} on the absolute tolerance" if floor else "")])
     return (sections.md_table(["Device", "Check", "Comparisons", "Worst relative gap in", "Its gap",
                                "Rel tolerance", "Result"], rows)
@@ -74,19 +72,15 @@ def summary_md():
 
 def every_row_md():
     report = crosscheck_report()
-    rows = [[device_label(report, r["device"]), r["check"], f"`{r['tensor']}`", f"{r['max_abs']:.2e}",
-             f"{r['max_rel']:.2e}", tolerance_text(r), result_text(r)] for r in report["rows"]]
-    table = sections.md_table(["Device", "Check", "Tensor", "Max abs gap", "Max rel gap", "Tolerance (rel / abs)",
-                               "Result"], rows)
+    rows = [row_cells(report, r) for r in report["rows"]]
+    table = sections.md_table(ROW_HEADER, rows)
     return (f'??? note "All {len(rows)} comparisons"\n\n' + "\n".join("    " + line for line in table.splitlines())
             + "\n")
 
 
 def generate(context):
-    repo = context["repo_url"]
     return {
-        **sections.code_fragments(PAGE, repo, [run_crosscheck, check_device, compare],
-                                  {"cross-check inputs": crosscheck_report()["seed"]}),
+        "provenance": sections.provenance_md(PAGE, {"cross-check inputs": crosscheck_report()["seed"]}),
         "devices": devices_md(),
         "tolerances": tolerances_md(),
         "summary": summary_md(),

@@ -14,7 +14,6 @@ from ..examples import (
     illustrative,
     tiny,
 )
-from ..results import devices_md
 
 PAGE = "embeddings"
 
@@ -75,18 +74,10 @@ def gradcheck_md():
             f"(seed {SEED}).\n\n" + sections.gradcheck_table(rows))
 
 
-def keep(row):
-    return (row["check"] == "intermediate" and row["tensor"] == "embedding") or (
-        row["check"] == "gradient" and row["tensor"] in ("tok_emb", "pos_emb"))
-
 
 def generate(context):
-    repo = context["repo_url"]
     return {
-        **sections.code_fragments(PAGE, repo, [embedding_forward, embedding_backward],
-                                  {"init_params": SEED, "gradient check": SEED}),
         "symbols": symbols_md(),
         "example": example_md(),
         "gradcheck": gradcheck_md(),
-        "devices": devices_md(PAGE, keep, "torch indexing (`tok_emb[ids] + pos_emb[:T]`) and autograd"),
     }

@@ -54,9 +54,8 @@ def model_md():
     targets = rng.integers(0, cfg.vocab_size, (2, cfg.context_len))
     report = gradcheck_model(cfg, ids, targets, seed=SEED, h=H_STEP, perturb=0.1)
     shapes = param_shapes(cfg)
-    rows = [[f"`{k}`", sections.shape_text(shapes[k]), f"{gap:.2e}", f"{rel:.2e}", "float64", f"{H_STEP:g}",
-             "pass" if check_passes(gap, rel) else "**FAIL**"] for k, (gap, rel) in report.items()]
-    passed = sum(r[-1] == "pass" for r in rows)
+    rows = [sections.GradRow(k, shapes[k], gap, rel, "float64", H_STEP) for k, (gap, rel) in report.items()]
+    passed = sum("FAIL" not in r.result for r in rows)
     return (f"`gradcheck_model` on the tiny model with GELU, a batch of 2 random sequences of length "
             f"{cfg.context_len} (seed {SEED}): **{passed} of {len(rows)}** gradients pass.\n\n"
             + sections.gradcheck_table(rows))
@@ -84,9 +83,7 @@ def negative_md():
 
 
 def generate(context):
-    repo = context["repo_url"]
     return {
-        **sections.code_fragments(PAGE, repo, [numerical_grad, relative_gap, gradcheck_model], {"inputs": SEED}),
         "steps": steps_md(),
         "model": model_md(),
         "negative": negative_md(),

@@ -2,9 +2,10 @@
 of a real forward pass, and what this build checked."""
 
 from .. import sections
-from ..equations import EQUATIONS, PAGE_PATHS
+from ..equations import EQUATIONS
 from ..examples import default_run
 from ..markers import collect_markers
+from ..registry import PAGE_PATHS
 from ..results import crosscheck_report
 
 PAGE = "home"

@@ -8,7 +8,6 @@ from transformer.model import forward, init_params
 
 from .. import sections
 from ..examples import SEED, TINY_IDS, default_note, illustrative, tiny
-from ..results import devices_md
 
 PAGE = "kvcache"
 
@@ -59,17 +58,10 @@ def symbols_md():
     return sections.symbols_md(rows, default_note(batch=False))
 
 
-def keep(row):
-    return row["check"] == "kv-cache"
-
 
 def generate(context):
-    repo = context["repo_url"]
     return {
-        **sections.code_fragments(PAGE, repo, [decode_step, KVCache], {"init_params": SEED}),
         "symbols": symbols_md(),
         "example": example_md(),
         "cost": cost_md(),
-        "devices": devices_md(PAGE, keep, "our `decode_step`, one token at a time, against torch's full causal "
-                              "forward over the whole sequence"),
     }

@@ -15,7 +15,6 @@ from ..examples import (
     illustrative,
     tiny,
 )
-from ..results import devices_md
 
 PAGE = "layernorm"
 
@@ -93,20 +92,10 @@ def gradcheck_md():
             f"gradient dy (seed {SEED}) and random g, b, on the tiny example's X.\n\n" + sections.gradcheck_table(rows))
 
 
-def is_layernorm_row(row):
-    t = row["tensor"]
-    if row["check"] == "intermediate":
-        return t.endswith((".ln1", ".ln2")) or t == "lnf"
-    return row["check"] == "gradient" and "ln" in t
-
 
 def generate(context):
-    repo = context["repo_url"]
     return {
-        **sections.code_fragments(PAGE, repo, [layer_norm_forward, layer_norm_backward],
-                                  {"init_params": SEED, "gradient check": SEED}),
         "symbols": symbols_md(),
         "example": example_md(),
         "gradcheck": gradcheck_md(),
-        "devices": devices_md(PAGE, is_layernorm_row, "torch's `F.layer_norm` and autograd"),
     }

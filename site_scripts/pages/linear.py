@@ -23,7 +23,6 @@ from ..examples import (
     tiny,
     tiny_trace,
 )
-from ..results import devices_md
 
 PAGE = "linear"
 
@@ -102,19 +101,11 @@ def gradcheck_md():
             "of both slopes.\n\n" + sections.gradcheck_table(rows))
 
 
-def keep(row):
-    return row["check"] == "gradient" and row["tensor"].split(".")[-1] in ("ff1_w", "ff1_b", "ff2_w", "ff2_b",
-                                                                           "head_w", "head_b")
-
 
 def generate(context):
-    repo = context["repo_url"]
-    funcs = [linear_forward, linear_backward, relu_forward, relu_backward, gelu_forward, gelu_backward]
     return {
-        **sections.code_fragments(PAGE, repo, funcs, {"init_params": SEED, "gradient check": SEED}),
         "symbols": symbols_md(),
         "example": example_md(),
         "xavier": xavier_md(),
         "gradcheck": gradcheck_md(),
-        "devices": devices_md(PAGE, keep, "torch's `@`, `F.relu` and autograd (the feed-forward and head layers)"),
     }

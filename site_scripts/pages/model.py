@@ -6,9 +6,8 @@ import ast
 import numpy as np
 
 from transformer.config import PRESETS, ModelConfig
-from transformer.gradcheck import check_passes, gradcheck_model
+from transformer.gradcheck import gradcheck_model
 from transformer.model import (
-    backward,
     forward,
     init_params,
     loss_and_grads,
@@ -28,7 +27,6 @@ from ..examples import (
     illustrative,
     tiny,
 )
-from ..results import devices_md
 
 PAGE = "model"
 MODEL_PY = "transformer/model.py"
@@ -47,7 +45,7 @@ ROLES = {  # what each parameter is for (prose); a key missing here stops the bu
 
 def calls_in(name):
     """(line, callee module, callee name, source text) of each transformer call in a model.py function, in order."""
-    source = depends._module("model")
+    source = depends.module_source("model")
     node = source.defs[name]
     found = []
     for call in ast.walk(node):
@@ -153,7 +151,7 @@ def params_md():
 
 def flow_md():
     """A mermaid diagram of loss_and_grads: one box per call, arrows for the values passed."""
-    source = depends._module("model")
+    source = depends.module_source("model")
     fn = source.defs["loss_and_grads"]
     made_by, nodes, edges, clicks = {}, [], [], []
     for arg in fn.args.args:
@@ -205,8 +203,7 @@ def gradcheck_md():
     cfg, _, ids = tiny()
     report = gradcheck_model(cfg, ids, np.array([TINY_TARGETS]), seed=SEED, h=H_STEP, perturb=0.1)
     shapes = param_shapes(cfg)
-    rows = [[f"`{name}`", sections.shape_text(shapes[name]), f"{gap:.2e}", f"{rel:.2e}", "float64", f"{H_STEP:g}",
-             "pass" if check_passes(gap, rel) else "**FAIL**"] for name, (gap, rel) in report.items()]
+    rows = [sections.GradRow(name, shapes[name], gap, rel, "float64", H_STEP) for name, (gap, rel) in report.items()]
     return (f"`gradcheck_model` on the tiny model: every one of the {len(rows)} gradients of the loss, from "
             f"`loss_and_grads`, against central differences of `loss_fn` (ids `{TINY_IDS}`, targets "
             f"`{TINY_TARGETS}`, 1-D parameters moved by 0.1 × N(0, 1) off their initial values, seeds {SEED} "
@@ -214,22 +211,15 @@ def gradcheck_md():
             + sections.gradcheck_table(rows))
 
 
-def keep(row):
-    return row["check"] in ("forward", "loss", "gradient")
-
 
 def generate(context):
-    repo = context["repo_url"]
     cfg = PRESETS["default"]
     return {
-        **sections.code_fragments(PAGE, repo, [forward, backward, loss_and_grads, param_count],
-                                  {"init_params": SEED, "gradient check": SEED}),
         "forward": forward_order_md(),
         "backward": backward_order_md(),
         **params_md(),
         "flow": flow_md(),
         "gradcheck": gradcheck_md(),
-        "devices": devices_md(PAGE, keep, "the torch mirror (`torch_forward`, `F.cross_entropy`) and autograd"),
         "sizes": f"At the default config: V = {cfg.vocab_size}, T_max = {cfg.context_len}, d = {cfg.emb_dim}, "
                  f"H = {cfg.num_heads}, L = {cfg.num_layers}, F = {cfg.ff_dim}.\n",
     }

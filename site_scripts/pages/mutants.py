@@ -11,10 +11,9 @@ import sys
 
 from .. import sections
 from ..build import ROOT
-from ..notebooks import mode
+from ..common import mode
 
 PAGE = "mutants"
-WHOLE_PACKAGE = True  # the run exercises every function, so any edit in transformer/ reruns this page (depends.py)
 
 
 def tool():
@@ -29,11 +28,6 @@ def tool():
 
 def quick():
     return mode() == "quick"
-
-
-def key_inputs(context):
-    """Beyond the package: the tests, the tool and its catalogue, the corpus, the mode (tools/mutants.py)."""
-    return tool().report_key(quick())
 
 
 def anchor(name):

@@ -17,7 +17,6 @@ from transformer.train import TrainConfig
 
 from .. import sections
 from ..examples import SEED, TINY_IDS, TINY_TARGETS, default_note, illustrative, tiny
-from ..results import summary_md
 
 PAGE = "optim"
 
@@ -102,15 +101,10 @@ def symbols_md():
 
 
 def generate(context):
-    repo = context["repo_url"]
     return {
-        **sections.code_fragments(PAGE, repo, [adamw_update, lr_at, clip_grads], {"init_params": SEED}),
         "symbols": symbols_md(),
         "example": example_md(),
         "schedule": schedule_md(),
         "clip": clip_md(),
         "decay": decay_md(),
-        "devices": summary_md(PAGE, "adamw step", "Our `adamw_update` against `torch.optim.AdamW` with the same "
-                              "decay groups, both fed our gradients, for ten steps; every parameter is compared after "
-                              "each step."),
     }

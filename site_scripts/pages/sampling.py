@@ -49,8 +49,6 @@ def example_md():
 
 
 def generate(context):
-    repo = context["repo_url"]
     return {
-        **sections.code_fragments(PAGE, repo, [sample_next, generate_text], {"init_params": SEED, "sampling": SEED}),
         "example": example_md(),
     }

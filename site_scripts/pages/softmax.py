@@ -21,7 +21,6 @@ from ..examples import (
     illustrative,
     tiny,
 )
-from ..results import devices_md
 
 PAGE = "softmax"
 
@@ -87,18 +86,10 @@ def gradcheck_md():
             f"targets (seed {SEED}).\n\n" + sections.gradcheck_table(rows))
 
 
-def keep(row):
-    return row["check"] in ("forward", "loss")
-
 
 def generate(context):
-    repo = context["repo_url"]
     return {
-        **sections.code_fragments(PAGE, repo,
-                                  [softmax_forward, softmax_backward, cross_entropy_forward, cross_entropy_backward],
-                                  {"init_params": SEED, "gradient check": SEED}),
         "symbols": symbols_md(),
         "example": example_md(),
         "gradcheck": gradcheck_md(),
-        "devices": devices_md(PAGE, keep, "torch's `F.cross_entropy` (the logits and the loss)"),
     }

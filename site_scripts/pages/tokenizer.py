@@ -47,9 +47,7 @@ def symbols_md():
 
 
 def generate(context):
-    repo = context["repo_url"]
     return {
-        **sections.code_fragments(PAGE, repo, [make_tokenizer, CharTokenizer, ByteTokenizer], {}),
         "symbols": symbols_md(),
         "example": example_md(),
     }

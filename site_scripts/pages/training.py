@@ -10,11 +10,10 @@ import numpy as np
 
 from transformer.config import PRESETS
 from transformer.data import CharTokenizer, sample_batch, train_val_split
-from transformer.train import TrainConfig, evaluate, train, train_step
+from transformer.train import TrainConfig, train
 
 from .. import sections
 from ..examples import SEED
-from ..results import summary_md
 
 PAGE = "training"
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
@@ -77,14 +76,8 @@ def symbols_md():
 
 
 def generate(context):
-    repo = context["repo_url"]
     return {
-        **sections.code_fragments(PAGE, repo, [sample_batch, train_step, evaluate, train],
-                                  {"training and sampling": SEED}),
         "symbols": symbols_md(),
         "example": example_md(),
         "run": run_md(),
-        "devices": summary_md(PAGE, "train step", "Ten whole training steps on each side, each with its own "
-                              "gradients (NumPy backward against torch autograd) and its own AdamW; every parameter "
-                              "is compared after each step."),
     }

@@ -1,0 +1,158 @@
+"""Every page of the site, declared once: where it lives, its place in the navigation, and what the
+standard anatomy of a component page shows for it.
+
+The hook builds mkdocs' navigation from PAGES, and renders the anatomy into every docs page that holds
+the line `<!-- anatomy -->` (see site_scripts/anatomy.py). A page's generator,
+site_scripts/pages/<id>.py, is optional: it adds the fragments only that page has (a tiny example, a
+symbol table); the fragments every component page has (equations, listings, connection table, devices,
+where it is used, status, provenance) come from the entry alone. To add a page: write its prose in
+docs/, add an entry here, and, if it shows numbers of its own, a generator.
+
+Functions and classes are named as "module:name" of the transformer package, never imported: a page's
+cache key follows what its entry names and what its generator imports, so importing them here would
+tie every page to every function.
+"""
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A page's rows of the device cross-check: `select` maps a check (forward, loss, intermediate,
+    gradient, kv-cache) to the tensor names it keeps, as shell patterns; `what` says what torch ran."""
+    what: str
+    select: dict
+
+
+@dataclass(frozen=True)
+class Steps:
+    """A page's optimizer or training steps of the cross-check, one row per device and step."""
+    check: str  # "adamw step" or "train step"
+    what: str
+
+
+@dataclass(frozen=True)
+class Page:
+    id: str  # the page's name: its generator, its fragments' folder, its links (page_link)
+    path: str  # under docs/ (or the notebook's page under experiments/)
+    title: str  # in the navigation
+    section: str = ""  # the navigation section; "" for a top-level page
+    functions: tuple = ()  # "module:name" whose callers and tests the page lists ("Where is it used?")
+    listings: tuple = ()  # "module:name" listed besides the functions that mark the page's equations
+    seeds: tuple = ()  # what the page draws with the site's seed (examples.SEED), for its provenance
+    crosscheck: Rows | Steps | None = None
+    # Code and files the generator runs in ways its imports do not show (a subprocess, copies of the
+    # package): "module:name" units, "transformer" for the whole package, paths whose files are hashed,
+    # or "mode" for a page whose content differs in the quick build (SITE_QUICK=1).
+    reads: tuple = ()
+    notebook: bool = False  # rendered from notebooks/<id>.py (site_scripts/notebooks.py)
+    generated: bool = field(default=True)  # False: a page with no fragments (its text is all prose)
+
+    @property
+    def units(self):
+        """The transformer units the entry names, as (module, name)."""
+        return {tuple(u.split(":")) for u in (*self.functions, *self.listings, *self.reads) if ":" in u}
+
+
+TRAINED = ("init_params", "gradient check")
+GRADIENT_PATTERNS = {"gradient": ("*",)}
+
+PAGES = (
+    Page("home", "index.md", "Home"),
+    Page("tokenizer", "model/tokenizer.md", "Tokenizer", "Model",
+         functions=("data:make_tokenizer", "data:CharTokenizer", "data:ByteTokenizer"),
+         listings=("data:CharTokenizer", "data:ByteTokenizer", "data:make_tokenizer")),
+    Page("embeddings", "model/embeddings.md", "Embeddings", "Model",
+         functions=("embedding:embedding_forward", "embedding:embedding_backward"), seeds=TRAINED,
+         crosscheck=Rows("torch indexing (`tok_emb[ids] + pos_emb[:T]`) and autograd",
+                         {"intermediate": ("embedding",), "gradient": ("tok_emb", "pos_emb")})),
+    Page("linear", "model/linear.md", "Linear / ReLU / GELU / Initialisation", "Model",
+         functions=("linear:linear_forward", "linear:linear_backward", "activations:relu_forward",
+                    "activations:relu_backward", "activations:gelu_forward", "activations:gelu_backward"), seeds=TRAINED,
+         crosscheck=Rows("torch's `@`, `F.relu` and autograd (the feed-forward and head layers)",
+                         {"gradient": ("*.ff1_w", "*.ff1_b", "*.ff2_w", "*.ff2_b", "head_w", "head_b")})),
+    Page("layernorm", "model/layernorm.md", "LayerNorm", "Model",
+         functions=("layernorm:layer_norm_forward", "layernorm:layer_norm_backward"), seeds=TRAINED,
+         crosscheck=Rows("torch's `F.layer_norm` and autograd",
+                         {"intermediate": ("*.ln1", "*.ln2", "lnf"), "gradient": ("*ln*",)})),
+    Page("softmax", "model/softmax.md", "Softmax & Cross-Entropy", "Model",
+         functions=("softmax:softmax_forward", "softmax:softmax_backward", "softmax:cross_entropy_forward",
+                    "softmax:cross_entropy_backward"), seeds=TRAINED,
+         crosscheck=Rows("torch's `F.cross_entropy` (the logits and the loss)", {"forward": ("*",), "loss": ("*",)})),
+    Page("attention", "model/attention.md", "Attention", "Model",
+         functions=("attention:attention_forward", "attention:attention_backward"), seeds=TRAINED,
+         crosscheck=Rows("torch matmuls, a masked `torch.softmax` and autograd",
+                         {"intermediate": ("*.attention",),
+                          "gradient": ("*.wq", "*.bq", "*.wk", "*.bk", "*.wv", "*.bv", "*.wo", "*.bo")})),
+    Page("block", "model/block.md", "Transformer Block", "Model",
+         functions=("block:block_forward", "block:block_backward"), listings=("block:block_params",), seeds=TRAINED,
+         crosscheck=Rows("the torch mirror of a block (`torch_block`) and autograd",
+                         {"intermediate": ("*.out",), "gradient": ("b[0-9]*.*",)})),
+    Page("model", "model/full-model.md", "Full Model", "Model",
+         functions=("model:forward", "model:backward", "model:loss_and_grads", "model:param_count"),
+         listings=("model:param_shapes", "model:check_ids", "model:check_params", "model:backward",
+                   "model:check_targets", "model:loss_and_grads"), seeds=TRAINED,
+         crosscheck=Rows("the torch mirror (`torch_forward`, `F.cross_entropy`) and autograd",
+                         {"forward": ("*",), "loss": ("*",), **GRADIENT_PATTERNS})),
+    Page("optim", "training/optim.md", "AdamW / Learning rate / Clipping", "Training",
+         functions=("optim:adamw_update", "optim:lr_at", "optim:clip_grads"),
+         listings=("optim:is_decayed", "optim:adamw_init", "optim:global_norm"), seeds=("init_params",),
+         crosscheck=Steps("adamw step", "Our `adamw_update` against `torch.optim.AdamW` with the same decay groups, "
+                          "both fed our gradients, for ten steps; every parameter is compared after each step.")),
+    Page("training", "training/loop.md", "Training loop & data", "Training",
+         functions=("data:sample_batch", "train:train_step", "train:evaluate", "train:train"),
+         listings=("data:train_val_split", "data:eval_windows", "train:train_step", "train:evaluate"),
+         seeds=("training and sampling",),
+         crosscheck=Steps("train step", "Ten whole training steps on each side, each with its own "
+                          "gradients (NumPy backward against torch autograd) and its own AdamW; every parameter "
+                          "is compared after each step.")),
+    Page("checkpoints", "training/checkpoints.md", "Checkpoints", "Training",
+         functions=("checkpoint:save_checkpoint", "checkpoint:load_checkpoint"),
+         listings=("checkpoint:save_checkpoint", "checkpoint:load_checkpoint"), seeds=("init_params",)),
+    Page("sampling", "generation/sampling.md", "Sampling", "Generation",
+         functions=("generate:sample_next", "generate:generate"), listings=("generate:generate",),
+         seeds=("init_params", "sampling")),
+    Page("kvcache", "generation/kv-cache.md", "KV cache", "Generation",
+         functions=("generate:decode_step", "generate:KVCache"), listings=("generate:KVCache",), seeds=("init_params",),
+         crosscheck=Rows("our `decode_step`, one token at a time, against torch's full causal forward over "
+                         "the whole sequence", {"kv-cache": ("*",)})),
+    Page("shakespeare", "experiments/shakespeare.md", "Training on Tiny Shakespeare", "Experiments", notebook=True),
+    Page("attention_maps", "experiments/attention_maps.md", "Attention patterns", "Experiments", notebook=True),
+    Page("why_ffn", "experiments/why_ffn.md", "Why a block needs its FFN", "Experiments", notebook=True),
+    Page("lr_sweep", "experiments/lr_sweep.md", "Learning-rate sweep", "Experiments", notebook=True),
+    Page("gradcheck_by_hand", "experiments/gradcheck_by_hand.md", "Gradient checking by hand", "Experiments",
+         notebook=True),
+    Page("gradcheck", "verification/gradcheck.md", "Gradient checking", "Verification",
+         functions=("gradcheck:numerical_grad", "gradcheck:relative_gap", "gradcheck:gradcheck_model"),
+         listings=("gradcheck:relative_gap", "gradcheck:check_passes", "gradcheck:gradcheck_model"),
+         seeds=("inputs",)),
+    Page("crosscheck", "verification/crosscheck.md", "Cross-check on devices", "Verification",
+         functions=("crosscheck:run_crosscheck", "crosscheck:check_device", "crosscheck:compare"),
+         listings=("crosscheck:compare", "crosscheck:check_device", "crosscheck:run_crosscheck")),
+    Page("bad_inputs", "verification/bad-inputs.md", "Bad inputs", "Verification", reads=("cli:main",)),
+    # The mutation run copies the package and runs every check on the copies: any file of the package, the
+    # unit tests or the run itself can change its report.
+    Page("mutants", "verification/mutants.md", "Are the checks good enough?", "Verification",
+         reads=("transformer", "tests/conftest.py", "tests/unit", "tools/mutants.py", "tools/mutant_catalogue.py",
+                "tools/project_copy.py", "pyproject.toml", "mode")),
+    Page("api", "reference/api.md", "API", "Reference", generated=False),
+    Page("configuration", "reference/configuration.md", "Configuration", "Reference"),
+    Page("cli", "reference/cli.md", "Command line", "Reference"),
+)
+
+BY_ID = {page.id: page for page in PAGES}
+PAGE_PATHS = {page.id: page.path for page in PAGES}
+
+
+def nav():
+    """mkdocs' `nav`: the pages in order, grouped by section."""
+    out, sections = [], {}
+    for page in PAGES:
+        if not page.section:
+            out.append({page.title: page.path})
+            continue
+        if page.section not in sections:
+            sections[page.section] = []
+            out.append({page.section: sections[page.section]})
+        sections[page.section].append({page.title: page.path})
+    return out
