@@ -14,6 +14,26 @@ from .errors import ConfigError
 ACTIVATIONS = ("relu", "gelu")
 
 
+def is_int(value) -> bool:
+    """Tell whether value is an integer: a Python int or a numpy integer, and not a bool.
+
+    bool is a subclass of int, so without the exclusion True would pass as 1. numpy's bool is not a
+    numpy integer, so it is refused too. This is the one integer check of the package: the configs
+    and the sampling settings all use it.
+
+    Parameters
+    ----------
+    value : object
+        Any value.
+
+    Returns
+    -------
+    bool
+        True for 3, np.int64(3); False for True, 3.0, "3".
+    """
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Sizes and numerics of the model, checked when the config is made.
@@ -38,7 +58,7 @@ class ModelConfig:
     def __post_init__(self):
         for name in ("vocab_size", "context_len", "emb_dim", "num_heads", "num_layers", "ff_dim"):
             value = getattr(self, name)
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+            if not (is_int(value) and value >= 1):
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
             object.__setattr__(self, name, int(value))  # numpy integers become plain ints
         if self.emb_dim % self.num_heads:

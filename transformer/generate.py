@@ -12,12 +12,12 @@ cache no longer applies and each step reruns the full window.
 """
 
 import math
-import operator
 
 import numpy as np
 
 from .activations import ACTIVATION_FUNCTIONS
 from .block import block_params
+from .config import is_int
 from .errors import InputError
 from .layernorm import layer_norm_forward
 from .linear import linear_forward
@@ -110,27 +110,6 @@ def decode_step(params, token, cache: KVCache, cfg):
     return logits
 
 
-def as_int(value):
-    """Return value as a Python int if it is an integer (numpy integers included), else None.
-
-    Parameters
-    ----------
-    value : object
-        Any value; booleans do not count as integers.
-
-    Returns
-    -------
-    int or None
-        The integer, or None.
-    """
-    if isinstance(value, (bool, np.bool_)):
-        return None
-    try:
-        return operator.index(value)
-    except TypeError:
-        return None
-
-
 def check_sampling(temperature, top_k, vocab_size):
     """Check the sampling settings.
 
@@ -152,7 +131,7 @@ def check_sampling(temperature, top_k, vocab_size):
             isinstance(temperature, (int, float, np.floating, np.integer)) and math.isfinite(temperature)
             and temperature >= 0):
         raise InputError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    if top_k is not None and (as_int(top_k) is None or not 1 <= top_k <= vocab_size):
+    if top_k is not None and (not is_int(top_k) or not 1 <= top_k <= vocab_size):
         raise InputError(f"top_k must be an integer in [1, {vocab_size}], got {top_k!r}")
 
 
@@ -232,7 +211,7 @@ def generate(params, cfg, prompt_ids, num_tokens, temperature=1.0, top_k=None, s
     """
     check_sampling(temperature, top_k, cfg.vocab_size)
     check_params(params, cfg)
-    if as_int(num_tokens) is None or num_tokens < 0:
+    if not is_int(num_tokens) or num_tokens < 0:
         raise InputError(f"number of tokens must be a non-negative integer, got {num_tokens!r}")
     prompt = np.asarray(prompt_ids)
     if prompt.ndim != 1 or prompt.size == 0:

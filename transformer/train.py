@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from .config import ModelConfig
+from .config import ModelConfig, is_int
 from .data import TOKENIZERS, eval_windows, load_corpus, make_tokenizer, sample_batch, train_val_split
 from .errors import CheckpointError, ConfigError, TransformerError
 from .model import forward, init_params, loss_and_grads
@@ -35,13 +35,8 @@ METRICS_NAME = "metrics.jsonl"
 DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
-def is_int(value) -> bool:
-    """A Python int, and not a bool: bool is a subclass of int, so True would pass as 1."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def is_finite_number(value) -> bool:
-    """A finite Python int or float, and not a bool (see is_int)."""
+    """A finite Python int or float, and not a bool (bool is a subclass of int, so True would pass as 1)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -80,10 +75,12 @@ class TrainConfig:
             value = getattr(self, name)
             if not (is_int(value) and value >= 1):
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+            object.__setattr__(self, name, int(value))  # numpy integers become plain ints (checkpoints are JSON)
         for name in ("seq_len", "warmup", "seed"):
             value = getattr(self, name)
             if not (is_int(value) and value >= 0):
                 raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+            object.__setattr__(self, name, int(value))
         for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
             value = getattr(self, name)
             if not (is_finite_number(value) and value >= 0):
