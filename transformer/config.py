@@ -5,7 +5,7 @@ B batch, T time (sequence length), d model width, H heads, dh head width (d/H),
 F feed-forward width, V vocabulary size, L layers.
 """
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
 
@@ -38,22 +38,25 @@ def is_int(value) -> bool:
 class ModelConfig:
     """Sizes and numerics of the model, checked when the config is made.
 
-    Each field's meaning is written beside it (its comment); the
-    Configuration page of the site lists them all, read from this source.
+    Each field's meaning is its `help`, the one place it is written: `python -m transformer train --help`
+    and the Configuration page of the site both read it from here.
 
     Raises
     ------
     ConfigError
         If a value is out of range or not one of the choices.
     """
-    vocab_size: int = 65  # V: distinct characters of Tiny Shakespeare
-    context_len: int = 32  # T_max: rows of the position table, longest input
-    emb_dim: int = 32  # d: width of the residual stream
-    num_heads: int = 4  # H: attention heads, each of width d/H
-    num_layers: int = 2  # L: transformer blocks
-    ff_dim: int = 128  # F: hidden width of the feed-forward network (4d)
-    ln_eps: float = 1e-5  # added to the variance inside the square root
-    activation: str = "relu"  # "relu" or "gelu" (exact, with erf)
+    vocab_size: int = field(default=65, metadata={
+        "help": "V: vocabulary size (65, the distinct characters of Tiny Shakespeare); training takes it "
+                "from the tokenizer"})
+    context_len: int = field(default=32, metadata={"help": "T_max: rows of the position table, the longest input"})
+    emb_dim: int = field(default=32, metadata={"help": "d: width of the residual stream"})
+    num_heads: int = field(default=4, metadata={"help": "H: attention heads, each of width d/H; must divide emb_dim"})
+    num_layers: int = field(default=2, metadata={"help": "L: transformer blocks"})
+    ff_dim: int = field(default=128, metadata={"help": "F: hidden width of the feed-forward network (usually 4d)"})
+    ln_eps: float = field(default=1e-5, metadata={"help": "added to the variance inside the square root"})
+    activation: str = field(default="relu", metadata={"help": "feed-forward non-linearity; gelu is the exact one, "
+                                                              "with erf", "choices": list(ACTIVATIONS)})
 
     def __post_init__(self):
         for name in ("vocab_size", "context_len", "emb_dim", "num_heads", "num_layers", "ff_dim"):

@@ -44,31 +44,31 @@ def is_finite_number(value) -> bool:
 class TrainConfig:
     """Settings of a training run, checked when the config is made.
 
-    Each field's meaning is written beside it (its comment or its `help`); the
-    Configuration page of the site lists them all, read from this source.
+    Each field's meaning is its `help`, the one place it is written: `python -m transformer train --help`
+    and the Configuration page of the site both read it from here.
 
     Raises
     ------
     ConfigError
         If a value is out of range or not one of the choices.
     """
-    # Each field's "help" is its reason, shown by `python -m transformer train --help`.
     steps: int = field(default=2000, metadata={"help": "optimizer steps in the whole run"})
     batch_size: int = field(default=32, metadata={"help": "windows per step"})
     seq_len: int = field(default=0, metadata={"help": "tokens per window; 0 means the model's context_len"})
     lr: float = field(default=3e-3, metadata={"help": "peak learning rate, reached at the end of warm-up"})
     min_lr: float = field(default=3e-4, metadata={"help": "learning rate at the end of the cosine decay"})
     warmup: int = field(default=100, metadata={"help": "steps of linear warm-up"})
-    weight_decay: float = field(default=0.1, metadata={"help": "AdamW decoupled decay, matrices only"})
-    beta1: float = field(default=0.9, metadata={"help": "AdamW decay of the mean of gradients"})
-    beta2: float = field(default=0.99, metadata={"help": "AdamW decay of the mean of squared gradients"})
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW decoupled decay, of the weight matrices and "
+                                                               "embedding tables only"})
+    beta1: float = field(default=0.9, metadata={"help": "AdamW decay of the running mean of gradients"})
+    beta2: float = field(default=0.99, metadata={"help": "AdamW decay of the running mean of squared gradients"})
     grad_clip: float = field(default=1.0, metadata={"help": "max global gradient norm; 0 disables clipping"})
     eval_every: int = field(default=500, metadata={"help": "steps between validation losses (whole split)"})
     ckpt_every: int = field(default=1000, metadata={"help": "steps between checkpoints"})
     seed: int = field(default=0, metadata={"help": "parameter initialisation and batch sampling"})
-    dtype: str = field(default="float32", metadata={"help": "arithmetic of training", "choices": ["float32", "float64"]})
+    dtype: str = field(default="float32", metadata={"help": "arithmetic of training", "choices": list(DTYPES)})
     tokenizer: str = field(default="char", metadata={"help": "char: vocabulary from the corpus; byte: V = 256",
-                                                      "choices": ["char", "byte"]})
+                                                      "choices": list(TOKENIZERS)})
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_every", "ckpt_every"):
