@@ -213,21 +213,10 @@ def generate(params, cfg, prompt_ids, num_tokens, temperature=1.0, top_k=None, s
     check_params(params, cfg)
     if not is_int(num_tokens) or num_tokens < 0:
         raise InputError(f"number of tokens must be a non-negative integer, got {num_tokens!r}")
-    prompt = np.asarray(prompt_ids)
-    if prompt.ndim != 1 or prompt.size == 0:
-        raise InputError("the prompt must be a non-empty sequence of token ids")
-    # Every id must be valid, also those before the window the model sees.
-    check_ids(prompt.reshape(-1, 1), cfg, what="prompt ids")
-    ids = prompt.tolist()
+    ids = check_prompt(prompt_ids, cfg)
     rng = np.random.default_rng(seed)
-    dtype = params["tok_emb"].dtype
-    cache = KVCache(cfg, dtype)
-    logits = None
-    if len(ids) <= cfg.context_len:
-        for token in ids:
-            logits = decode_step(params, token, cache, cfg)
-    else:
-        logits = forward(params, np.array(ids[-cfg.context_len:]), cfg)[0][-1]
+    cache = KVCache(cfg, params["tok_emb"].dtype)
+    logits = read_prompt(params, ids, cache, cfg)
     new, drawn_from = [], []
     for _ in range(num_tokens):
         drawn_from.append(logits)
@@ -237,5 +226,50 @@ def generate(params, cfg, prompt_ids, num_tokens, temperature=1.0, top_k=None, s
         if cache.length == len(ids) - 1 and cache.length < cfg.context_len:
             logits = decode_step(params, token, cache, cfg)  # the cache still holds every position
         else:  # the window slid: every position moved, recompute the window
-            logits = forward(params, np.array(ids[-cfg.context_len:]), cfg)[0][-1]
+            logits = window_logits(params, ids, cfg)
     return (new, drawn_from) if return_logits else new
+
+
+def check_prompt(prompt_ids, cfg):
+    """Check a prompt and return its ids as a list.
+
+    Parameters
+    ----------
+    prompt_ids : array_like of shape (n,)
+        The prompt.
+    cfg : ModelConfig
+        Supplies V.
+
+    Returns
+    -------
+    list of int
+        The ids.
+
+    Raises
+    ------
+    InputError
+        If the prompt is empty, not 1-D, or holds an invalid id (anywhere, also before the window the model sees).
+    """
+    prompt = np.asarray(prompt_ids)
+    if prompt.ndim != 1 or prompt.size == 0:
+        raise InputError("the prompt must be a non-empty sequence of token ids")
+    check_ids(prompt.reshape(-1, 1), cfg, what="prompt ids")
+    return prompt.tolist()
+
+
+def read_prompt(params, ids, cache: KVCache, cfg):
+    """Run the prompt through the model and return the logits of the token after it.
+
+    A prompt that fits the position table goes through the cache one token at a time, filling it; a
+    longer one is a single forward pass over its last context_len ids, and the cache stays empty.
+    """
+    if len(ids) > cfg.context_len:
+        return window_logits(params, ids, cfg)
+    for token in ids:
+        logits = decode_step(params, token, cache, cfg)
+    return logits
+
+
+def window_logits(params, ids, cfg):
+    """Next-token logits from a full forward pass over the last context_len ids, without the cache."""
+    return forward(params, np.array(ids[-cfg.context_len:]), cfg)[0][-1]
