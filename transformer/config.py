@@ -55,8 +55,8 @@ class ModelConfig:
     num_layers: int = field(default=2, metadata={"help": "L: transformer blocks"})
     ff_dim: int = field(default=128, metadata={"help": "F: hidden width of the feed-forward network (usually 4d)"})
     ln_eps: float = field(default=1e-5, metadata={"help": "added to the variance inside the square root"})
-    activation: str = field(default="relu", metadata={"help": "feed-forward non-linearity; gelu is the exact one, "
-                                                              "with erf", "choices": list(ACTIVATIONS)})
+    activation: str = field(default="relu", metadata={
+        "help": "feed-forward non-linearity; gelu is the exact one, with erf", "choices": list(ACTIVATIONS)})
 
     def __post_init__(self):
         for name in ("vocab_size", "context_len", "emb_dim", "num_heads", "num_layers", "ff_dim"):
