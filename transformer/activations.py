@@ -25,8 +25,9 @@ def relu_forward(x):
     -------
     y : ndarray of shape (...)
         The output, shaped like x.
-    cache : ndarray
-        The cache is consumed by `relu_backward`.
+    cache : y
+        What `relu_backward` needs: the output y itself (the same array), positive exactly where x is,
+        which is where the gradient passes.
     """
     y = np.maximum(x, 0)  # eq:relu
     cache = y
@@ -67,8 +68,11 @@ def gelu_forward(x):
     -------
     y : ndarray of shape (...)
         The output, shaped like x.
-    cache : tuple
-        The cache is consumed by `gelu_backward`.
+    cache : (x, phi_cdf)
+        What `gelu_backward` needs:
+
+        - x, the input: the density term x phi(x) is recomputed from it;
+        - phi_cdf, Phi(x) shaped like x: computed once here and reused by the backward.
     """
     phi_cdf = 0.5 * (1.0 + _erf(x * _INV_SQRT2)).astype(x.dtype, copy=False)
     y = x * phi_cdf  # eq:gelu

@@ -2,6 +2,7 @@
 
 import math
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -68,6 +69,36 @@ def causal_mask(T, dtype):
     return mask
 
 
+class AttentionCache(NamedTuple):
+    """What `attention_forward` keeps for `attention_backward`; a tuple, so it also unpacks by position.
+
+    Attributes
+    ----------
+    q_scaled : ndarray of shape (B, H, T, dh)
+        The queries, already times 1/sqrt(dh): dk = dscores^T q_scaled.
+    k : ndarray of shape (B, H, T, dh)
+        The keys: dq = dscores k / sqrt(dh); their shape also gives H and dh.
+    v : ndarray of shape (B, H, T, dh)
+        The values: datt = dheads v^T.
+    att : ndarray of shape (B, H, T, T)
+        The attention probabilities: dv = att^T dheads.
+    att_cache : ndarray
+        The cache of `softmax_forward` (the same probabilities), for dscores.
+    qkv_cache : tuple
+        The cache of the fused q/k/v `linear_forward` (x and the (d, 3d) weights).
+    o_cache : tuple
+        The cache of the output projection's `linear_forward` (the merged heads and wo).
+    """
+
+    q_scaled: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    att: np.ndarray
+    att_cache: np.ndarray
+    qkv_cache: tuple
+    o_cache: tuple
+
+
 def attention_forward(x, p, num_heads, trace=None):
     """Causal multi-head self-attention, with biased q, k, v and output projections.
 
@@ -87,8 +118,8 @@ def attention_forward(x, p, num_heads, trace=None):
     -------
     y : ndarray of shape (B, T, d)
         The output.
-    cache : tuple
-        The cache is consumed by `attention_backward`.
+    cache : AttentionCache
+        What `attention_backward` needs (see `AttentionCache`).
     """
     # q, k and v are three projections of the same input, so one matmul with
     # the weights side by side, (d, 3d), computes all three at once.
@@ -106,7 +137,7 @@ def attention_forward(x, p, num_heads, trace=None):
         trace["attention"] = att
     heads = att @ v  # eq:attn-mix  (B, H, T, dh)
     y, o_cache = linear_forward(merge_heads(heads), p["wo"], p["bo"])  # eq:attn-out
-    cache = (q_scaled, k, v, att, att_cache, qkv_cache, o_cache)
+    cache = AttentionCache(q_scaled, k, v, att, att_cache, qkv_cache, o_cache)
     return y, cache
 
 
@@ -117,7 +148,7 @@ def attention_backward(dy, cache):
     ----------
     dy : ndarray of shape (B, T, d)
         Gradient with respect to the output.
-    cache : tuple
+    cache : AttentionCache
         The cache from `attention_forward`.
 
     Returns

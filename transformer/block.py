@@ -7,8 +7,10 @@ y = h + FFN(LN2(h)),   FFN(u) = act(u W1 + b1) W2 + b2
 ```
 """
 
+from typing import NamedTuple
+
 from .activations import ACTIVATION_FUNCTIONS
-from .attention import attention_backward, attention_forward
+from .attention import AttentionCache, attention_backward, attention_forward
 from .layernorm import layer_norm_backward, layer_norm_forward
 from .linear import linear_backward, linear_forward
 
@@ -34,6 +36,36 @@ def block_params(params, layer):
     return {name: params[f"b{layer}.{name}"] for name in BLOCK_KEYS}
 
 
+class BlockCache(NamedTuple):
+    """What `block_forward` keeps for `block_backward`; a tuple, so it also unpacks by position.
+
+    Attributes
+    ----------
+    activation : str
+        "relu" or "gelu": which backward undoes the feed-forward non-linearity.
+    ln1_cache : tuple
+        The cache of LN1's `layer_norm_forward`.
+    attn_cache : AttentionCache
+        The cache of `attention_forward`.
+    ln2_cache : tuple
+        The cache of LN2's `layer_norm_forward`.
+    ff1_cache : tuple
+        The cache of the first feed-forward `linear_forward`, (d, F).
+    act_cache : ndarray or tuple
+        The cache of the activation's forward.
+    ff2_cache : tuple
+        The cache of the second feed-forward `linear_forward`, (F, d).
+    """
+
+    activation: str
+    ln1_cache: tuple
+    attn_cache: AttentionCache
+    ln2_cache: tuple
+    ff1_cache: tuple
+    act_cache: object
+    ff2_cache: tuple
+
+
 def block_forward(x, p, cfg, trace=None):
     """One pre-norm block: attention, then the feed-forward network, each added to the residual stream.
 
@@ -53,8 +85,8 @@ def block_forward(x, p, cfg, trace=None):
     -------
     y : ndarray of shape (B, T, d)
         The residual stream leaving the block.
-    cache : tuple
-        The cache is consumed by `block_backward`.
+    cache : BlockCache
+        What `block_backward` needs (see `BlockCache`).
     """
     act_forward, _ = ACTIVATION_FUNCTIONS[cfg.activation]
     a, ln1_cache = layer_norm_forward(x, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
@@ -71,7 +103,7 @@ def block_forward(x, p, cfg, trace=None):
     y = h + u  # eq:block-ffn-residual
     if trace is not None:
         trace["out"] = y
-    cache = (cfg.activation, ln1_cache, attn_cache, ln2_cache, ff1_cache, act_cache, ff2_cache)
+    cache = BlockCache(cfg.activation, ln1_cache, attn_cache, ln2_cache, ff1_cache, act_cache, ff2_cache)
     return y, cache
 
 
@@ -82,7 +114,7 @@ def block_backward(dy, cache):
     ----------
     dy : ndarray of shape (B, T, d)
         Gradient with respect to the block's output.
-    cache : tuple
+    cache : BlockCache
         The cache from `block_forward`.
 
     Returns

@@ -11,19 +11,14 @@ from dataclasses import fields
 
 import numpy as np
 
-from .config import PRESETS, preset
+from .config import PRESETS, ModelConfig, preset
 from .crosscheck import DEVICES
 from .errors import TransformerError
 
 CORPUS_ENV = "TRANSFORMER_CORPUS"
-MODEL_OPTIONS = {  # name: (type, help)
-    "context_len": (int, "T_max: rows of the position table, the longest input"),
-    "emb_dim": (int, "d: width of the residual stream"),
-    "num_heads": (int, "H: attention heads; must divide emb_dim"),
-    "num_layers": (int, "L: transformer blocks"),
-    "ff_dim": (int, "F: hidden width of the feed-forward network"),
-    "activation": (str, "feed-forward non-linearity"),
-}
+# The ModelConfig fields that `train` takes as options (vocab_size comes from the tokenizer). Their help
+# is the field's own, read from ModelConfig like TrainConfig's: it is written in one place only.
+MODEL_OPTIONS = ("context_len", "emb_dim", "num_heads", "num_layers", "ff_dim", "activation")
 EXIT_USER_ERROR, EXIT_INTERRUPTED, EXIT_CHECK_FAILED = 2, 130, 1
 
 
@@ -45,13 +40,25 @@ def non_negative_int(text):
     return value
 
 
-def build_parser():
-    from .model import param_count
-    from .train import TrainConfig
+def add_field_option(group, f, help_suffix=""):
+    """Add the option of a config field: --name-with-dashes, its type and choices, and its help."""
+    group.add_argument(_option(f.name), type=type(f.default), default=None, choices=f.metadata.get("choices"),
+                       help=f.metadata["help"] + help_suffix)
 
+
+def build_parser():
     parser = Parser(prog="python -m transformer",
                     description="A NumPy reference transformer: train, sample, check.")
     sub = parser.add_subparsers(dest="command", required=True)
+    add_train_parser(sub)
+    add_sample_parser(sub)
+    add_gradcheck_parser(sub)
+    add_crosscheck_parser(sub)
+    return parser
+
+
+def add_train_parser(sub):
+    from .train import TrainConfig
 
     train = sub.add_parser("train", help="train a model on a UTF-8 text corpus",
                            description="Train on a text corpus; checkpoints and metrics go to --out.")
@@ -67,14 +74,15 @@ def build_parser():
                        help="stop after this many minutes of training (with a checkpoint, resumable)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     model = train.add_argument_group("model (override the preset)")
-    for name, (kind, text) in MODEL_OPTIONS.items():
-        model.add_argument(_option(name), type=kind, default=None, help=text,
-                           choices=["relu", "gelu"] if name == "activation" else None)
+    for f in fields(ModelConfig):
+        if f.name in MODEL_OPTIONS:
+            add_field_option(model, f)
     schedule = train.add_argument_group("training (defaults in brackets)")
     for f in fields(TrainConfig):
-        schedule.add_argument(_option(f.name), type=type(f.default), default=None,
-                              choices=f.metadata.get("choices"), help=f"{f.metadata['help']} [{f.default}]")
+        add_field_option(schedule, f, f" [{f.default}]")
 
+
+def add_sample_parser(sub):
     sample = sub.add_parser("sample", help="generate text from a checkpoint")
     sample.add_argument("--checkpoint", required=True, help="a checkpoint.npz written by train")
     sample.add_argument("--prompt", default=None,
@@ -86,16 +94,28 @@ def build_parser():
                         help="sample among the k most likely tokens (default: all)")
     sample.add_argument("--seed", type=non_negative_int, default=0, help="seed of the draws (default: 0)")
 
+
+def add_activation_option(parser):
+    """--activation of gradcheck and crosscheck: the ModelConfig field, with its default as a plain value."""
+    f = next(f for f in fields(ModelConfig) if f.name == "activation")
+    parser.add_argument("--activation", default=f.default, choices=f.metadata["choices"],
+                        help=f"{f.metadata['help']} (default: {f.default})")
+
+
+def add_gradcheck_parser(sub):
+    from .model import param_count
+
     check = sub.add_parser("gradcheck", help="compare every gradient with central differences")
     check.add_argument("--preset", default="tiny", choices=["tiny", "default"],
                        help=f"tiny ({param_count(PRESETS['tiny'])} parameters, about a second) or default "
                             f"({param_count(PRESETS['default'])}, about a minute) (default: tiny)")
-    check.add_argument("--activation", default="relu", choices=["relu", "gelu"],
-                       help="feed-forward non-linearity (default: relu)")
+    add_activation_option(check)
     check.add_argument("--batch", type=int, default=2, help="sequences in the batch (default: 2)")
     check.add_argument("--seed", type=non_negative_int, default=0,
                        help="seed of the parameters and the ids (default: 0)")
 
+
+def add_crosscheck_parser(sub):
     cross = sub.add_parser("crosscheck", help="compare everything with PyTorch on every device found",
                            description="Run the same parameters and inputs through NumPy and through "
                                        "PyTorch on each device; compare logits, loss, gradients, "
@@ -105,13 +125,11 @@ def build_parser():
                        help="devices to try (default: all); missing ones are listed, not failed")
     cross.add_argument("--dtype", choices=["float32", "float64"], default=None,
                        help="torch dtype (default: float64 where the device has it, else float32)")
-    cross.add_argument("--activation", default="relu", choices=["relu", "gelu"],
-                       help="feed-forward non-linearity (default: relu)")
+    add_activation_option(cross)
     cross.add_argument("--seed", type=non_negative_int, default=0,
                        help="seed of the parameters and the ids (default: 0)")
     cross.add_argument("--json", metavar="PATH", help="also write the whole report as JSON")
     cross.add_argument("--verbose", action="store_true", help="print every comparison, not only a summary")
-    return parser
 
 
 def cmd_crosscheck(args):

@@ -5,7 +5,7 @@ B batch, T time (sequence length), d model width, H heads, dh head width (d/H),
 F feed-forward width, V vocabulary size, L layers.
 """
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
 
@@ -14,31 +14,54 @@ from .errors import ConfigError
 ACTIVATIONS = ("relu", "gelu")
 
 
+def is_int(value) -> bool:
+    """Tell whether value is an integer: a Python int or a numpy integer, and not a bool.
+
+    bool is a subclass of int, so without the exclusion True would pass as 1. numpy's bool is not a
+    numpy integer, so it is refused too. This is the one integer check of the package: the configs
+    and the sampling settings all use it.
+
+    Parameters
+    ----------
+    value : object
+        Any value.
+
+    Returns
+    -------
+    bool
+        True for 3, np.int64(3); False for True, 3.0, "3".
+    """
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Sizes and numerics of the model, checked when the config is made.
 
-    Each field's meaning is written beside it (its comment); the
-    Configuration page of the site lists them all, read from this source.
+    Each field's meaning is its `help`, the one place it is written: `python -m transformer train --help`
+    and the Configuration page of the site both read it from here.
 
     Raises
     ------
     ConfigError
         If a value is out of range or not one of the choices.
     """
-    vocab_size: int = 65  # V: distinct characters of Tiny Shakespeare
-    context_len: int = 32  # T_max: rows of the position table, longest input
-    emb_dim: int = 32  # d: width of the residual stream
-    num_heads: int = 4  # H: attention heads, each of width d/H
-    num_layers: int = 2  # L: transformer blocks
-    ff_dim: int = 128  # F: hidden width of the feed-forward network (4d)
-    ln_eps: float = 1e-5  # added to the variance inside the square root
-    activation: str = "relu"  # "relu" or "gelu" (exact, with erf)
+    vocab_size: int = field(default=65, metadata={
+        "help": "V: vocabulary size (65, the distinct characters of Tiny Shakespeare); training takes it "
+                "from the tokenizer"})
+    context_len: int = field(default=32, metadata={"help": "T_max: rows of the position table, the longest input"})
+    emb_dim: int = field(default=32, metadata={"help": "d: width of the residual stream"})
+    num_heads: int = field(default=4, metadata={"help": "H: attention heads, each of width d/H; must divide emb_dim"})
+    num_layers: int = field(default=2, metadata={"help": "L: transformer blocks"})
+    ff_dim: int = field(default=128, metadata={"help": "F: hidden width of the feed-forward network (usually 4d)"})
+    ln_eps: float = field(default=1e-5, metadata={"help": "added to the variance inside the square root"})
+    activation: str = field(default="relu", metadata={
+        "help": "feed-forward non-linearity; gelu is the exact one, with erf", "choices": list(ACTIVATIONS)})
 
     def __post_init__(self):
         for name in ("vocab_size", "context_len", "emb_dim", "num_heads", "num_layers", "ff_dim"):
             value = getattr(self, name)
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+            if not (is_int(value) and value >= 1):
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
             object.__setattr__(self, name, int(value))  # numpy integers become plain ints
         if self.emb_dim % self.num_heads:

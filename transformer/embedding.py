@@ -19,8 +19,12 @@ def embedding_forward(ids, tok_emb, pos_emb):
     -------
     x : ndarray of shape (B, T, d)
         The embedded sequence.
-    cache : tuple
-        The cache is consumed by `embedding_backward`.
+    cache : (ids, tok_shape, pos_shape)
+        What `embedding_backward` needs:
+
+        - ids, shape (B, T): which table rows were read, so which receive gradient;
+        - tok_shape, (V, d): the shape of tok_emb, to allocate its gradient (the table itself is not kept);
+        - pos_shape, (T_max, d): the shape of pos_emb, likewise.
     """
     T = ids.shape[-1]
     x = tok_emb[ids] + pos_emb[:T]  # eq:embed  (B, T, d)

@@ -12,12 +12,12 @@ cache no longer applies and each step reruns the full window.
 """
 
 import math
-import operator
 
 import numpy as np
 
 from .activations import ACTIVATION_FUNCTIONS
 from .block import block_params
+from .config import is_int
 from .errors import InputError
 from .layernorm import layer_norm_forward
 from .linear import linear_forward
@@ -110,27 +110,6 @@ def decode_step(params, token, cache: KVCache, cfg):
     return logits
 
 
-def as_int(value):
-    """Return value as a Python int if it is an integer (numpy integers included), else None.
-
-    Parameters
-    ----------
-    value : object
-        Any value; booleans do not count as integers.
-
-    Returns
-    -------
-    int or None
-        The integer, or None.
-    """
-    if isinstance(value, (bool, np.bool_)):
-        return None
-    try:
-        return operator.index(value)
-    except TypeError:
-        return None
-
-
 def check_sampling(temperature, top_k, vocab_size):
     """Check the sampling settings.
 
@@ -152,7 +131,7 @@ def check_sampling(temperature, top_k, vocab_size):
             isinstance(temperature, (int, float, np.floating, np.integer)) and math.isfinite(temperature)
             and temperature >= 0):
         raise InputError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    if top_k is not None and (as_int(top_k) is None or not 1 <= top_k <= vocab_size):
+    if top_k is not None and (not is_int(top_k) or not 1 <= top_k <= vocab_size):
         raise InputError(f"top_k must be an integer in [1, {vocab_size}], got {top_k!r}")
 
 
@@ -232,23 +211,12 @@ def generate(params, cfg, prompt_ids, num_tokens, temperature=1.0, top_k=None, s
     """
     check_sampling(temperature, top_k, cfg.vocab_size)
     check_params(params, cfg)
-    if as_int(num_tokens) is None or num_tokens < 0:
+    if not is_int(num_tokens) or num_tokens < 0:
         raise InputError(f"number of tokens must be a non-negative integer, got {num_tokens!r}")
-    prompt = np.asarray(prompt_ids)
-    if prompt.ndim != 1 or prompt.size == 0:
-        raise InputError("the prompt must be a non-empty sequence of token ids")
-    # Every id must be valid, also those before the window the model sees.
-    check_ids(prompt.reshape(-1, 1), cfg, what="prompt ids")
-    ids = prompt.tolist()
+    ids = check_prompt(prompt_ids, cfg)
     rng = np.random.default_rng(seed)
-    dtype = params["tok_emb"].dtype
-    cache = KVCache(cfg, dtype)
-    logits = None
-    if len(ids) <= cfg.context_len:
-        for token in ids:
-            logits = decode_step(params, token, cache, cfg)
-    else:
-        logits = forward(params, np.array(ids[-cfg.context_len:]), cfg)[0][-1]
+    cache = KVCache(cfg, params["tok_emb"].dtype)
+    logits = read_prompt(params, ids, cache, cfg)
     new, drawn_from = [], []
     for _ in range(num_tokens):
         drawn_from.append(logits)
@@ -258,5 +226,50 @@ def generate(params, cfg, prompt_ids, num_tokens, temperature=1.0, top_k=None, s
         if cache.length == len(ids) - 1 and cache.length < cfg.context_len:
             logits = decode_step(params, token, cache, cfg)  # the cache still holds every position
         else:  # the window slid: every position moved, recompute the window
-            logits = forward(params, np.array(ids[-cfg.context_len:]), cfg)[0][-1]
+            logits = window_logits(params, ids, cfg)
     return (new, drawn_from) if return_logits else new
+
+
+def check_prompt(prompt_ids, cfg):
+    """Check a prompt and return its ids as a list.
+
+    Parameters
+    ----------
+    prompt_ids : array_like of shape (n,)
+        The prompt.
+    cfg : ModelConfig
+        Supplies V.
+
+    Returns
+    -------
+    list of int
+        The ids.
+
+    Raises
+    ------
+    InputError
+        If the prompt is empty, not 1-D, or holds an invalid id (anywhere, also before the window the model sees).
+    """
+    prompt = np.asarray(prompt_ids)
+    if prompt.ndim != 1 or prompt.size == 0:
+        raise InputError("the prompt must be a non-empty sequence of token ids")
+    check_ids(prompt.reshape(-1, 1), cfg, what="prompt ids")
+    return prompt.tolist()
+
+
+def read_prompt(params, ids, cache: KVCache, cfg):
+    """Run the prompt through the model and return the logits of the token after it.
+
+    A prompt that fits the position table goes through the cache one token at a time, filling it; a
+    longer one is a single forward pass over its last context_len ids, and the cache stays empty.
+    """
+    if len(ids) > cfg.context_len:
+        return window_logits(params, ids, cfg)
+    for token in ids:
+        logits = decode_step(params, token, cache, cfg)
+    return logits
+
+
+def window_logits(params, ids, cfg):
+    """Next-token logits from a full forward pass over the last context_len ids, without the cache."""
+    return forward(params, np.array(ids[-cfg.context_len:]), cfg)[0][-1]

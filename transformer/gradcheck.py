@@ -12,6 +12,7 @@ to about 1e-9 relative; far below what any real backward bug produces.
 import numpy as np
 
 from .config import ModelConfig
+from .model import init_params, loss_and_grads, loss_fn
 
 # A backward passes when its relative gap (see relative_gap) is below REL_TOL.
 # Central differences in float64 with h = 1e-5 agree to ~1e-9 relative, so
@@ -41,7 +42,6 @@ def check_passes(abs_gap, rel_gap) -> bool:
         True when rel_gap is below REL_TOL or abs_gap is below ABS_FLOOR.
     """
     return rel_gap < REL_TOL or abs_gap < ABS_FLOOR
-from .model import init_params, loss_and_grads, loss_fn
 
 
 def numerical_grad(f, x, h=1e-5):

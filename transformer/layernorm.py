@@ -24,8 +24,12 @@ def layer_norm_forward(x, g, b, eps):
     -------
     y : ndarray of shape (..., d)
         The normalised, scaled and shifted rows.
-    cache : tuple
-        The cache is consumed by `layer_norm_backward`.
+    cache : (xhat, rstd, g)
+        What `layer_norm_backward` needs:
+
+        - xhat, shape (..., d): the normalised rows (x - mean) / sigma;
+        - rstd, shape (..., 1): 1 / sigma = 1 / sqrt(var + eps) of each row;
+        - g, shape (d,): the gain, since dxhat = dy * g.
     """
     d = x.shape[-1]
     mean = x.mean(axis=-1, keepdims=True)  # eq:ln-mean

@@ -17,8 +17,11 @@ def linear_forward(x, w, b):
     -------
     y : ndarray of shape (..., out)
         The output, with the leading axes of x.
-    cache : tuple
-        The cache is consumed by `linear_backward`.
+    cache : (x, w)
+        What `linear_backward` needs:
+
+        - x, the input, shape (..., in): dW = x^T dy;
+        - w, the weights, shape (in, out): dx = dy W^T.
     """
     # One 2-D matmul over all rows (every position of every sequence) is
     # faster in numpy than a stacked (B, T, in) @ (in, out) product.

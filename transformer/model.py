@@ -192,8 +192,14 @@ def forward(params, ids, cfg: ModelConfig, trace=None):
     -------
     logits : ndarray of shape (T, V) or (B, T, V)
         Batched exactly when ids are.
-    cache : tuple
-        The cache is consumed by `backward`.
+    cache : (single, emb_cache, block_caches, lnf_cache, head_cache)
+        What `backward` needs:
+
+        - single: True when ids were 1-D, so dlogits gets its batch axis back;
+        - emb_cache: the cache of `embedding_forward`;
+        - block_caches: a list of L `BlockCache`, one per block, in order;
+        - lnf_cache: the cache of the final `layer_norm_forward`;
+        - head_cache: the cache of the output head's `linear_forward`.
 
     Raises
     ------

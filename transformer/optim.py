@@ -3,7 +3,7 @@ global-norm gradient clipping.
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,14 +33,15 @@ def is_decayed(name: str) -> bool:
 class AdamWConfig:
     """Hyperparameters of AdamW.
 
-    Each field's meaning is written beside it (its comment); the
-    Configuration page of the site lists them all, read from this source.
+    Each field's meaning is its `help`; the Configuration page of the site reads it from here.
     """
-    lr: float = 3e-3  # peak learning rate, reached at the end of warm-up
-    beta1: float = 0.9  # decay of the running mean of gradients
-    beta2: float = 0.99  # decay of the running mean of squared gradients
-    eps: float = 1e-8  # keeps the update finite where v is ~0
-    weight_decay: float = 0.1  # decoupled: p -= lr * wd * p, decayed keys only
+    lr: float = field(default=3e-3, metadata={"help": "learning rate; adamw_update takes each step's rate as an "
+                                                      "argument instead, from the schedule"})
+    beta1: float = field(default=0.9, metadata={"help": "decay of the running mean of gradients"})
+    beta2: float = field(default=0.99, metadata={"help": "decay of the running mean of squared gradients"})
+    eps: float = field(default=1e-8, metadata={"help": "keeps the update finite where v is ~0"})
+    weight_decay: float = field(default=0.1, metadata={"help": "decoupled: p -= lr * wd * p, for the weight "
+                                                               "matrices and embedding tables only (DECAYED_SUFFIXES)"})
 
 
 def adamw_init(params):

@@ -18,8 +18,8 @@ def softmax_forward(x):
     -------
     p : ndarray of shape (..., n)
         The probabilities; each row sums to 1.
-    cache : ndarray
-        The cache is consumed by `softmax_backward`.
+    cache : p
+        What `softmax_backward` needs: the probabilities p themselves (the same array as the output).
     """
     p = x - x.max(axis=-1, keepdims=True)
     np.exp(p, out=p)  # in place: saves allocating (and page-faulting) a copy
@@ -67,8 +67,13 @@ def cross_entropy_forward(logits, targets):
     -------
     loss : float
         The mean cross-entropy, a scalar.
-    cache : tuple
-        The cache is consumed by `cross_entropy_backward`.
+    cache : (z, log_sum_exp, t, shape)
+        What `cross_entropy_backward` needs:
+
+        - z, shape (N, V): the logits of the N = B*T positions, shifted by their row maximum;
+        - log_sum_exp, shape (N,): log sum_j exp(z_j) of each row, so softmax = exp(z - log_sum_exp);
+        - t, shape (N,): the targets, flattened like the rows of z;
+        - shape: the shape of logits, given back to the gradient.
     """
     V = logits.shape[-1]
     z = logits.reshape(-1, V)

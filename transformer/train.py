@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from .config import ModelConfig
+from .config import ModelConfig, is_int
 from .data import TOKENIZERS, eval_windows, load_corpus, make_tokenizer, sample_batch, train_val_split
 from .errors import CheckpointError, ConfigError, TransformerError
 from .model import forward, init_params, loss_and_grads
@@ -35,13 +35,8 @@ METRICS_NAME = "metrics.jsonl"
 DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
-def is_int(value) -> bool:
-    """A Python int, and not a bool: bool is a subclass of int, so True would pass as 1."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def is_finite_number(value) -> bool:
-    """A finite Python int or float, and not a bool (see is_int)."""
+    """A finite Python int or float, and not a bool (bool is a subclass of int, so True would pass as 1)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -49,41 +44,43 @@ def is_finite_number(value) -> bool:
 class TrainConfig:
     """Settings of a training run, checked when the config is made.
 
-    Each field's meaning is written beside it (its comment or its `help`); the
-    Configuration page of the site lists them all, read from this source.
+    Each field's meaning is its `help`, the one place it is written: `python -m transformer train --help`
+    and the Configuration page of the site both read it from here.
 
     Raises
     ------
     ConfigError
         If a value is out of range or not one of the choices.
     """
-    # Each field's "help" is its reason, shown by `python -m transformer train --help`.
     steps: int = field(default=2000, metadata={"help": "optimizer steps in the whole run"})
     batch_size: int = field(default=32, metadata={"help": "windows per step"})
     seq_len: int = field(default=0, metadata={"help": "tokens per window; 0 means the model's context_len"})
     lr: float = field(default=3e-3, metadata={"help": "peak learning rate, reached at the end of warm-up"})
     min_lr: float = field(default=3e-4, metadata={"help": "learning rate at the end of the cosine decay"})
     warmup: int = field(default=100, metadata={"help": "steps of linear warm-up"})
-    weight_decay: float = field(default=0.1, metadata={"help": "AdamW decoupled decay, matrices only"})
-    beta1: float = field(default=0.9, metadata={"help": "AdamW decay of the mean of gradients"})
-    beta2: float = field(default=0.99, metadata={"help": "AdamW decay of the mean of squared gradients"})
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW decoupled decay, of the weight matrices and "
+                                                               "embedding tables only"})
+    beta1: float = field(default=0.9, metadata={"help": "AdamW decay of the running mean of gradients"})
+    beta2: float = field(default=0.99, metadata={"help": "AdamW decay of the running mean of squared gradients"})
     grad_clip: float = field(default=1.0, metadata={"help": "max global gradient norm; 0 disables clipping"})
     eval_every: int = field(default=500, metadata={"help": "steps between validation losses (whole split)"})
     ckpt_every: int = field(default=1000, metadata={"help": "steps between checkpoints"})
     seed: int = field(default=0, metadata={"help": "parameter initialisation and batch sampling"})
-    dtype: str = field(default="float32", metadata={"help": "arithmetic of training", "choices": ["float32", "float64"]})
+    dtype: str = field(default="float32", metadata={"help": "arithmetic of training", "choices": list(DTYPES)})
     tokenizer: str = field(default="char", metadata={"help": "char: vocabulary from the corpus; byte: V = 256",
-                                                      "choices": ["char", "byte"]})
+                                                      "choices": list(TOKENIZERS)})
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_every", "ckpt_every"):
             value = getattr(self, name)
             if not (is_int(value) and value >= 1):
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+            object.__setattr__(self, name, int(value))  # numpy integers become plain ints (checkpoints are JSON)
         for name in ("seq_len", "warmup", "seed"):
             value = getattr(self, name)
             if not (is_int(value) and value >= 0):
                 raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+            object.__setattr__(self, name, int(value))
         for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
             value = getattr(self, name)
             if not (is_finite_number(value) and value >= 0):
@@ -174,15 +171,30 @@ def _sum_loss(params, x, y, cfg):
 class StopRequest:
     """First Ctrl-C (or --max-minutes) asks the loop to stop after the current
     step and write a checkpoint; a second Ctrl-C aborts at once (the previous
-    checkpoint is still intact: checkpoints are written atomically)."""
+    checkpoint is still intact: checkpoints are written atomically).
+
+    Used as `with StopRequest() as stop:`, it is the SIGINT handler inside the block and puts the
+    previous handler back after it. Only the main thread may set a handler; elsewhere Ctrl-C is left alone.
+    """
 
     def __init__(self):
         self.reason = None
+        self.previous_handler = None
+        self.in_main_thread = threading.current_thread() is threading.main_thread()
 
     def __call__(self, signum, frame):
         if self.reason is not None:
             raise KeyboardInterrupt
         self.reason = "interrupted"
+
+    def __enter__(self):
+        if self.in_main_thread:
+            self.previous_handler = signal.signal(signal.SIGINT, self)
+        return self
+
+    def __exit__(self, *exc_info):
+        if self.in_main_thread:
+            signal.signal(signal.SIGINT, self.previous_handler)
 
 
 @dataclass
@@ -347,22 +359,158 @@ def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, 
     CheckpointError
         If the checkpoint to resume from cannot be read.
     """
+    from tqdm import tqdm  # imported here: the model itself needs numpy alone
+
+    session = start_session(corpus_path, out_dir, model_cfg, train_cfg, resume, overwrite, max_minutes)
+    bar = tqdm(total=session.run.train_cfg.steps, initial=session.run.step, unit="step", desc="train",
+               disable=None if progress is None else not progress, dynamic_ncols=True)
+    # Ctrl-C is caught, and metrics.jsonl open for appending, until the loop is over.
+    with StopRequest() as stop, bar, open(session.metrics_path, "a") as session.metrics:
+        training_loop(session, stop, bar, on_step)
+        session.finish(stop)
+    return session.summary(stop.reason)
+
+
+def training_loop(session, stop: StopRequest, bar, on_step=None):
+    """Take steps until the last one or a stop request; validate and save when due, and show the progress.
+
+    Parameters
+    ----------
+    session : Session
+        The run and its files, with session.metrics open.
+    stop : StopRequest
+        Its reason, once set, ends the loop after the current step; the time limit sets it too.
+    bar : tqdm.tqdm
+        The progress bar.
+    on_step : callable, optional
+        See `train`.
+    """
+    run, tc = session.run, session.run.train_cfg
+    while run.step < tc.steps and stop.reason is None:
+        record = session.step()
+        if is_due(run.step, tc.eval_every, tc.steps):
+            val_loss = session.validate()
+            bar.write(f"step {run.step}: train loss {record['loss']:.4f}, validation loss {val_loss:.4f}")
+        session.metrics.flush()
+        if is_due(run.step, tc.ckpt_every, tc.steps):
+            session.save()
+        if session.out_of_time():
+            stop.reason = "time limit"
+        bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
+        bar.update(1)
+        if on_step is not None:
+            on_step(run.step, stop)
+
+
+def is_due(step, every, steps) -> bool:
+    """Whether a periodic task (validation, checkpoint) runs after this step: every `every` steps and after the last."""
+    return step % every == 0 or step == steps
+
+
+@dataclass
+class Session:
+    """One call of `train`: the run, the data it trains and validates on, the files it writes, and this call's clock.
+
+    Parameters
+    ----------
+    run : Run
+        The run, new or resumed.
+    train_ids, val_ids : ndarray of shape (n,)
+        The training and validation splits.
+    seq_len : int
+        Tokens per window.
+    out_dir : Path
+        The run's folder.
+    corpus_path : str or Path
+        The corpus file, recorded in checkpoints.
+    corpus_sha256 : str
+        Hash of the corpus text, recorded in checkpoints.
+    max_minutes : float or None
+        The time limit of this call.
+    """
+
+    run: Run
+    train_ids: np.ndarray
+    val_ids: np.ndarray
+    seq_len: int
+    out_dir: Path
+    corpus_path: object
+    corpus_sha256: str
+    max_minutes: float | None = None
+    val_loss: float | None = None  # the last validation loss of this call
+    metrics: object = None  # metrics.jsonl, open for appending while the loop runs
+    t_start: float = field(default_factory=time.perf_counter)  # the clock of this call starts when it is made
+
+    @property
+    def ckpt_path(self) -> Path:
+        return self.out_dir / CHECKPOINT_NAME
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.out_dir / METRICS_NAME
+
+    def run_time(self) -> float:
+        """Wall time of the whole run: the earlier sessions' and this one's, in seconds."""
+        return self.run.elapsed_s + time.perf_counter() - self.t_start
+
+    def step(self) -> dict:
+        """Take one training step and append its metrics record."""
+        record = train_step(self.run, self.train_ids, self.seq_len)
+        record["time_s"] = self.run_time()
+        self.metrics.write(json.dumps(record) + "\n")
+        return record
+
+    def validate(self) -> float:
+        """Compute the validation loss, append it to the metrics and return it."""
+        self.val_loss = evaluate(self.run.params, self.run.model_cfg, self.val_ids, self.seq_len)
+        self.metrics.write(json.dumps({"step": self.run.step, "val_loss": self.val_loss, "time_s": self.run_time()})
+                           + "\n")
+        return self.val_loss
+
+    def save(self):
+        """Write the run's checkpoint (atomically: a crash leaves the previous one intact)."""
+        save_checkpoint(self.ckpt_path, self.run.checkpoint(self.run_time(), self.corpus_path, self.corpus_sha256))
+
+    def out_of_time(self) -> bool:
+        """Whether this call has used up max_minutes."""
+        return self.max_minutes is not None and time.perf_counter() - self.t_start > 60 * self.max_minutes
+
+    def finish(self, stop: StopRequest):
+        """After the loop: a run stopped before its last step saves where it got to (validated, after a time limit)."""
+        if self.run.step == self.run.train_cfg.steps:
+            stop.reason = None  # stopped on the last step: that is simply the end of the run
+        if stop.reason is not None:
+            if stop.reason == "time limit" and self.run.step % self.run.train_cfg.eval_every:  # report where it got to
+                self.validate()
+            self.save()
+
+    def summary(self, stopped) -> dict:
+        """What `train` returns: see there."""
+        run = self.run
+        return {"step": run.step, "steps": run.train_cfg.steps, "stopped": stopped, "val_loss": self.val_loss,
+                "val_step": None if self.val_loss is None else _last_val_step(self.metrics_path),
+                "checkpoint": str(self.ckpt_path), "metrics": str(self.metrics_path), "time_s": self.run_time()}
+
+
+def start_session(corpus_path, out_dir, model_cfg, train_cfg, resume, overwrite, max_minutes) -> Session:
+    """Check train's arguments, load the corpus, make or restore the run and prepare its folder.
+
+    The parameters are those of `train`, and so are the errors raised.
+
+    Returns
+    -------
+    Session
+        Ready for the training loop; its clock starts now.
+    """
     out_dir = Path(out_dir)
-    ckpt_path, metrics_path = out_dir / CHECKPOINT_NAME, out_dir / METRICS_NAME
-    if max_minutes is not None and not (is_finite_number(max_minutes) and max_minutes > 0):
-        raise ConfigError(f"max_minutes must be a positive number, got {max_minutes!r}")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"{out_dir} is a file; --out must name a folder (new or holding a run)")
-    if not resume and not overwrite and ckpt_path.exists():
-        raise ConfigError(f"{out_dir} already holds a run; continue it with --resume, "
-                          "start again with --overwrite, or choose another --out")
+    _check_out_dir(out_dir, resume, overwrite, max_minutes)
     text = load_corpus(corpus_path)
     corpus_sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    ckpt_path, metrics_path = out_dir / CHECKPOINT_NAME, out_dir / METRICS_NAME
     run = resumed_run(ckpt_path, corpus_sha256) if resume else new_run(text, model_cfg, train_cfg)
-    cfg, tc = run.model_cfg, run.train_cfg
-    seq_len = tc.seq_len or cfg.context_len
-    if seq_len > cfg.context_len:
-        raise ConfigError(f"seq_len={seq_len} is longer than context_len={cfg.context_len}")
+    seq_len = run.train_cfg.seq_len or run.model_cfg.context_len
+    if seq_len > run.model_cfg.context_len:
+        raise ConfigError(f"seq_len={seq_len} is longer than context_len={run.model_cfg.context_len}")
     train_ids, val_ids = train_val_split(run.tokenizer.encode(text), seq_len, source=f"corpus {corpus_path}")
     if resume:
         _truncate_metrics(metrics_path, run.step)
@@ -372,55 +520,18 @@ def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, 
         # fails before its first checkpoint would leave it beside the new metrics, and --resume would mix both.
         ckpt_path.unlink(missing_ok=True)
         metrics_path.write_text("")
+    return Session(run, train_ids, val_ids, seq_len, out_dir, corpus_path, corpus_sha256, max_minutes)
 
-    from tqdm import tqdm  # imported here: the model itself needs numpy alone
 
-    t_start = time.perf_counter()
-
-    def run_time():
-        return run.elapsed_s + time.perf_counter() - t_start
-
-    def validate(metrics):
-        loss = evaluate(run.params, cfg, val_ids, seq_len)
-        metrics.write(json.dumps({"step": run.step, "val_loss": loss, "time_s": run_time()}) + "\n")
-        return loss
-
-    stop, val_loss = StopRequest(), None
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    previous_handler = signal.signal(signal.SIGINT, stop) if in_main_thread else None
-    bar = tqdm(total=tc.steps, initial=run.step, disable=None if progress is None else not progress,
-               dynamic_ncols=True, unit="step", desc="train")
-    try:
-        with open(metrics_path, "a") as metrics:
-            while run.step < tc.steps and stop.reason is None:
-                record = train_step(run, train_ids, seq_len)
-                record["time_s"] = run_time()
-                metrics.write(json.dumps(record) + "\n")
-                if run.step % tc.eval_every == 0 or run.step == tc.steps:
-                    val_loss = validate(metrics)
-                    bar.write(f"step {run.step}: train loss {record['loss']:.4f}, validation loss {val_loss:.4f}")
-                metrics.flush()
-                if run.step % tc.ckpt_every == 0 or run.step == tc.steps:
-                    save_checkpoint(ckpt_path, run.checkpoint(run_time(), corpus_path, corpus_sha256))
-                if max_minutes is not None and time.perf_counter() - t_start > 60 * max_minutes:
-                    stop.reason = "time limit"
-                bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
-                bar.update(1)
-                if on_step is not None:
-                    on_step(run.step, stop)
-            if run.step == tc.steps:
-                stop.reason = None  # stopped on the last step: that is simply the end of the run
-            if stop.reason is not None:
-                if stop.reason == "time limit" and run.step % tc.eval_every:  # report where it got to
-                    val_loss = validate(metrics)
-                save_checkpoint(ckpt_path, run.checkpoint(run_time(), corpus_path, corpus_sha256))
-    finally:
-        bar.close()
-        if in_main_thread:
-            signal.signal(signal.SIGINT, previous_handler)
-    return {"step": run.step, "steps": tc.steps, "stopped": stop.reason, "val_loss": val_loss,
-            "val_step": None if val_loss is None else _last_val_step(metrics_path),
-            "checkpoint": str(ckpt_path), "metrics": str(metrics_path), "time_s": run_time()}
+def _check_out_dir(out_dir, resume, overwrite, max_minutes):
+    """Refuse a bad time limit, an out_dir that is a file, and a new run over an old one (see `train`)."""
+    if max_minutes is not None and not (is_finite_number(max_minutes) and max_minutes > 0):
+        raise ConfigError(f"max_minutes must be a positive number, got {max_minutes!r}")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"{out_dir} is a file; --out must name a folder (new or holding a run)")
+    if not resume and not overwrite and (out_dir / CHECKPOINT_NAME).exists():
+        raise ConfigError(f"{out_dir} already holds a run; continue it with --resume, "
+                          "start again with --overwrite, or choose another --out")
 
 
 def train_step(run: Run, train_ids, seq_len) -> dict:
