@@ -23,7 +23,7 @@ import sys
 import time
 
 from . import depends, registry
-from .common import ROOT, hash_parts, mode, numpy_version, torch_version, write_if_changed
+from .common import ROOT, hash_parts, is_current, mode, numpy_version, torch_version, write_if_changed
 
 SNIPPETS = ROOT / "build" / "snippets"
 SHARED = ["build.py", "common.py", "depends.py", "equations.py", "markers.py", "code_facts.py", "registry.py",
@@ -120,7 +120,7 @@ def generate(name, context, force=False) -> bool:
     """Rerun one page's generator if its key changed. Returns True if it ran."""
     key = page_key(name, context)
     stamp = SNIPPETS / name / ".key"
-    if not force and stamp.exists() and stamp.read_text() == key:
+    if not force and is_current(stamp, key):
         return False
     made = fragments(name, context)
     for fragment, text in made.items():

@@ -3,14 +3,12 @@ it, which tests exercise it. The pages print these; nothing is typed by hand.
 """
 
 import ast
-import inspect
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from .common import ROOT
 from .depends import read_text
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -20,23 +18,8 @@ class Place:
     function: str  # the enclosing function ("<module>" at top level)
 
 
-def function_location(func):
-    """(path, first line, last line) of a function's source, as the file numbers it."""
-    lines, start = inspect.getsourcelines(func)
-    path = Path(inspect.getsourcefile(func)).resolve().relative_to(ROOT).as_posix()
-    return path, start, start + len(lines) - 1
-
-
-def _called_name(func):
-    """The name a call's function expression ends in (f(...) or obj.f(...)), else None."""
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return None
-
-
-def _mentioned_name(node):
+def _name_of(node):
+    """The name an expression ends in (`f` or `obj.f`), else None: what a call calls, what a test mentions."""
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
@@ -51,9 +34,9 @@ def _call_index(text):
     for fn in ast.walk(ast.parse(text)):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for node in ast.walk(fn):
-                if isinstance(node, ast.Call) and _called_name(node.func):
+                if isinstance(node, ast.Call) and _name_of(node.func):
                     # ast.walk visits outer functions first; the innermost one wins.
-                    index.setdefault(_called_name(node.func), {})[node.lineno] = fn.name
+                    index.setdefault(_name_of(node.func), {})[node.lineno] = fn.name
     return index
 
 
@@ -65,12 +48,12 @@ def _test_index(text):
         if isinstance(fn, ast.FunctionDef) and fn.name.startswith("test_"):
             first, asserted = {}, set()
             for node in ast.walk(fn):
-                name = _mentioned_name(node)
+                name = _name_of(node)
                 if name and (name not in first or node.lineno < first[name]):
                     first[name] = node.lineno
                 raises = isinstance(node, ast.With) and "raises" in ast.unparse(node.items[0])
                 if isinstance(node, ast.Assert) or raises:
-                    asserted |= {_mentioned_name(n) for n in ast.walk(node)} - {None}
+                    asserted |= {_name_of(n) for n in ast.walk(node)} - {None}
             tests.append((fn.name, first, frozenset(asserted)))
     return tests
 
@@ -176,30 +159,27 @@ def test_mentions(name, root=ROOT, folder="tests", checking=False):
     return all_test_mentions(root, folder, checking).get(name, [])
 
 
-def tested_by(name, root=ROOT, folder="tests"):
-    """Test functions that call or reference `name`, as pytest node ids."""
-    return [f"{p.path}::{p.function}" for p in test_mentions(name, root, folder)]
+def _top_level(path, root):
+    """(name, first line with decorators, last line) of each top-level function and class of a file."""
+    for node in ast.parse((Path(root) / path).read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield node.name, min([node.lineno] + [d.lineno for d in node.decorator_list]), node.end_lineno
 
 
 def top_level_function(path, line, root=ROOT):
     """(name, first line, last line) of the top-level function or class holding `line`."""
-    tree = ast.parse((Path(root) / path).read_text())
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            if first <= line <= node.end_lineno:
-                return node.name, first, node.end_lineno
-    raise LookupError(f"{path}:{line} is not inside a top-level function")
+    found = next((place for place in _top_level(path, root) if place[1] <= line <= place[2]), None)
+    if found is None:
+        raise LookupError(f"{path}:{line} is not inside a top-level function")
+    return found
 
 
 def named_function(path, name, root=ROOT):
     """(name, first line, last line) of the top-level function or class `name` of `path`."""
-    tree = ast.parse((Path(root) / path).read_text())
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
-            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            return node.name, first, node.end_lineno
-    raise LookupError(f"{path} has no top-level function {name}")
+    found = next((place for place in _top_level(path, root) if place[0] == name), None)
+    if found is None:
+        raise LookupError(f"{path} has no top-level function {name}")
+    return found
 
 
 def enclosing_function(path, line, root=ROOT):

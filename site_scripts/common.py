@@ -62,6 +62,11 @@ def write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
+def is_current(stamp: Path, key: str) -> bool:
+    """Whether the stamp beside a result says it was made under `key` (then the result is reused)."""
+    return stamp.exists() and stamp.read_text() == key
+
+
 def write_atomically(path: Path, text: str):
     """A file is whole or absent, never half-written: write beside it, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -73,8 +78,8 @@ def write_atomically(path: Path, text: str):
 def cached_json(path: Path, key: str, compute, force=False):
     """The JSON result stored at `path` if it was computed under `key`, else `compute()`, stored with the key.
 
-    The one cache of the build: pages, notebooks, the cross-check report and the mutation report each name
-    what their result depends on in `key`, and nothing else decides whether they rerun."""
+    For a result kept in one file (the cross-check and mutation reports); pages and notebooks, whose result
+    is several files, keep their key in a stamp beside them (is_current)."""
     if not force and path.exists():
         stored = json.loads(path.read_text())
         if stored.get("key") == key:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from mkdocs.exceptions import PluginError
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+PROJECT = str(Path(__file__).resolve().parent.parent)  # mkdocs loads this file by path: make site_scripts importable
+if PROJECT not in sys.path:
+    sys.path.insert(0, PROJECT)
 
 from site_scripts import anatomy, build, notebooks, registry  # noqa: E402
 

@@ -8,9 +8,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .common import ROOT
 from .equations import BY_ID
 
-ROOT = Path(__file__).resolve().parent.parent
 MARKER = re.compile(r"\beq:([a-z0-9][a-z0-9-]*)")
 
 

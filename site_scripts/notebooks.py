@@ -30,7 +30,7 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 
 from . import depends
-from .common import QUICK_ENV, ROOT, hash_parts, mode, write_if_changed
+from .common import QUICK_ENV, ROOT, hash_parts, is_current, mode, write_if_changed
 
 NOTEBOOKS = ROOT / "notebooks"
 OUT = ROOT / "build" / "notebooks"
@@ -180,7 +180,7 @@ def run(name, run_mode, force=False, folder=NOTEBOOKS, out=OUT, repo_url=REPO_UR
     key = notebook_key(name, run_mode, folder, repo_url)
     target = out / run_mode
     stamp = target / f"{name}.key"
-    if not force and stamp.exists() and stamp.read_text() == key and (target / f"{name}.md").exists():
+    if not force and is_current(stamp, key) and (target / f"{name}.md").exists():
         return False
     nb = execute(name, run_mode, folder)
     text, figures = render(nb, name, run_mode, repo_url)

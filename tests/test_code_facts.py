@@ -3,15 +3,13 @@
 import subprocess
 import sys
 
-from site_scripts import code_facts  # not `import tested_by`: pytest would collect it as a test
-from site_scripts.code_facts import ROOT, called_by, enclosing_function, function_location
-from transformer.layernorm import layer_norm_backward
+from site_scripts import code_facts
+from site_scripts.code_facts import ROOT, called_by, enclosing_function, named_function
 
 
-def test_function_location_matches_the_file():
-    path, start, end = function_location(layer_norm_backward)
-    lines = (ROOT / path).read_text().splitlines()
-    assert path == "transformer/layernorm.py"
+def test_named_function_spans_the_whole_definition():
+    name, start, end = named_function("transformer/layernorm.py", "layer_norm_backward")
+    lines = (ROOT / "transformer/layernorm.py").read_text().splitlines()
     assert lines[start - 1].startswith("def layer_norm_backward(")
     assert lines[end - 1].strip().startswith("return dx, dg, db")
 
@@ -25,8 +23,8 @@ def test_called_by_finds_every_call_site_with_its_function():
     assert len([p for p in places if p.function == "block_backward"]) == 2  # LN1 and LN2
 
 
-def test_tested_by_names_runnable_tests():
-    tests = code_facts.tested_by("layer_norm_backward")
+def test_the_pages_run_it_commands_name_runnable_tests():
+    tests = [f"{p.path}::{p.function}" for p in code_facts.test_mentions("layer_norm_backward", checking=True)]
     assert any(t.startswith("tests/test_layers.py::") for t in tests)
     # Each id is a command that works: run one and see it pass.
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", tests[0]],
