@@ -4,7 +4,8 @@ another host. (mkdocs --strict checks the markdown's links; this reads the HTML 
 import subprocess
 import sys
 
-from site_scripts.linkcheck import check_site
+from site_scripts.common import ROOT
+from tools.linkcheck import check_site
 
 
 def test_every_internal_link_and_anchor_of_the_built_site_resolves(built_site):
@@ -43,6 +44,6 @@ def test_a_broken_link_a_broken_anchor_and_an_outside_script_are_each_reported(t
 
 def test_the_command_line_exits_non_zero_on_a_broken_link(tmp_path):
     write(tmp_path / "index.html", '<a href="nowhere.html">x</a>')
-    result = subprocess.run([sys.executable, "-m", "site_scripts.linkcheck", str(tmp_path)],
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "linkcheck.py"), str(tmp_path)],
                             capture_output=True, text=True)
     assert result.returncode == 1 and "index.html: <a href=\"nowhere.html\"> -> no file nowhere.html" in result.stdout
