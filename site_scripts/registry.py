@@ -100,8 +100,9 @@ PAGES = (
          crosscheck=Steps("adamw step", "Our `adamw_update` against `torch.optim.AdamW` with the same decay groups, "
                           "both fed our gradients, for ten steps; every parameter is compared after each step.")),
     Page("training", "training/loop.md", "Training loop & data", "Training",
-         functions=("data:sample_batch", "train:train_step", "train:evaluate", "train:train"),
-         listings=("data:train_val_split", "data:eval_windows", "train:train_step", "train:evaluate"),
+         functions=("data:sample_batch", "train:train_step", "train:evaluate", "train:train", "train:training_loop"),
+         listings=("data:train_val_split", "data:eval_windows", "train:train_step", "train:evaluate",
+                   "train:train", "train:training_loop"),
          seeds=("training and sampling",),
          crosscheck=Steps("train step", "Ten whole training steps on each side, each with its own "
                           "gradients (NumPy backward against torch autograd) and its own AdamW; every parameter "
@@ -138,6 +139,8 @@ PAGES = (
     Page("api", "reference/api.md", "API", "Reference", generated=False),
     Page("configuration", "reference/configuration.md", "Configuration", "Reference"),
     Page("cli", "reference/cli.md", "Command line", "Reference"),
+    Page("architecture", "reference/architecture.md", "How the site is built", "Reference",
+         reads=("site_scripts/pages",)),  # it lists which pages have a generator
 )
 
 BY_ID = {page.id: page for page in PAGES}
