@@ -1,6 +1,7 @@
 """The site builds strictly, its generated tables match the code, links run both
 ways between equations and code, and the build is cached and deterministic."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -248,3 +249,22 @@ def test_a_link_to_a_code_line_that_does_not_exist_fails_the_strict_build(tmp_pa
         assert (result.returncode == 0) is ok, result.stderr[-1500:]
         if not ok:
             assert "__codelineno-src-m-f-99" in result.stderr
+
+
+def test_every_section_and_table_recorded_before_the_page_registry_is_still_shown(built_site):
+    """tests/page_inventory.json holds each page's sections and table headers as the site showed them
+    before the registry and the anatomy template (quick build); none may be gone. After a wanted change,
+    record it again: python tools/page_inventory.py <site> --write tests/page_inventory.json"""
+    from tools.page_inventory import inventory, missing
+
+    recorded = json.loads((ROOT / "tests" / "page_inventory.json").read_text())
+    assert missing(recorded, inventory(built_site)) == []
+
+
+def test_the_inventory_check_notices_a_lost_section_a_lost_table_and_a_lost_page():
+    from tools.page_inventory import missing
+
+    was = {"a/": {"sections": ["h2 #x X", "h2 #y Y"], "tables": ["A | B", "A | B"]}, "b/": {"sections": [], "tables": []}}
+    now = {"a/": {"sections": ["h2 #x X"], "tables": ["A | B"]}}
+    assert missing(was, now) == ["a/: section 'h2 #y Y'", "a/: table 'A | B'", "b/: the whole page"]
+    assert missing(was, was) == []
