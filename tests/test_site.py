@@ -11,7 +11,7 @@ import textwrap
 import pytest
 from sitebuild import ROOT, html_of, mkdocs_build, nav_pages
 
-from site_scripts import build, depends, notebooks, registry
+from site_scripts import anatomy, build, notebooks, registry
 from site_scripts.equations import BY_ID
 from site_scripts.registry import PAGE_PATHS
 from site_scripts.markers import Marker, collect_markers
@@ -61,8 +61,9 @@ def test_every_experiment_page_is_built_with_its_figures(built_site):
 
 def test_every_included_fragment_is_generated_and_every_generated_one_is_used(built_site):
     included = set()
-    for md in (ROOT / "docs").rglob("*.md"):
-        included |= set(re.findall(r'--8<-- "([^"]+)"', md.read_text()))
+    for page in (p for p in registry.PAGES if not p.notebook):  # each docs page with its anatomy written out
+        text = anatomy.expand((ROOT / "docs" / page.path).read_text(), page.id, build.made_fragments(page.id))
+        included |= set(re.findall(r'--8<-- "([^"]+)"', text))
     generated = {p.relative_to(build.SNIPPETS).as_posix() for p in build.SNIPPETS.rglob("*.md")}
     assert included <= generated, included - generated
     assert generated <= included, f"generated but shown on no page: {generated - included}"
@@ -195,8 +196,7 @@ def test_editing_one_function_reruns_exactly_the_pages_that_reach_it(source_copy
     layernorm.write_text(layernorm.read_text().replace("    dxhat = dy * g\n", "    dxhat = dy * g  # edited\n"))
     changed = {name for name, key in keys(source_copy).items() if key != before[name]}
     reaching = {name for name in build.page_names()
-                if ("layernorm", "layer_norm_backward") in depends.page_units(
-                    source_copy / "site_scripts" / "pages" / f"{name}.py", source_copy)}
+                if ("layernorm", "layer_norm_backward") in build.page_units(name, source_copy)}
     assert changed == reaching
     assert {"layernorm", "block", "model", "gradcheck"} <= changed
     assert not changed & {"tokenizer", "cli", "configuration", "sampling"}
