@@ -1,12 +1,13 @@
 """Check the checks: plant one deliberate mistake at a time and see which check notices.
 
-For each mutant of tools/mutant_catalogue.py, copy the package and its tests to a
-temporary folder (the working tree is never touched), apply the mutant's edits
-there, and run every one of the project's checks against the copy:
+For each mutant of tools/mutant_catalogue.py, copy the package and its unit tests
+to a temporary folder (tools/project_copy.py; the working tree is never touched),
+apply the mutant's edits there, and run every one of the project's checks against
+the copy:
 
   gradcheck   float64 central differences of every parameter (the gradcheck command, ReLU and GELU)
   crosscheck  the comparison with PyTorch on the CPU (the crosscheck command, ReLU and GELU)
-  tests       the unit tests (pytest, without the tests of the site and the tools)
+  tests       the unit tests (pytest on tests/unit; not the tests of the site and the tools)
   training    a short training run on Tiny Shakespeare, which must beat a bigram model
 
 The unchanged code goes through the same checks first; if any of them fails
@@ -23,35 +24,27 @@ it. Exit status 1 when a mutant that some check should catch survives.
 
 import argparse
 import ast
-import fnmatch
-import hashlib
 import json
 import math
-import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+if __package__ in (None, ""):  # run as `python tools/mutants.py`: import from the project root, as `-m` does
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from mutant_catalogue import MUTANTS, QUICK  # noqa: E402
+from site_scripts.common import CACHE, ROOT, torch_version  # noqa: E402
+from tools.mutant_catalogue import MUTANTS, QUICK  # noqa: E402
+from tools.project_copy import UNIT_TESTS, project_copy, run_in, run_pytest  # noqa: E402
 
-CACHE = ROOT / "build" / "cache"
 CORPUS = ROOT / "data" / "tinyshakespeare" / "input.txt"
-COPIED = ("transformer", "tests", "pyproject.toml")  # what a mutant's copy holds
-# These test the site and the tools (they read docs/, site_scripts/, tools/), not the model's arithmetic.
-NOT_UNIT_TESTS = ("test_site*.py", "test_notebooks.py", "test_tools.py", "test_code_facts.py",
-                  "test_equation_ties.py", "test_refusals.py")
-# The unit tests run in this order and stop at the first failure, so the failure reported is the most
-# specific test that sees the mistake: the layers before the model, the command line last.
+# The unit tests (every test file under tests/unit) run in this order, the rest after them by name, and
+# stop at the first failure, so the failure reported is the most specific test that sees the mistake: the
+# layers before the model, the command line last.
 UNIT_TEST_ORDER = ("test_layers.py", "test_model.py", "test_optim.py", "test_data.py", "test_generate.py",
                    "test_checkpoint.py", "test_crosscheck.py", "test_train.py")
 TIMEOUT_S = 600  # per check: a mutant that makes a check hang counts as caught, after this long
@@ -133,13 +126,9 @@ def edit_lines(mutant):
 
 # ---------------------------------------------------------------- the checks, run in a copy
 
-def run(cmd, copy, timeout=TIMEOUT_S, threads="1"):
-    env = dict(os.environ, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS=threads,
-               OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
-    try:
-        return subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None
+def run(cmd, copy):
+    """A check's command in the copy, with one thread (two mutants run at once); None after TIMEOUT_S."""
+    return run_in(copy, cmd, timeout=TIMEOUT_S, threads=1)
 
 
 def crash_line(result):
@@ -182,26 +171,24 @@ def check_crosscheck(copy, ctx):
     return bool(fails), "; ".join(fails) or "every comparison within tolerance, ReLU and GELU"
 
 
-def unit_test_files(tests):
-    """The unit test files under `tests`, in UNIT_TEST_ORDER, then the rest by name."""
-    files = sorted(p.name for p in tests.glob("test_*.py")
-                   if not any(fnmatch.fnmatch(p.name, pattern) for pattern in NOT_UNIT_TESTS))
+def unit_test_files(root=ROOT):
+    """Every test file under tests/unit, in UNIT_TEST_ORDER, then the rest by name."""
+    files = sorted(p.relative_to(root).as_posix() for p in (root / UNIT_TESTS).rglob("test_*.py"))
+    stale = set(UNIT_TEST_ORDER) - {Path(f).name for f in files}
+    if stale:
+        raise ValueError(f"UNIT_TEST_ORDER names {', '.join(sorted(stale))}, not under {UNIT_TESTS}")
     rank = {name: i for i, name in enumerate(UNIT_TEST_ORDER)}
-    return [f"tests/{name}" for name in sorted(files, key=lambda n: (rank.get(n, len(rank)), n))]
+    return sorted(files, key=lambda f: (rank.get(Path(f).name, len(rank)), f))
 
 
 def check_tests(copy, ctx):
-    result = run([sys.executable, "-m", "pytest", *unit_test_files(copy / "tests"), "-x", "-q",
-                  "-p", "no:cacheprovider"], copy)
+    result = run_pytest(copy, unit_test_files(copy), timeout=TIMEOUT_S, threads=1)
     if result is None:
         return True, f"timed out after {TIMEOUT_S} s"
-    failed = [line.split(" ", 1)[1].split(" - ")[0] for line in result.stdout.splitlines()
-              if line.startswith(("FAILED ", "ERROR "))]
     if result.returncode == 0:
-        passed = [line for line in result.stdout.splitlines() if " passed" in line]
-        return False, passed[-1].strip("= ") if passed else "passed"
-    if failed:
-        return True, f"first failure: {failed[0]}"
+        return False, result.summary or "passed"
+    if result.failures:
+        return True, f"first failure: {result.failures[0]}"
     return True, f"pytest exit status {result.returncode} ({crash_line(result)})"
 
 
@@ -245,20 +232,9 @@ def bigram_loss(path=CORPUS):
     return float(-np.log(probs[val[:-1], val[1:]]).mean())
 
 
-@contextmanager
 def mutant_copy(mutant):
-    """A temporary copy of the package and its tests with the mutant applied (None: unchanged)."""
-    with tempfile.TemporaryDirectory(prefix="mutant-") as tmp:
-        copy = Path(tmp)
-        for item in COPIED:
-            src = ROOT / item
-            if src.is_dir():
-                shutil.copytree(src, copy / item, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                shutil.copy(src, copy / item)
-        if mutant is not None:
-            apply_mutant(mutant, copy)
-        yield copy
+    """A temporary copy of the package and its unit tests with the mutant applied (None: unchanged)."""
+    return project_copy(None if mutant is None else lambda copy: apply_mutant(mutant, copy))
 
 
 def run_one(mutant, ctx):
@@ -333,29 +309,22 @@ def ensure_corpus():
 
 
 def report_key(quick):
-    """A hash of everything a run's outcome depends on: the copied code and tests, this tool, the corpus."""
+    """A hash of everything a run's outcome depends on: the copied code and unit tests, these tools, the
+    corpus."""
+    import hashlib
+
     import numpy
 
     digest = hashlib.sha256()
     files = sorted((ROOT / "transformer").rglob("*.py")) + [ROOT / "pyproject.toml"]
-    # The tests that judge mutants and their fixtures; not the site's tests and their helpers. (A unit
-    # test importing a helper module from tests/ would have to add it here.)
-    files += [ROOT / "tests" / "conftest.py", *(ROOT / f for f in unit_test_files(ROOT / "tests"))]
-    files += [ROOT / "tools" / "mutants.py", ROOT / "tools" / "mutant_catalogue.py"]
+    files += sorted((ROOT / UNIT_TESTS).rglob("*.py"))  # the tests that judge mutants, and their fixtures
+    files += [ROOT / "tools" / name for name in ("mutants.py", "mutant_catalogue.py", "project_copy.py")]
     for path in files:
         digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     ensure_corpus()
     digest.update(CORPUS.read_bytes())
     digest.update(f"{numpy.__version__} {torch_version()} quick={quick}".encode())
     return digest.hexdigest()
-
-
-def torch_version():
-    try:
-        from importlib.metadata import version
-        return version("torch")
-    except Exception:  # noqa: BLE001 - without torch the cross-check cannot run; the key must say so
-        return "none"
 
 
 def cache_path(quick):

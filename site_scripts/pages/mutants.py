@@ -6,8 +6,7 @@ change, so the page always describes the code it is built with. In quick mode
 (SITE_QUICK=1, the test build) only the mutants of QUICK run, and the page says so.
 """
 
-import importlib.util
-import sys
+from tools import mutants as tool
 
 from .. import sections
 from ..build import ROOT
@@ -17,23 +16,13 @@ PAGE = "mutants"
 WHOLE_PACKAGE = True  # the run exercises every function, so any edit in transformer/ reruns this page (depends.py)
 
 
-def tool():
-    """tools/mutants.py, loaded by path (tools/ is a folder of scripts, not a package)."""
-    if "mutants_tool" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("mutants_tool", ROOT / "tools" / "mutants.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["mutants_tool"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["mutants_tool"]
-
-
 def quick():
     return mode() == "quick"
 
 
 def key_inputs(context):
     """Beyond the package: the tests, the tool and its catalogue, the corpus, the mode (tools/mutants.py)."""
-    return tool().report_key(quick())
+    return tool.report_key(quick())
 
 
 def anchor(name):
@@ -156,9 +145,8 @@ def run_md(report, total):
 
 
 def generate(context):
-    t = tool()
-    report = t.report(quick=quick())
-    total = len(t.MUTANTS)
+    report = tool.report(quick=quick())
+    total = len(tool.MUTANTS)
     return {"summary": summary_md(report, total), "checks": checks_md(report), "matrix": matrix_md(report),
             "invisible": invisible_md(report), "gaps": gaps_md(report),
             "details": details_md(report, context["repo_url"]), "run": run_md(report, total),

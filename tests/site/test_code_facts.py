@@ -27,7 +27,7 @@ def test_called_by_finds_every_call_site_with_its_function():
 
 def test_tested_by_names_runnable_tests():
     tests = code_facts.tested_by("layer_norm_backward")
-    assert any(t.startswith("tests/test_layers.py::") for t in tests)
+    assert any(t.startswith("tests/unit/test_layers.py::") for t in tests)
     # Each id is a command that works: run one and see it pass.
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", tests[0]],
                             cwd=ROOT, capture_output=True, text=True)

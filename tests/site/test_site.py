@@ -148,7 +148,7 @@ def test_every_tested_by_command_names_a_real_test(built_site):
     for path in build.SNIPPETS.rglob("*.md"):  # the "used" sections, the Bad inputs page's "checked by", ...
         commands |= set(re.findall(r"`pytest (tests/[\w/.]+::\w+)`", path.read_text()))
     assert len(commands) > 20
-    assert any("tests/test_cli.py::" in c for c in commands)  # the Bad inputs page's commands are among them
+    assert any("tests/unit/test_cli.py::" in c for c in commands)  # the Bad inputs page's commands are among them
     result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                              "-m", "", *sorted(commands)], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-2000:]
@@ -200,7 +200,7 @@ def test_editing_one_function_reruns_exactly_the_pages_that_reach_it(source_copy
 
 def test_a_new_test_or_a_moved_function_reruns_the_pages_that_print_them(source_copy):
     before = keys(source_copy)
-    tests = source_copy / "tests" / "test_layers.py"
+    tests = source_copy / "tests" / "unit" / "test_layers.py"
     tests.write_text(tests.read_text() + "\n\ndef test_new():\n    layer_norm_backward\n")
     changed = {name for name, key in keys(source_copy).items() if key != before[name]}
     assert "layernorm" in changed and "cli" not in changed
