@@ -263,7 +263,8 @@ def selected(names=None, quick=False):
 
 def mutant_record(mutant, results):
     caught_by = [c.name for c in CHECKS if results[c.name]["caught"]]
-    return {"name": mutant.name, "component": mutant.component, "breaks": mutant.breaks,
+    path, function = mutant.subject
+    return {"name": mutant.name, "subject": {"path": path, "function": function}, "breaks": mutant.breaks,
             "uncatchable": mutant.uncatchable,
             "edits": [{"path": e.path, "function": e.function, "line": line, "old": e.old, "new": e.new}
                       for e, line in zip(mutant.edits, edit_lines(mutant), strict=True)],

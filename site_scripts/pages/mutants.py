@@ -29,6 +29,15 @@ def anchor(name):
     return f"m-{name}"
 
 
+def mutant_page(record):
+    """The page that lists the function the mutant is in (the tool names the function, the site its page)."""
+    path, function = record["subject"]["path"], record["subject"]["function"]
+    page = sections.function_page(path, function)
+    if page is None:
+        raise LookupError(f"mutant {record['name']} is in {path}:{function}, which no page lists")
+    return page
+
+
 def check_titles(report):
     return {c["name"]: c["title"] for c in report["checks"]}
 
@@ -74,8 +83,8 @@ def matrix_md(report):
             name = f"[{r['name']}](#{anchor(r['name'])}) (invisible)"
         else:
             name = f"[{r['name']}](#{anchor(r['name'])})"
-        rows.append([name, f"[{sections.page_title(r['component'])}]({sections.page_link(PAGE, r['component'])})",
-                     *cells])
+        page = mutant_page(r)
+        rows.append([name, f"[{sections.page_title(page)}]({sections.page_link(PAGE, page)})", *cells])
     return sections.md_table(header, rows)
 
 

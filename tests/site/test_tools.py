@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from site_scripts.common import ROOT
+from site_scripts.sections import function_page
 from tools import bench_rebuild, mutant_catalogue, mutants, scale_backward_outputs
 
 
@@ -62,6 +63,20 @@ def test_every_catalogued_mutant_fits_the_code_once_and_compiles():
             sources[e.path] = mutated
         for path, text in sources.items():
             compile(text, path, "exec")
+
+
+def test_every_mutant_is_in_a_function_that_a_page_lists():
+    """The tool names the function each mutant is in; the site finds its page from that (the matrix's Page
+    column)."""
+    for m in mutants.MUTANTS:
+        path, function = m.subject
+        assert function in {n.name for n in ast.walk(ast.parse((ROOT / path).read_text()))
+                            if isinstance(n, ast.FunctionDef)}, m.name
+        assert function_page(path, function) is not None, m.name
+    module_level = next(m for m in mutants.MUTANTS if m.name == "weight-decay-on-layernorm-gains")
+    assert module_level.edits[0].function is None and module_level.subject == ("transformer/optim.py", "is_decayed")
+    with pytest.raises(ValueError, match="needs `about`"):
+        mutant_catalogue.Mutant("x", "breaks", module_level.edits).subject
 
 
 def test_a_mutant_that_no_longer_fits_the_code_stops_the_run():
