@@ -37,11 +37,12 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python tools/mutants.py`: import from the project root, as `-m` does
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from site_scripts.common import CACHE, ROOT, torch_version  # noqa: E402
+from site_scripts.common import CACHE, ROOT, cached_json, hash_parts, numpy_version, torch_version  # noqa: E402
 from tools.mutant_catalogue import MUTANTS, QUICK  # noqa: E402
 from tools.project_copy import UNIT_TESTS, project_copy, run_in, run_pytest  # noqa: E402
 
 CORPUS = ROOT / "data" / "tinyshakespeare" / "input.txt"
+FETCH_CORPUS = ROOT / "scripts" / "fetch_corpus.py"  # puts the corpus in place, verified against its SHA256
 # The unit tests (every test file under tests/unit) run in this order, the rest after them by name, and
 # stop at the first failure, so the failure reported is the most specific test that sees the mistake: the
 # layers before the model, the command line last.
@@ -305,47 +306,39 @@ def status_text(record):
 
 
 def ensure_corpus():
-    if not CORPUS.exists():
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py")], check=True)
+    """Put the corpus in place, verified against the SHA-256 that scripts/fetch_corpus.py pins (it copies or
+    downloads it when it is missing or another file). Only a run calls this, right before it starts."""
+    subprocess.run([sys.executable, str(FETCH_CORPUS)], check=True)
+
+
+def pinned_corpus_digest():
+    """The SHA-256 that scripts/fetch_corpus.py requires of the corpus, read from its source (not run): a
+    run trains on exactly that file (ensure_corpus), so the key needs no corpus at hand."""
+    for node in ast.parse(FETCH_CORPUS.read_text()).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["SHA256"]:
+            return ast.literal_eval(node.value)
+    raise ValueError(f"{FETCH_CORPUS.relative_to(ROOT)} pins no SHA256")
 
 
 def report_key(quick):
     """A hash of everything a run's outcome depends on: the copied code and unit tests, these tools, the
-    corpus."""
-    import hashlib
-
-    import numpy
-
-    digest = hashlib.sha256()
+    corpus (by its pinned digest), the versions. Computing it reads files; it never fetches or writes."""
     files = sorted((ROOT / "transformer").rglob("*.py")) + [ROOT / "pyproject.toml"]
     files += sorted((ROOT / UNIT_TESTS).rglob("*.py"))  # the tests that judge mutants, and their fixtures
     files += [ROOT / "tools" / name for name in ("mutants.py", "mutant_catalogue.py", "project_copy.py")]
-    for path in files:
-        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    ensure_corpus()
-    digest.update(CORPUS.read_bytes())
-    digest.update(f"{numpy.__version__} {torch_version()} quick={quick}".encode())
-    return digest.hexdigest()
+    parts = [part for path in files for part in (path.relative_to(ROOT).as_posix(), path.read_bytes())]
+    return hash_parts(*parts, pinned_corpus_digest(), numpy_version(), torch_version(), f"quick={quick}")
 
 
-def cache_path(quick):
+def report_path(quick):
     return CACHE / f"mutants-{'quick' if quick else 'full'}.json"
 
 
 def report(quick=False, jobs=2, force=False, log=print):
-    """The cached report of the whole (or quick) run, rerun when anything it depends on changed."""
-    key, path = report_key(quick), cache_path(quick)
-    if not force and path.exists():
-        cached = json.loads(path.read_text())
-        if cached.get("key") == key:
-            return cached
-    result = run_all(selected(quick=quick), jobs, log)
-    result.update({"key": key, "quick": quick})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(result, indent=1))
-    partial.replace(path)  # a report is whole or absent, never half-written
-    return result
+    """The report of the whole (or quick) run: the stored one while its key is current, else a new run's.
+    A report is whole or absent (cached_json writes it beside its place, then renames it)."""
+    return cached_json(report_path(quick), report_key(quick),
+                       lambda: {**run_all(selected(quick=quick), jobs, log), "quick": quick}, force)
 
 
 def main():
@@ -369,7 +362,7 @@ def main():
             printed = []
             result = report(args.quick, args.jobs, args.force, log=lambda line: printed.append(print(line, flush=True)))
             if not printed:  # the report came from the cache: show its lines too
-                print(f"(the cached report of {cache_path(args.quick).relative_to(ROOT)}, current for this code)")
+                print(f"(the cached report of {report_path(args.quick).relative_to(ROOT)}, current for this code)")
                 for record in result["mutants"]:
                     print(f"{record['name']:<36} {status_text(record)}")
     except (RuntimeError, ValueError) as e:

@@ -112,8 +112,9 @@ def details_md(report, repo_url):
         if r["uncatchable"]:
             text += f"*Why no check can see it:* {r['uncatchable']}\n\n"
         text += "".join(edit_md(e, repo_url) + "\n" for e in r["edits"])
+        results = [(c, r["results"][c]) for c in titles]  # in the checks' order (the stored report sorts keys)
         text += "\n".join(f"- {titles[c]}: {'**caught**' if res['caught'] else 'missed'}. {res['detail']} "
-                          f"({res['seconds']:.0f} s)" for c, res in r["results"].items()) + "\n"
+                          f"({res['seconds']:.0f} s)" for c, res in results) + "\n"
         parts.append(text)
     return "\n".join(parts)
 

@@ -3,12 +3,16 @@ benchmark's edit and bookkeeping."""
 
 import ast
 import importlib.util
+import json
+import re
+import subprocess
 import sys
+import urllib.request
 
 import numpy as np
 import pytest
 
-from site_scripts.common import ROOT
+from site_scripts.common import ROOT, cached_json
 from site_scripts.sections import function_page
 from tools import bench_rebuild, mutant_catalogue, mutants, scale_backward_outputs
 
@@ -214,4 +218,50 @@ def test_a_surviving_mutant_is_shown_as_a_gap_and_fails_the_tool(tmp_path, monke
     monkeypatch.setattr(sys, "argv", ["mutants.py"])
     assert mutants.main() == 1
     assert "survivors: attention-grad-no-scale" in capsys.readouterr().out
+
+    # The same report stored under the current key: the tool reads it back (runs nothing) and still fails.
+    monkeypatch.undo()
+    stored = tmp_path / "cache" / "mutants-full.json"
+    key = mutants.report_key(False)
+    cached_json(stored, key, lambda: report)
+    monkeypatch.setattr(mutants, "report_path", lambda quick: stored)
+    monkeypatch.setattr(mutants, "report_key", lambda quick: key)  # as computed before ROOT moves
+    monkeypatch.setattr(mutants, "ROOT", tmp_path)  # where the tool names the stored report from
+    monkeypatch.setattr(mutants, "run_all", lambda *args, **kwargs: pytest.fail("a current report was rerun"))
+    monkeypatch.setattr(sys, "argv", ["mutants.py"])
+    assert mutants.main() == 1
+    out = capsys.readouterr().out
+    assert "(the cached report of cache/mutants-full.json" in out and "survivors: attention-grad-no-scale" in out
+
+
+def test_a_current_report_is_reused_and_a_stale_one_is_rerun(tmp_path, monkeypatch):
+    stored = tmp_path / "mutants-quick.json"
+    monkeypatch.setattr(mutants, "report_path", lambda quick: stored)
+    monkeypatch.setattr(mutants, "report_key", lambda quick: "key 1")
+    runs = []
+    monkeypatch.setattr(mutants, "run_all", lambda *args, **kwargs: runs.append(1) or {"mutants": [len(runs)]})
+    assert mutants.report(quick=True) == {"mutants": [1], "quick": True}
+    assert mutants.report(quick=True) == {"mutants": [1], "quick": True} and len(runs) == 1  # reused
+    assert json.loads(stored.read_text()) == {"key": "key 1", "value": {"mutants": [1], "quick": True}}
+    monkeypatch.setattr(mutants, "report_key", lambda quick: "key 2")  # something it depends on changed
+    assert mutants.report(quick=True) == {"mutants": [2], "quick": True} and len(runs) == 2
+    assert mutants.report(quick=True, force=True)["mutants"] == [3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mutants-quick.json"]  # no partial file left
+
+
+def test_computing_the_report_key_fetches_nothing_without_the_corpus(tmp_path, monkeypatch):
+    """The key names the corpus by the digest scripts/fetch_corpus.py pins; only a run fetches it."""
+    def no_fetch(*args, **kwargs):
+        raise AssertionError("computing a key fetched something")
+
+    monkeypatch.setattr(mutants, "CORPUS", tmp_path / "absent" / "input.txt")
+    monkeypatch.setattr(mutants, "ensure_corpus", no_fetch)
+    monkeypatch.setattr(subprocess, "run", no_fetch)
+    monkeypatch.setattr(urllib.request, "urlopen", no_fetch)
+    assert re.fullmatch(r"[0-9a-f]{64}", mutants.pinned_corpus_digest())
+    key = mutants.report_key(quick=True)
+    assert len(key) == 64 and key == mutants.report_key(quick=True) != mutants.report_key(quick=False)
+    assert not (tmp_path / "absent").exists()
+    monkeypatch.setattr(mutants, "pinned_corpus_digest", lambda: "0" * 64)  # another corpus, another key
+    assert mutants.report_key(quick=True) != key
 
