@@ -48,15 +48,15 @@ KEYED = {"load_checkpoint": load_checkpoint, "PRESETS": PRESETS, "ModelConfig": 
 TEXT = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 8
 SAMPLE = ("sample", "--checkpoint", "model.npz", "--prompt", "ab")
 TRAIN = ("train", "--corpus", "corpus.txt", "--out", "new")
-MODEL = "tests/test_model.py::"
-CLI = "tests/test_cli.py::"
-TRAIN_TESTS = "tests/test_train.py::"
-CKPT = "tests/test_checkpoint.py::"
+MODEL = "tests/unit/test_model.py::"
+CLI = "tests/unit/test_cli.py::"
+TRAIN_TESTS = "tests/unit/test_train.py::"
+CKPT = "tests/unit/test_checkpoint.py::"
 BAD_IDS, BAD_TARGETS = MODEL + "test_bad_ids_raise_input_error_naming_the_problem", \
     MODEL + "test_bad_targets_raise_input_error_naming_the_problem"
 TRAIN_ERRORS, SAMPLE_ERRORS = CLI + "test_train_errors_are_one_line", CLI + "test_sample_errors_are_one_line"
-GEN_ERRORS = "tests/test_generate.py::test_bad_generation_arguments_are_named"
-CORPUS_ERRORS = "tests/test_data.py::test_load_corpus_names_what_is_wrong"
+GEN_ERRORS = "tests/unit/test_generate.py::test_bad_generation_arguments_are_named"
+CORPUS_ERRORS = "tests/unit/test_data.py::test_load_corpus_names_what_is_wrong"
 BAD_CKPT, USAGE = CLI + "test_sample_refuses_bad_checkpoints", CLI + "test_usage_mistakes_are_one_line_too"
 
 GROUPS = {
@@ -94,7 +94,7 @@ GROUPS = {
              "configuration's width and vocabulary.",
              'forward({**params, "head_w": np.zeros((cfg.emb_dim, cfg.emb_dim))}, ids, cfg)',
              names=("'head_w' has shape",),
-             tests=("tests/test_generate.py::test_parameters_that_do_not_fit_the_config_are_named",)),
+             tests=("tests/unit/test_generate.py::test_parameters_that_do_not_fit_the_config_are_named",)),
     ],
     "Model and training settings": [
         Case("heads", "Heads that do not divide the width", "Each head needs an equal, whole share d / H.",
@@ -152,7 +152,7 @@ GROUPS = {
              names=("not UTF-8", "at byte offset"), tests=(CORPUS_ERRORS, TRAIN_ERRORS)),
         Case("corpus-folder", "A folder given as the corpus", "A folder is not a text file.", 'load_corpus("texts")',
              ("train", "--corpus", "texts", "--out", "new"), names=("is a directory",),
-             tests=("tests/test_data.py::test_load_corpus_refuses_a_directory", TRAIN_ERRORS)),
+             tests=("tests/unit/test_data.py::test_load_corpus_refuses_a_directory", TRAIN_ERRORS)),
         Case("no-corpus", "No corpus at all", "Neither --corpus nor $TRANSFORMER_CORPUS names one.",
              argv=("train", "--out", "new"), names=("no corpus",),
              tests=(CLI + "test_train_without_a_corpus_says_how_to_give_one",)),
@@ -236,7 +236,7 @@ GROUPS = {
              tests=(GEN_ERRORS, SAMPLE_ERRORS)),
         Case("prompt-unknown", "A prompt with a character outside the vocabulary", "The model has no id for z.",
              'CharTokenizer("abcde").encode("abz")', SAMPLE[:-1] + ("abz",), names=("'z' (U+007A)",),
-             tests=("tests/test_data.py::test_char_tokenizer_rejects_a_character_it_has_not_seen", SAMPLE_ERRORS)),
+             tests=("tests/unit/test_data.py::test_char_tokenizer_rejects_a_character_it_has_not_seen", SAMPLE_ERRORS)),
         Case("prompt-empty", "An empty prompt", "The first token is drawn from the logits after the prompt.",
              "generate(params, cfg, [], 10)", SAMPLE[:-1] + ("",), names=("non-empty",),
              tests=(GEN_ERRORS, SAMPLE_ERRORS)),

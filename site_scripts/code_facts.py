@@ -136,7 +136,7 @@ def all_test_mentions(root=ROOT, folder="tests", checking=False):
     _forward/_backward).
     """
     found = {}
-    for path in sorted((Path(root) / folder).glob("test_*.py")):
+    for path in sorted((Path(root) / folder).rglob("test_*.py"), key=lambda p: p.name):  # tests/unit, tests/site
         rel = path.relative_to(root).as_posix()
         for fn_name, first, asserted in _test_index(read_text(path)):
             for name, line in first.items():

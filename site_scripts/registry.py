@@ -134,8 +134,8 @@ PAGES = (
     # The mutation run copies the package and runs every check on the copies: any file of the package, the
     # unit tests or the run itself can change its report.
     Page("mutants", "verification/mutants.md", "Are the checks good enough?", "Verification",
-         reads=("transformer", "tests/conftest.py", "tests/unit", "tools/mutants.py", "tools/mutant_catalogue.py",
-                "tools/project_copy.py", "pyproject.toml", "mode")),
+         reads=("transformer", "pyproject.toml", "tests/unit", "tools/mutants.py", "tools/mutant_catalogue.py",
+                "tools/project_copy.py", "scripts/fetch_corpus.py", "mode")),
     Page("api", "reference/api.md", "API", "Reference", generated=False),
     Page("configuration", "reference/configuration.md", "Configuration", "Reference"),
     Page("cli", "reference/cli.md", "Command line", "Reference"),

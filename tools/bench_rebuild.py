@@ -45,7 +45,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):  # run as `python tools/bench_rebuild.py`: import from the project root
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from site_scripts.common import ROOT  # noqa: E402
+
 BAR_NOTHING_CHANGED_S = 10.0
 EDIT_NAME = "bench_rebuild_edit"  # a new local name: assigning it changes nothing the function computes
 EDIT_LINE = f"{EDIT_NAME} = None  # inserted by tools/bench_rebuild.py; changes no result"

@@ -24,10 +24,20 @@ class Edit:
 @dataclass(frozen=True)
 class Mutant:
     name: str
-    component: str  # the site page it belongs to (a key of site_scripts.equations.PAGE_PATHS)
     breaks: str  # what the mistake does, in a sentence
     edits: tuple
     uncatchable: str = ""  # why no check can see it, when that is so
+    about: str = ""  # "path:function" whose behaviour the edits change, when the first edit names no function
+
+    @property
+    def subject(self):
+        """(path, function): the function the mistake is in (`about`, else the first edit's function).
+        The site shows each mutant beside that function's page."""
+        where = self.about or next((f"{e.path}:{e.function}" for e in self.edits if e.function), "")
+        if not where:
+            raise ValueError(f"mutant {self.name}: no edit names a function, so it needs `about`")
+        path, _, function = where.partition(":")
+        return path, function
 
 
 def edit(where, old, new):
@@ -41,37 +51,37 @@ ATT = "transformer/attention.py"
 
 MUTANTS = (
     # LayerNorm: the three terms of dx, the 1/sigma factor, the gain gradient, the epsilon.
-    Mutant("layernorm-dx-no-direct-term", "layernorm",
+    Mutant("layernorm-dx-no-direct-term",
            "LayerNorm's dx loses its first term, the direct path from x_i to xhat_i.",
            (edit(f"{LN}:layer_norm_backward", "dx = dxhat  #", "dx = np.zeros_like(dxhat)  #"),)),
-    Mutant("layernorm-dx-no-mean-term", "layernorm",
+    Mutant("layernorm-dx-no-mean-term",
            "LayerNorm's dx loses the term that flows through the row mean.",
            (edit(f"{LN}:layer_norm_backward", "dx -= mean_dxhat  #", "dx -= 0.0  #"),)),
-    Mutant("layernorm-dx-no-variance-term", "layernorm",
+    Mutant("layernorm-dx-no-variance-term",
            "LayerNorm's dx loses the term that flows through the row variance.",
            (edit(f"{LN}:layer_norm_backward", "dx -= xhat * mean_dxhat_xhat  #", "dx -= 0.0  #"),)),
-    Mutant("layernorm-dx-no-inverse-sigma", "layernorm",
+    Mutant("layernorm-dx-no-inverse-sigma",
            "LayerNorm's dx is not multiplied by 1/sigma at the end.",
            (edit(f"{LN}:layer_norm_backward", "dx *= rstd  #", "dx *= 1.0  #"),)),
-    Mutant("layernorm-dg-without-xhat", "layernorm",
+    Mutant("layernorm-dg-without-xhat",
            "The gain's gradient sums dy alone, forgetting the factor xhat (it becomes the shift's gradient).",
            (edit(f"{LN}:layer_norm_backward", 'np.einsum("ni,ni->i", dy2, xhat2)', "dy2.sum(axis=0)"),)),
-    Mutant("layernorm-other-epsilon", "layernorm",
+    Mutant("layernorm-other-epsilon",
            "LayerNorm adds 10 eps instead of eps to the variance. The backward reads 1/sigma from the cache, so "
            "forward and backward agree with each other and only disagree with the true LayerNorm.",
            (edit(f"{LN}:layer_norm_forward", "np.sqrt(var + eps)", "np.sqrt(var + 10 * eps)"),)),
     # Linear layer.
-    Mutant("linear-db-mean-not-sum", "linear",
+    Mutant("linear-db-mean-not-sum",
            "The bias gradient averages over the rows instead of summing them.",
            (edit("transformer/linear.py:linear_backward", "db = dy2.sum(axis=0)", "db = dy2.mean(axis=0)"),)),
     # Activations.
-    Mutant("relu-mask-omitted", "linear",
+    Mutant("relu-mask-omitted",
            "ReLU's backward lets every gradient through, as if it were the identity.",
            (edit("transformer/activations.py:relu_backward", "dx = dy * (y > 0)", "dx = dy * 1.0"),)),
-    Mutant("relu-mask-reversed", "linear",
+    Mutant("relu-mask-reversed",
            "ReLU's backward passes the gradient where the input was negative and stops it where positive.",
            (edit("transformer/activations.py:relu_backward", "dx = dy * (y > 0)", "dx = dy * (y <= 0)"),)),
-    Mutant("relu-gradient-one-at-zero", "linear",
+    Mutant("relu-gradient-one-at-zero",
            "ReLU's derivative at exactly x = 0 is taken as 1 instead of 0 (the cache keeps x to tell 0 from "
            "negative).",
            (edit("transformer/activations.py:relu_forward", "cache = y", "cache = x"),
@@ -79,37 +89,37 @@ MUTANTS = (
            uncatchable="ReLU has no derivative at 0, so either value is a convention. Central differences at "
                        "x = 0 give 1/2, which matches neither; and an input that is exactly 0.0 does not occur "
                        "in a model with random real-valued weights, so no gradient entry changes."),
-    Mutant("gelu-grad-no-density-term", "linear",
+    Mutant("gelu-grad-no-density-term",
            "GELU's derivative keeps Phi(x) and drops the x phi(x) term.",
            (edit("transformer/activations.py:gelu_backward", "dy * (phi_cdf + x * phi_pdf)", "dy * phi_cdf"),)),
     # Softmax and cross-entropy.
-    Mutant("softmax-grad-no-subtraction", "softmax",
+    Mutant("softmax-grad-no-subtraction",
            "Softmax's backward forgets to subtract sum_j dp_j p_j, as if each probability moved alone.",
            (edit("transformer/softmax.py:softmax_backward", "dx = dp - row_dot", "dx = dp.copy()"),)),
-    Mutant("softmax-no-max-shift", "softmax",
+    Mutant("softmax-no-max-shift",
            "Softmax exponentiates the scores without subtracting the row maximum first. The result is the "
            "same until a score passes about 709, where exp overflows.",
            (edit("transformer/softmax.py:softmax_forward", "p = x - x.max(axis=-1, keepdims=True)",
                  "p = x.copy()"),)),
-    Mutant("cross-entropy-grad-not-divided-by-n", "softmax",
+    Mutant("cross-entropy-grad-not-divided-by-n",
            "The cross-entropy gradient is not divided by the number of positions N, so it is the gradient of "
            "the sum while the loss is the mean.",
            (edit("transformer/softmax.py:cross_entropy_backward", "dlogits = probs * (dloss / n)",
                  "dlogits = probs * dloss"),)),
     # Attention.
-    Mutant("attention-no-causal-mask", "attention",
+    Mutant("attention-no-causal-mask",
            "The causal mask is not added to the scores, so each position also attends to later ones. Forward "
            "and backward stay consistent.",
            (edit(f"{ATT}:attention_forward", "scores += causal_mask(x.shape[1], np.dtype(scores.dtype))",
                  "scores += 0.0"),)),
-    Mutant("attention-grad-no-scale", "attention",
+    Mutant("attention-grad-no-scale",
            "The backward forgets the 1/sqrt(d_h) scale in dq; the forward still applies it.",
            (edit(f"{ATT}:attention_backward", "dq = (dscores @ k) * scale", "dq = dscores @ k"),)),
-    Mutant("attention-dv-untransposed", "attention",
+    Mutant("attention-dv-untransposed",
            "dv multiplies by the attention matrix instead of its transpose: each value gets the weights of the "
            "wrong queries.",
            (edit(f"{ATT}:attention_backward", "dv = att.transpose(0, 1, 3, 2) @ dheads", "dv = att @ dheads"),)),
-    Mutant("attention-key-bias-grad-zeroed", "attention",
+    Mutant("attention-key-bias-grad-zeroed",
            "The key bias gets a gradient of exactly zero instead of the computed one.",
            (edit(f"{ATT}:attention_backward", '"bk": dbk', '"bk": np.zeros_like(dbk)'),),
            uncatchable="The true gradient of the key bias is zero: q.bk adds the same number to every score of "
@@ -117,61 +127,62 @@ MUTANTS = (
                        "up to rounding (about 1e-17), so replacing it by an exact zero changes nothing a "
                        "tolerance can see."),
     # The block.
-    Mutant("block-grad-drops-residual", "block",
+    Mutant("block-grad-drops-residual",
            "The block's backward drops the residual path around the feed-forward network: dh = dFFN instead "
            "of dy + dFFN.",
            (edit("transformer/block.py:block_backward", "dh = dy + dh_ffn", "dh = dh_ffn"),)),
     # Embeddings.
-    Mutant("embedding-grad-fancy-index", "embeddings",
+    Mutant("embedding-grad-fancy-index",
            "The token-table gradient is written with fancy-index assignment, which keeps one contribution per "
            "row: a token that occurs twice gets only one of its gradients.",
            (edit("transformer/embedding.py:embedding_backward",
                  "np.add.at(dtok_emb, ids.reshape(-1), dx.reshape(-1, d))",
                  "dtok_emb[ids.reshape(-1)] += dx.reshape(-1, d)"),)),
-    Mutant("position-grad-first-sequence-only", "embeddings",
+    Mutant("position-grad-first-sequence-only",
            "The position-table gradient takes the first sequence of the batch instead of summing over all.",
            (edit("transformer/embedding.py:embedding_backward", "dx.reshape(-1, T, d).sum(axis=0)",
                  "dx.reshape(-1, T, d)[0]"),)),
     # The full model.
-    Mutant("head-bias-grad-wrong-axis", "model",
+    Mutant("head-bias-grad-wrong-axis",
            "The output head's bias gradient is summed over the positions (axis 1) and then taken from the "
            "first sequence, instead of summed over the batch and the positions.",
            (edit("transformer/model.py:backward",
                  'dx, grads["head_w"], grads["head_b"] = linear_backward(dlogits, head_cache)',
                  'dx, grads["head_w"], grads["head_b"] = linear_backward(dlogits, head_cache)\n'
                  '    grads["head_b"] = dlogits.sum(axis=1)[0]'),)),
-    Mutant("xavier-fan-in-only", "linear",
+    Mutant("xavier-fan-in-only",
            "Initialisation draws from +-sqrt(6/fan_in) instead of +-sqrt(6/(fan_in + fan_out)).",
            (edit("transformer/model.py:init_params", "np.sqrt(6.0 / (fan_in + fan_out))",
                  "np.sqrt(6.0 / fan_in)"),)),
-    Mutant("targets-not-shifted", "training",
+    Mutant("targets-not-shifted",
            "The training batches' targets are the inputs themselves instead of the next tokens.",
            (edit("transformer/data.py:sample_batch", "y = data[starts[:, None] + offsets + 1]",
                  "y = data[starts[:, None] + offsets]"),)),
     # The optimizer.
-    Mutant("adamw-no-bias-correction", "optim",
+    Mutant("adamw-no-bias-correction",
            "AdamW skips the bias correction of both moments, so early steps are too small.",
            (edit("transformer/optim.py:adamw_update", "bias1 = 1.0 - cfg.beta1 ** t", "bias1 = 1.0"),
             edit("transformer/optim.py:adamw_update", "bias2_sqrt = math.sqrt(1.0 - cfg.beta2 ** t)",
                  "bias2_sqrt = 1.0"))),
-    Mutant("adamw-eps-inside-sqrt", "optim",
+    Mutant("adamw-eps-inside-sqrt",
            "AdamW adds eps under the square root, sqrt(v + eps), instead of after it.",
            (edit("transformer/optim.py:adamw_update", "np.sqrt(v) / bias2_sqrt + cfg.eps",
                  "np.sqrt(v + cfg.eps) / bias2_sqrt"),)),
-    Mutant("weight-decay-on-layernorm-gains", "optim",
+    Mutant("weight-decay-on-layernorm-gains",
            "Weight decay also pulls the LayerNorm gains towards zero.",
-           (edit("transformer/optim.py", '"ff2_w", "head_w")', '"ff2_w", "head_w", "ln1_g", "ln2_g", "lnf_g")'),)),
-    Mutant("clipping-per-tensor", "optim",
+           (edit("transformer/optim.py", '"ff2_w", "head_w")', '"ff2_w", "head_w", "ln1_g", "ln2_g", "lnf_g")'),),
+           about="transformer/optim.py:is_decayed"),  # the edit is in DECAYED_SUFFIXES, which is_decayed reads
+    Mutant("clipping-per-tensor",
            "Clipping scales each gradient by its own norm instead of all of them by the global norm.",
            (edit("transformer/optim.py:clip_grads", "return {k: g * scale for k, g in grads.items()}, norm",
                  "return {k: g * min(1.0, max_norm / (np.linalg.norm(g) + 1e-6)) for k, g in grads.items()}, "
                  "norm"),)),
-    Mutant("warmup-starts-at-zero", "optim",
+    Mutant("warmup-starts-at-zero",
            "Warm-up counts from 0: the first step has learning rate 0 and the peak is reached one step late.",
            (edit("transformer/optim.py:lr_at", "peak_lr * (step + 1) / warmup_steps",
                  "peak_lr * step / warmup_steps"),)),
     # Generation.
-    Mutant("kv-cache-position-off-by-one", "kvcache",
+    Mutant("kv-cache-position-off-by-one",
            "Decoding with the KV cache gives the new token the position embedding of the next slot (pos + 1).",
            (edit("transformer/generate.py:decode_step", 'params["pos_emb"][pos]', 'params["pos_emb"][pos + 1]'),)),
 )

@@ -1,12 +1,13 @@
 """Check the checks: plant one deliberate mistake at a time and see which check notices.
 
-For each mutant of tools/mutant_catalogue.py, copy the package and its tests to a
-temporary folder (the working tree is never touched), apply the mutant's edits
-there, and run every one of the project's checks against the copy:
+For each mutant of tools/mutant_catalogue.py, copy the package and its unit tests
+to a temporary folder (tools/project_copy.py; the working tree is never touched),
+apply the mutant's edits there, and run every one of the project's checks against
+the copy:
 
   gradcheck   float64 central differences of every parameter (the gradcheck command, ReLU and GELU)
   crosscheck  the comparison with PyTorch on the CPU (the crosscheck command, ReLU and GELU)
-  tests       the unit tests (pytest, without the tests of the site and the tools)
+  tests       the unit tests (pytest on tests/unit; not the tests of the site and the tools)
   training    a short training run on Tiny Shakespeare, which must beat a bigram model
 
 The unchanged code goes through the same checks first; if any of them fails
@@ -23,35 +24,28 @@ it. Exit status 1 when a mutant that some check should catch survives.
 
 import argparse
 import ast
-import fnmatch
-import hashlib
 import json
 import math
-import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+if __package__ in (None, ""):  # run as `python tools/mutants.py`: import from the project root, as `-m` does
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from mutant_catalogue import MUTANTS, QUICK  # noqa: E402
+from site_scripts.common import CACHE, ROOT, cached_json, hash_parts, numpy_version, torch_version  # noqa: E402
+from tools.mutant_catalogue import MUTANTS, QUICK  # noqa: E402
+from tools.project_copy import UNIT_TESTS, project_copy, run_in, run_pytest  # noqa: E402
 
-CACHE = ROOT / "build" / "cache"
 CORPUS = ROOT / "data" / "tinyshakespeare" / "input.txt"
-COPIED = ("transformer", "tests", "pyproject.toml")  # what a mutant's copy holds
-# These test the site and the tools (they read docs/, site_scripts/, tools/), not the model's arithmetic.
-NOT_UNIT_TESTS = ("test_site*.py", "test_notebooks.py", "test_tools.py", "test_code_facts.py",
-                  "test_equation_ties.py", "test_refusals.py")
-# The unit tests run in this order and stop at the first failure, so the failure reported is the most
-# specific test that sees the mistake: the layers before the model, the command line last.
+FETCH_CORPUS = ROOT / "scripts" / "fetch_corpus.py"  # puts the corpus in place, verified against its SHA256
+# The unit tests (every test file under tests/unit) run in this order, the rest after them by name, and
+# stop at the first failure, so the failure reported is the most specific test that sees the mistake: the
+# layers before the model, the command line last.
 UNIT_TEST_ORDER = ("test_layers.py", "test_model.py", "test_optim.py", "test_data.py", "test_generate.py",
                    "test_checkpoint.py", "test_crosscheck.py", "test_train.py")
 TIMEOUT_S = 600  # per check: a mutant that makes a check hang counts as caught, after this long
@@ -133,13 +127,9 @@ def edit_lines(mutant):
 
 # ---------------------------------------------------------------- the checks, run in a copy
 
-def run(cmd, copy, timeout=TIMEOUT_S, threads="1"):
-    env = dict(os.environ, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS=threads,
-               OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
-    try:
-        return subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None
+def run(cmd, copy):
+    """A check's command in the copy, with one thread (two mutants run at once); None after TIMEOUT_S."""
+    return run_in(copy, cmd, timeout=TIMEOUT_S, threads=1)
 
 
 def crash_line(result):
@@ -182,26 +172,24 @@ def check_crosscheck(copy, ctx):
     return bool(fails), "; ".join(fails) or "every comparison within tolerance, ReLU and GELU"
 
 
-def unit_test_files(tests):
-    """The unit test files under `tests`, in UNIT_TEST_ORDER, then the rest by name."""
-    files = sorted(p.name for p in tests.glob("test_*.py")
-                   if not any(fnmatch.fnmatch(p.name, pattern) for pattern in NOT_UNIT_TESTS))
+def unit_test_files(root=ROOT):
+    """Every test file under tests/unit, in UNIT_TEST_ORDER, then the rest by name."""
+    files = sorted(p.relative_to(root).as_posix() for p in (root / UNIT_TESTS).rglob("test_*.py"))
+    stale = set(UNIT_TEST_ORDER) - {Path(f).name for f in files}
+    if stale:
+        raise ValueError(f"UNIT_TEST_ORDER names {', '.join(sorted(stale))}, not under {UNIT_TESTS}")
     rank = {name: i for i, name in enumerate(UNIT_TEST_ORDER)}
-    return [f"tests/{name}" for name in sorted(files, key=lambda n: (rank.get(n, len(rank)), n))]
+    return sorted(files, key=lambda f: (rank.get(Path(f).name, len(rank)), f))
 
 
 def check_tests(copy, ctx):
-    result = run([sys.executable, "-m", "pytest", *unit_test_files(copy / "tests"), "-x", "-q",
-                  "-p", "no:cacheprovider"], copy)
+    result = run_pytest(copy, unit_test_files(copy), timeout=TIMEOUT_S, threads=1)
     if result is None:
         return True, f"timed out after {TIMEOUT_S} s"
-    failed = [line.split(" ", 1)[1].split(" - ")[0] for line in result.stdout.splitlines()
-              if line.startswith(("FAILED ", "ERROR "))]
     if result.returncode == 0:
-        passed = [line for line in result.stdout.splitlines() if " passed" in line]
-        return False, passed[-1].strip("= ") if passed else "passed"
-    if failed:
-        return True, f"first failure: {failed[0]}"
+        return False, result.summary or "passed"
+    if result.failures:
+        return True, f"first failure: {result.failures[0]}"
     return True, f"pytest exit status {result.returncode} ({crash_line(result)})"
 
 
@@ -245,20 +233,9 @@ def bigram_loss(path=CORPUS):
     return float(-np.log(probs[val[:-1], val[1:]]).mean())
 
 
-@contextmanager
 def mutant_copy(mutant):
-    """A temporary copy of the package and its tests with the mutant applied (None: unchanged)."""
-    with tempfile.TemporaryDirectory(prefix="mutant-") as tmp:
-        copy = Path(tmp)
-        for item in COPIED:
-            src = ROOT / item
-            if src.is_dir():
-                shutil.copytree(src, copy / item, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                shutil.copy(src, copy / item)
-        if mutant is not None:
-            apply_mutant(mutant, copy)
-        yield copy
+    """A temporary copy of the package and its unit tests with the mutant applied (None: unchanged)."""
+    return project_copy(None if mutant is None else lambda copy: apply_mutant(mutant, copy))
 
 
 def run_one(mutant, ctx):
@@ -287,7 +264,8 @@ def selected(names=None, quick=False):
 
 def mutant_record(mutant, results):
     caught_by = [c.name for c in CHECKS if results[c.name]["caught"]]
-    return {"name": mutant.name, "component": mutant.component, "breaks": mutant.breaks,
+    path, function = mutant.subject
+    return {"name": mutant.name, "subject": {"path": path, "function": function}, "breaks": mutant.breaks,
             "uncatchable": mutant.uncatchable,
             "edits": [{"path": e.path, "function": e.function, "line": line, "old": e.old, "new": e.new}
                       for e, line in zip(mutant.edits, edit_lines(mutant), strict=True)],
@@ -328,54 +306,45 @@ def status_text(record):
 
 
 def ensure_corpus():
-    if not CORPUS.exists():
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py")], check=True)
+    """Put the corpus in place, verified against the SHA-256 that scripts/fetch_corpus.py pins (it copies or
+    downloads it when it is missing or another file). Only a run calls this, right before it starts."""
+    subprocess.run([sys.executable, str(FETCH_CORPUS)], check=True)
+
+
+def pinned_corpus_digest():
+    """The SHA-256 that scripts/fetch_corpus.py requires of the corpus, read from its source (not run): a
+    run trains on exactly that file (ensure_corpus), so the key needs no corpus at hand."""
+    for node in ast.parse(FETCH_CORPUS.read_text()).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["SHA256"]:
+            return ast.literal_eval(node.value)
+    raise ValueError(f"{FETCH_CORPUS.relative_to(ROOT)} pins no SHA256")
+
+
+# What a run's outcome depends on, besides the versions: the copied code and unit tests (with their
+# fixtures), these tools, and the script that pins the corpus's digest. The site's mutants page names
+# the same paths in its registry entry (a site test checks it).
+REPORT_INPUTS = ("transformer", "pyproject.toml", UNIT_TESTS, "tools/mutants.py", "tools/mutant_catalogue.py",
+                 "tools/project_copy.py", "scripts/fetch_corpus.py")
 
 
 def report_key(quick):
-    """A hash of everything a run's outcome depends on: the copied code and tests, this tool, the corpus."""
-    import numpy
-
-    digest = hashlib.sha256()
-    files = sorted((ROOT / "transformer").rglob("*.py")) + [ROOT / "pyproject.toml"]
-    # The tests that judge mutants and their fixtures; not the site's tests and their helpers. (A unit
-    # test importing a helper module from tests/ would have to add it here.)
-    files += [ROOT / "tests" / "conftest.py", *(ROOT / f for f in unit_test_files(ROOT / "tests"))]
-    files += [ROOT / "tools" / "mutants.py", ROOT / "tools" / "mutant_catalogue.py"]
-    for path in files:
-        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    ensure_corpus()
-    digest.update(CORPUS.read_bytes())
-    digest.update(f"{numpy.__version__} {torch_version()} quick={quick}".encode())
-    return digest.hexdigest()
+    """A hash of everything a run's outcome depends on (REPORT_INPUTS, the corpus by its pinned digest, the
+    versions). Computing it reads files; it never fetches or writes."""
+    files = [f for name in REPORT_INPUTS for f in ((sorted((ROOT / name).rglob("*.py")) if (ROOT / name).is_dir()
+                                                    else [ROOT / name]))]
+    parts = [part for path in files for part in (path.relative_to(ROOT).as_posix(), path.read_bytes())]
+    return hash_parts(*parts, pinned_corpus_digest(), numpy_version(), torch_version(), f"quick={quick}")
 
 
-def torch_version():
-    try:
-        from importlib.metadata import version
-        return version("torch")
-    except Exception:  # noqa: BLE001 - without torch the cross-check cannot run; the key must say so
-        return "none"
-
-
-def cache_path(quick):
+def report_path(quick):
     return CACHE / f"mutants-{'quick' if quick else 'full'}.json"
 
 
 def report(quick=False, jobs=2, force=False, log=print):
-    """The cached report of the whole (or quick) run, rerun when anything it depends on changed."""
-    key, path = report_key(quick), cache_path(quick)
-    if not force and path.exists():
-        cached = json.loads(path.read_text())
-        if cached.get("key") == key:
-            return cached
-    result = run_all(selected(quick=quick), jobs, log)
-    result.update({"key": key, "quick": quick})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(result, indent=1))
-    partial.replace(path)  # a report is whole or absent, never half-written
-    return result
+    """The report of the whole (or quick) run: the stored one while its key is current, else a new run's.
+    A report is whole or absent (cached_json writes it beside its place, then renames it)."""
+    return cached_json(report_path(quick), report_key(quick),
+                       lambda: {**run_all(selected(quick=quick), jobs, log), "quick": quick}, force)
 
 
 def main():
@@ -399,7 +368,7 @@ def main():
             printed = []
             result = report(args.quick, args.jobs, args.force, log=lambda line: printed.append(print(line, flush=True)))
             if not printed:  # the report came from the cache: show its lines too
-                print(f"(the cached report of {cache_path(args.quick).relative_to(ROOT)}, current for this code)")
+                print(f"(the cached report of {report_path(args.quick).relative_to(ROOT)}, current for this code)")
                 for record in result["mutants"]:
                     print(f"{record['name']:<36} {status_text(record)}")
     except (RuntimeError, ValueError) as e:

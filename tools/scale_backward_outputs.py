@@ -2,8 +2,9 @@
 
 For every function named *_backward in transformer/, and for every output it
 returns (each entry of a returned gradient dict counts separately), make a
-copy of the project in a temporary folder where that one output is multiplied
-by 1.001, run the test suite against the copy, and record whether it failed.
+copy of the project in a temporary folder (tools/project_copy.py) where that one
+output is multiplied by 1.001, run the unit tests (tests/unit) against the copy,
+and record whether they failed.
 The working tree is never touched. Exit status 1 if any mutant survives.
 
     python tools/scale_backward_outputs.py [--list] [--only NAME ...] [-j 2]
@@ -11,16 +12,17 @@ The working tree is never touched. Exit status 1 if any mutant survives.
 
 import argparse
 import ast
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):  # run as `python tools/scale_backward_outputs.py`: import from the project root
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from site_scripts.common import ROOT  # noqa: E402
+from tools.project_copy import UNIT_TESTS, project_copy, run_pytest  # noqa: E402
+
 FACTOR = "1.001"
 # Mutants that compute the same numbers as the original, so no test can (or
 # should) catch them.
@@ -87,19 +89,13 @@ def _outputs(path, fn):
 
 
 def run_mutant(mutant, pytest_args):
-    with tempfile.TemporaryDirectory(prefix="mutant-") as tmp:
-        tmp = Path(tmp)
-        for item in ("transformer", "site_scripts", "tests", "pyproject.toml"):
-            src = ROOT / item
-            (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp / item)
-        target = tmp / mutant.path
+    def scale(copy):
+        target = copy / mutant.path
         target.write_text(mutant.apply(target.read_text()))
-        env = dict(os.environ, PYTHONPATH=str(tmp), PYTHONDONTWRITEBYTECODE="1")
-        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *pytest_args]
-        result = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
-        failed = [line.split(" ", 1)[1].split(" - ")[0] for line in result.stdout.splitlines()
-                  if line.startswith("FAILED ")]
-        return mutant, result.returncode, failed
+
+    with project_copy(scale) as copy:
+        result = run_pytest(copy, pytest_args)
+    return mutant, result.returncode, list(result.failed)
 
 
 def main():
@@ -107,10 +103,10 @@ def main():
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--only", nargs="+", default=None, help="mutant names (function:output) to run")
     parser.add_argument("-j", "--jobs", type=int, default=2)
-    # The site tests (test_site*.py) build pages from docs/, which the mutant copies do not carry; they check
-    # no arithmetic.
-    parser.add_argument("pytest_args", nargs="*", default=["tests", "--ignore-glob=tests/test_site*.py"],
-                        help="what pytest runs (default: tests, without the site build)")
+    # The unit tests: the site's and the tools' tests (tests/site) check no arithmetic, and the copies do not
+    # carry what they read (docs/, site_scripts/, tools/).
+    parser.add_argument("pytest_args", nargs="*", default=[UNIT_TESTS],
+                        help=f"what pytest runs (default: {UNIT_TESTS})")
     args = parser.parse_args()
     mutants = find_mutants()
     if args.only:

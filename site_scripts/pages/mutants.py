@@ -6,24 +6,13 @@ change, so the page always describes the code it is built with. In quick mode
 (SITE_QUICK=1, the test build) only the mutants of QUICK run, and the page says so.
 """
 
-import importlib.util
-import sys
+from tools import mutants as tool
 
 from .. import sections
-from ..build import ROOT
+from ..common import ROOT
 from ..common import mode
 
 PAGE = "mutants"
-
-
-def tool():
-    """tools/mutants.py, loaded by path (tools/ is a folder of scripts, not a package)."""
-    if "mutants_tool" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("mutants_tool", ROOT / "tools" / "mutants.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["mutants_tool"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["mutants_tool"]
 
 
 def quick():
@@ -32,6 +21,15 @@ def quick():
 
 def anchor(name):
     return f"m-{name}"
+
+
+def mutant_page(record):
+    """The page that lists the function the mutant is in (the tool names the function, the site its page)."""
+    path, function = record["subject"]["path"], record["subject"]["function"]
+    page = sections.function_page(path, function)
+    if page is None:
+        raise LookupError(f"mutant {record['name']} is in {path}:{function}, which no page lists")
+    return page
 
 
 def check_titles(report):
@@ -79,8 +77,8 @@ def matrix_md(report):
             name = f"[{r['name']}](#{anchor(r['name'])}) (invisible)"
         else:
             name = f"[{r['name']}](#{anchor(r['name'])})"
-        rows.append([name, f"[{sections.page_title(r['component'])}]({sections.page_link(PAGE, r['component'])})",
-                     *cells])
+        page = mutant_page(r)
+        rows.append([name, f"[{sections.page_title(page)}]({sections.page_link(PAGE, page)})", *cells])
     return sections.md_table(header, rows)
 
 
@@ -108,8 +106,9 @@ def details_md(report, repo_url):
         if r["uncatchable"]:
             text += f"*Why no check can see it:* {r['uncatchable']}\n\n"
         text += "".join(edit_md(e, repo_url) + "\n" for e in r["edits"])
+        results = [(c, r["results"][c]) for c in titles]  # in the checks' order (the stored report sorts keys)
         text += "\n".join(f"- {titles[c]}: {'**caught**' if res['caught'] else 'missed'}. {res['detail']} "
-                          f"({res['seconds']:.0f} s)" for c, res in r["results"].items()) + "\n"
+                          f"({res['seconds']:.0f} s)" for c, res in results) + "\n"
         parts.append(text)
     return "\n".join(parts)
 
@@ -150,9 +149,8 @@ def run_md(report, total):
 
 
 def generate(context):
-    t = tool()
-    report = t.report(quick=quick())
-    total = len(t.MUTANTS)
+    report = tool.report(quick=quick())
+    total = len(tool.MUTANTS)
     return {"summary": summary_md(report, total), "checks": checks_md(report), "matrix": matrix_md(report),
             "invisible": invisible_md(report), "gaps": gaps_md(report),
             "details": details_md(report, context["repo_url"]), "run": run_md(report, total),

@@ -3,42 +3,37 @@ benchmark's edit and bookkeeping."""
 
 import ast
 import importlib.util
+import json
+import re
+import subprocess
 import sys
-from pathlib import Path
+import urllib.request
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def load_tool(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+from site_scripts.common import ROOT, cached_json
+from site_scripts.sections import function_page
+from tools import bench_rebuild, mutant_catalogue, mutants, scale_backward_outputs
 
 
 def test_every_backward_output_becomes_a_mutant_that_compiles():
-    tool = load_tool("scale_backward_outputs")
-    mutants = tool.find_mutants()
-    names = {m.name for m in mutants}
+    found = scale_backward_outputs.find_mutants()
+    names = {m.name for m in found}
     for expected in ["layer_norm_backward:dg", "linear_backward:db", "embedding_backward:dtok_emb",
                      "attention_backward:grads['wq']", "block_backward:grads['ff2_b']", "block_backward:dx"]:
         assert expected in names
-    for m in mutants:
+    for m in found:
         source = (ROOT / m.path).read_text()
         mutated = m.apply(source)
-        assert mutated != source and f"* {tool.FACTOR})" in mutated
+        assert mutated != source and f"* {scale_backward_outputs.FACTOR})" in mutated
         compile(mutated, m.path, "exec")
 
 
 def test_the_mutation_runner_reports_a_caught_mutant():
     """Negative control of the runner itself: a 0.1% wrong linear db must fail the linear test."""
-    tool = load_tool("scale_backward_outputs")
-    mutant = next(m for m in tool.find_mutants() if m.name == "linear_backward:db")
-    _, code, failed = tool.run_mutant(mutant, ["tests/test_layers.py", "-k", "linear"])
+    mutant = next(m for m in scale_backward_outputs.find_mutants() if m.name == "linear_backward:db")
+    _, code, failed = scale_backward_outputs.run_mutant(mutant, ["tests/unit/test_layers.py", "-k", "linear"])
     assert code == 1 and any("linear" in f for f in failed)
 
 
@@ -62,32 +57,43 @@ def test_benchmark_torch_step_trains_the_same_model():
 
 def test_every_catalogued_mutant_fits_the_code_once_and_compiles():
     """Each edit's text occurs exactly once in its function, so no mutant silently tests nothing."""
-    tool = load_tool("mutants")
-    assert len(tool.MUTANTS) >= 20 and len({m.name for m in tool.MUTANTS}) == len(tool.MUTANTS)
-    for m in tool.MUTANTS:
+    assert len(mutants.MUTANTS) >= 20 and len({m.name for m in mutants.MUTANTS}) == len(mutants.MUTANTS)
+    for m in mutants.MUTANTS:
         sources = {}
         for e in m.edits:
             source = sources.get(e.path) or (ROOT / e.path).read_text()
-            mutated, line = tool.apply_edit(source, e)
+            mutated, line = mutants.apply_edit(source, e)
             assert mutated != source and e.new.split("\n")[0] in mutated.splitlines()[line - 1]
             sources[e.path] = mutated
         for path, text in sources.items():
             compile(text, path, "exec")
 
 
+def test_every_mutant_is_in_a_function_that_a_page_lists():
+    """The tool names the function each mutant is in; the site finds its page from that (the matrix's Page
+    column)."""
+    for m in mutants.MUTANTS:
+        path, function = m.subject
+        assert function in {n.name for n in ast.walk(ast.parse((ROOT / path).read_text()))
+                            if isinstance(n, ast.FunctionDef)}, m.name
+        assert function_page(path, function) is not None, m.name
+    module_level = next(m for m in mutants.MUTANTS if m.name == "weight-decay-on-layernorm-gains")
+    assert module_level.edits[0].function is None and module_level.subject == ("transformer/optim.py", "is_decayed")
+    with pytest.raises(ValueError, match="needs `about`"):
+        mutant_catalogue.Mutant("x", "breaks", module_level.edits).subject
+
+
 def test_a_mutant_that_no_longer_fits_the_code_stops_the_run():
     """Negative control: text that is absent, or present twice, is refused with the place named."""
-    tool = load_tool("mutants")
-    catalogue = sys.modules["mutant_catalogue"]
-    absent = catalogue.edit("transformer/layernorm.py:layer_norm_backward", "dx = dxhat * 2", "dx = 0")
+    absent = mutant_catalogue.edit("transformer/layernorm.py:layer_norm_backward", "dx = dxhat * 2", "dx = 0")
     with pytest.raises(ValueError, match=r"occurs 0 times in transformer/layernorm.py:layer_norm_backward"):
-        tool.apply_edit((ROOT / absent.path).read_text(), absent)
-    twice = catalogue.edit("transformer/layernorm.py:layer_norm_backward", "dx -= ", "dx += ")
+        mutants.apply_edit((ROOT / absent.path).read_text(), absent)
+    twice = mutant_catalogue.edit("transformer/layernorm.py:layer_norm_backward", "dx -= ", "dx += ")
     with pytest.raises(ValueError, match="occurs 2 times"):
-        tool.apply_edit((ROOT / twice.path).read_text(), twice)
-    missing = catalogue.edit("transformer/layernorm.py:no_such_function", "x", "y")
+        mutants.apply_edit((ROOT / twice.path).read_text(), twice)
+    missing = mutant_catalogue.edit("transformer/layernorm.py:no_such_function", "x", "y")
     with pytest.raises(ValueError, match="expected one function no_such_function"):
-        tool.apply_edit((ROOT / missing.path).read_text(), missing)
+        mutants.apply_edit((ROOT / missing.path).read_text(), missing)
 
 
 def test_the_mutant_runner_sees_what_each_check_can_see():
@@ -95,40 +101,37 @@ def test_the_mutant_runner_sees_what_each_check_can_see():
     without its mean term fails finite differences; a different epsilon, consistent between forward and
     backward, passes finite differences and fails only the comparison with PyTorch."""
     pytest.importorskip("torch")
-    tool = load_tool("mutants")
-    by_name = {m.name: m for m in tool.MUTANTS}
+    by_name = {m.name: m for m in mutants.MUTANTS}
     expected = {None: (False, False), "layernorm-dx-no-mean-term": (True, True),
                 "layernorm-other-epsilon": (False, True)}
     for name, (by_gradcheck, by_crosscheck) in expected.items():
-        with tool.mutant_copy(by_name.get(name)) as copy:
-            seen_gradcheck, detail = tool.check_gradcheck(copy, {})
+        with mutants.mutant_copy(by_name.get(name)) as copy:
+            seen_gradcheck, detail = mutants.check_gradcheck(copy, {})
             assert seen_gradcheck == by_gradcheck, (name, detail)
-            seen_crosscheck, detail = tool.check_crosscheck(copy, {})
+            seen_crosscheck, detail = mutants.check_crosscheck(copy, {})
             assert seen_crosscheck == by_crosscheck, (name, detail)
-    with tool.mutant_copy(by_name["layernorm-dx-no-mean-term"]) as copy:
-        _, detail = tool.check_gradcheck(copy, {})
+    with mutants.mutant_copy(by_name["layernorm-dx-no-mean-term"]) as copy:
+        _, detail = mutants.check_gradcheck(copy, {})
         assert "ln1_g" in detail  # the parameters upstream of a LayerNorm are named
 
 
 def test_the_bigram_bar_is_the_cross_entropy_of_counted_pairs(tmp_path):
     """On a text where each character fixes the next one, the bigram model is nearly certain; on the
     same characters in a random order it is close to log of the number of characters."""
-    tool = load_tool("mutants")
     (tmp_path / "cycle.txt").write_text("abcd" * 5000)
-    assert tool.bigram_loss(tmp_path / "cycle.txt") < 0.01
+    assert mutants.bigram_loss(tmp_path / "cycle.txt") < 0.01
     rng = np.random.default_rng(0)
     (tmp_path / "noise.txt").write_text("".join(rng.choice(list("abcd"), 20000)))
-    assert abs(tool.bigram_loss(tmp_path / "noise.txt") - np.log(4)) < 0.01
+    assert abs(mutants.bigram_loss(tmp_path / "noise.txt") - np.log(4)) < 0.01
 
 def test_rebuild_benchmark_edit_lands_inside_the_function_and_changes_no_result(tmp_path):
-    tool = load_tool("bench_rebuild")
-    path, module = tool.find_function(ROOT, "layer_norm_backward")
+    path, module = bench_rebuild.find_function(ROOT, "layer_norm_backward")
     assert (path.as_posix(), module) == ("transformer/layernorm.py", "layernorm")
     source = (ROOT / path).read_text()
-    edited = tool.insert_edit(source, "layer_norm_backward")
+    edited = bench_rebuild.insert_edit(source, "layer_norm_backward")
     assert len(edited.splitlines()) == len(source.splitlines()) + 1
     function = next(n for n in ast.parse(edited).body if getattr(n, "name", None) == "layer_norm_backward")
-    assert tool.EDIT_LINE in ast.get_source_segment(edited, function)
+    assert bench_rebuild.EDIT_LINE in ast.get_source_segment(edited, function)
 
     (tmp_path / "edited_layernorm.py").write_text(edited)
     spec = importlib.util.spec_from_file_location("edited_layernorm", tmp_path / "edited_layernorm.py")
@@ -144,62 +147,56 @@ def test_rebuild_benchmark_edit_lands_inside_the_function_and_changes_no_result(
 
 
 def test_rebuild_benchmark_edit_goes_above_a_decorated_first_statement():
-    tool = load_tool("bench_rebuild")
     source = "def f(x):\n    @staticmethod\n    def g():\n        pass\n    return x\n"
-    edited = tool.insert_edit(source, "f")
-    assert edited.splitlines()[1] == "    " + tool.EDIT_LINE
+    edited = bench_rebuild.insert_edit(source, "f")
+    assert edited.splitlines()[1] == "    " + bench_rebuild.EDIT_LINE
     compile(edited, "f.py", "exec")
 
 
 def test_rebuild_benchmark_reports_extra_and_missing_reruns():
-    tool = load_tool("bench_rebuild")
     before = {"page layernorm": (1, "k1"), "page tokenizer": (1, "k2"), "notebook why_ffn": (1, "k3")}
     after = {"page layernorm": (2, "k9"), "page tokenizer": (1, "k2"), "notebook why_ffn": (2, "k3"),
              "page cli": (2, "k4")}
-    reran = tool.reran_between(before, after)
+    reran = bench_rebuild.reran_between(before, after)
     assert reran == {"page layernorm", "notebook why_ffn", "page cli"}  # changed key, rewritten stamp, new stamp
-    assert tool.compare(reran, {"page layernorm", "notebook why_ffn", "page gradcheck"}) == \
+    assert bench_rebuild.compare(reran, {"page layernorm", "notebook why_ffn", "page gradcheck"}) == \
         (["page cli"], ["page gradcheck"])
 
 
 def test_rebuild_benchmark_reads_where_the_time_went_from_the_build_log():
-    tool = load_tool("bench_rebuild")
     log = ("INFO    -  generated page layernorm in 0.1 s\n"  # the hook's lines, as mkdocs prints them
            "INFO    -  generated page mutants in 550.9 s\n"
            "INFO    -  executed notebook shakespeare (full) in 234.6 s\n"
            "INFO    -  Documentation built in 800.2 seconds\n")
-    steps = tool.step_seconds(log)
+    steps = bench_rebuild.step_seconds(log)
     assert steps == {"page mutants": 550.9, "notebook shakespeare": 234.6, "page layernorm": 0.1}
     assert list(steps) == ["page mutants", "notebook shakespeare", "page layernorm"]  # slowest first
-    assert tool.slowest(steps, 800.0, count=2) == \
+    assert bench_rebuild.slowest(steps, 800.0, count=2) == \
         "page mutants 551 s, notebook shakespeare 235 s, everything else 14 s"
 
 
 def test_rebuild_benchmark_expects_the_pages_and_notebooks_that_reach_the_function():
-    tool = load_tool("bench_rebuild")
-    expected = tool.expected_reruns(ROOT, "layernorm", "layer_norm_backward")
+    expected = bench_rebuild.expected_reruns(ROOT, "layernorm", "layer_norm_backward")
     assert {"page layernorm", "page gradcheck", "notebook gradcheck_by_hand"} <= expected
     assert "notebook attention_maps" in expected  # through `# depends-on: shakespeare`, which trains
     assert "page tokenizer" not in expected
 
 
 def test_rebuild_benchmark_usage_mistakes_exit_2_without_a_traceback(tmp_path, capsys):
-    tool = load_tool("bench_rebuild")
-    assert tool.main(["--edit", "layer_norm_bakward"]) == 2
+    assert bench_rebuild.main(["--edit", "layer_norm_bakward"]) == 2
     assert "did you mean layer_norm_backward" in capsys.readouterr().err
-    assert tool.main(["--repo", str(tmp_path)]) == 2
+    assert bench_rebuild.main(["--repo", str(tmp_path)]) == 2
     assert "not inside a git repository" in capsys.readouterr().err
 
 
 def test_rebuild_benchmark_explains_an_extra_rerun_by_the_lines_the_edit_moved():
     """A line inserted in loss_fn moves loss_and_grads and loss_fn's own call of forward down one line;
     pages print both line numbers, so the pages that reach them rerun."""
-    tool = load_tool("bench_rebuild")
     source = (ROOT / "transformer" / "model.py").read_text()
-    moved, called = tool.moved_by_edit(source, tool.insert_edit(source, "loss_fn"))
+    moved, called = bench_rebuild.moved_by_edit(source, bench_rebuild.insert_edit(source, "loss_fn"))
     assert "loss_and_grads" in moved and "loss_fn" not in moved and "forward" not in moved
     assert "forward" in called
-    reasons = tool.why_extra(ROOT, "model", ["page sampling", "notebook attention_maps"], moved, called,
+    reasons = bench_rebuild.why_extra(ROOT, "model", ["page sampling", "notebook attention_maps"], moved, called,
                              reran={"notebook shakespeare"})
     assert reasons["page sampling"] == ["forward (called from lines that moved)"]
     assert reasons["notebook attention_maps"] == ["notebook shakespeare (depended on, reran)"]
@@ -209,16 +206,62 @@ def test_a_surviving_mutant_is_shown_as_a_gap_and_fails_the_tool(tmp_path, monke
     """Negative control of the page and the tool's exit status: a report with a survivor."""
     from site_scripts.pages import mutants as page
 
-    tool = load_tool("mutants")
-    results = {c.name: {"caught": False, "detail": "passed", "seconds": 1.0} for c in tool.CHECKS}
-    survivor = tool.mutant_record(next(m for m in tool.MUTANTS if m.name == "attention-grad-no-scale"), results)
-    invisible = tool.mutant_record(next(m for m in tool.MUTANTS if m.uncatchable), results)
-    report = {"mutants": [survivor, invisible], "checks": [c.__dict__ for c in tool.CHECKS],
+    results = {c.name: {"caught": False, "detail": "passed", "seconds": 1.0} for c in mutants.CHECKS}
+    survivor = mutants.mutant_record(next(m for m in mutants.MUTANTS if m.name == "attention-grad-no-scale"), results)
+    invisible = mutants.mutant_record(next(m for m in mutants.MUTANTS if m.uncatchable), results)
+    report = {"mutants": [survivor, invisible], "checks": [c.__dict__ for c in mutants.CHECKS],
               "baseline": results, "seconds": 1, "jobs": 1, "quick": False}
     assert survivor["gap"] and not invisible["gap"]
     assert "attention-grad-no-scale" in page.gaps_md(report) and invisible["name"] not in page.gaps_md(report)
     assert "(gap)" in page.matrix_md(report)
-    monkeypatch.setattr(tool, "report", lambda *args, **kwargs: report)
+    monkeypatch.setattr(mutants, "report", lambda *args, **kwargs: report)
     monkeypatch.setattr(sys, "argv", ["mutants.py"])
-    assert tool.main() == 1
+    assert mutants.main() == 1
     assert "survivors: attention-grad-no-scale" in capsys.readouterr().out
+
+    # The same report stored under the current key: the tool reads it back (runs nothing) and still fails.
+    monkeypatch.undo()
+    stored = tmp_path / "cache" / "mutants-full.json"
+    key = mutants.report_key(False)
+    cached_json(stored, key, lambda: report)
+    monkeypatch.setattr(mutants, "report_path", lambda quick: stored)
+    monkeypatch.setattr(mutants, "report_key", lambda quick: key)  # as computed before ROOT moves
+    monkeypatch.setattr(mutants, "ROOT", tmp_path)  # where the tool names the stored report from
+    monkeypatch.setattr(mutants, "run_all", lambda *args, **kwargs: pytest.fail("a current report was rerun"))
+    monkeypatch.setattr(sys, "argv", ["mutants.py"])
+    assert mutants.main() == 1
+    out = capsys.readouterr().out
+    assert "(the cached report of cache/mutants-full.json" in out and "survivors: attention-grad-no-scale" in out
+
+
+def test_a_current_report_is_reused_and_a_stale_one_is_rerun(tmp_path, monkeypatch):
+    stored = tmp_path / "mutants-quick.json"
+    monkeypatch.setattr(mutants, "report_path", lambda quick: stored)
+    monkeypatch.setattr(mutants, "report_key", lambda quick: "key 1")
+    runs = []
+    monkeypatch.setattr(mutants, "run_all", lambda *args, **kwargs: runs.append(1) or {"mutants": [len(runs)]})
+    assert mutants.report(quick=True) == {"mutants": [1], "quick": True}
+    assert mutants.report(quick=True) == {"mutants": [1], "quick": True} and len(runs) == 1  # reused
+    assert json.loads(stored.read_text()) == {"key": "key 1", "value": {"mutants": [1], "quick": True}}
+    monkeypatch.setattr(mutants, "report_key", lambda quick: "key 2")  # something it depends on changed
+    assert mutants.report(quick=True) == {"mutants": [2], "quick": True} and len(runs) == 2
+    assert mutants.report(quick=True, force=True)["mutants"] == [3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mutants-quick.json"]  # no partial file left
+
+
+def test_computing_the_report_key_fetches_nothing_without_the_corpus(tmp_path, monkeypatch):
+    """The key names the corpus by the digest scripts/fetch_corpus.py pins; only a run fetches it."""
+    def no_fetch(*args, **kwargs):
+        raise AssertionError("computing a key fetched something")
+
+    monkeypatch.setattr(mutants, "CORPUS", tmp_path / "absent" / "input.txt")
+    monkeypatch.setattr(mutants, "ensure_corpus", no_fetch)
+    monkeypatch.setattr(subprocess, "run", no_fetch)
+    monkeypatch.setattr(urllib.request, "urlopen", no_fetch)
+    assert re.fullmatch(r"[0-9a-f]{64}", mutants.pinned_corpus_digest())
+    key = mutants.report_key(quick=True)
+    assert len(key) == 64 and key == mutants.report_key(quick=True) != mutants.report_key(quick=False)
+    assert not (tmp_path / "absent").exists()
+    monkeypatch.setattr(mutants, "pinned_corpus_digest", lambda: "0" * 64)  # another corpus, another key
+    assert mutants.report_key(quick=True) != key
+

@@ -22,7 +22,7 @@ from transformer.model import (
 )
 from transformer.optim import AdamWConfig, adamw_init, adamw_update
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------- gradients

@@ -13,7 +13,7 @@ import pytest
 from transformer.config import PRESETS
 from transformer.train import TrainConfig, train
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(os.environ.get("TRANSFORMER_CORPUS", ROOT / "data" / "tinyshakespeare" / "input.txt"))
 
 

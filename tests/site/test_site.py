@@ -153,7 +153,7 @@ def test_every_tested_by_command_names_a_real_test(built_site):
     for path in build.SNIPPETS.rglob("*.md"):  # the "used" sections, the Bad inputs page's "checked by", ...
         commands |= set(re.findall(r"`pytest (tests/[\w/.]+::\w+)`", path.read_text()))
     assert len(commands) > 20
-    assert any("tests/test_cli.py::" in c for c in commands)  # the Bad inputs page's commands are among them
+    assert any("tests/unit/test_cli.py::" in c for c in commands)  # the Bad inputs page's commands are among them
     result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                              "-m", "", *sorted(commands)], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-2000:]
@@ -204,7 +204,7 @@ def test_editing_one_function_reruns_exactly_the_pages_that_reach_it(source_copy
 
 def test_a_new_test_or_a_moved_function_reruns_the_pages_that_print_them(source_copy):
     before = keys(source_copy)
-    tests = source_copy / "tests" / "test_layers.py"
+    tests = source_copy / "tests" / "unit" / "test_layers.py"
     tests.write_text(tests.read_text() + "\n\ndef test_new():\n    layer_norm_backward\n")
     changed = {name for name, key in keys(source_copy).items() if key != before[name]}
     assert "layernorm" in changed and "cli" not in changed
@@ -252,12 +252,12 @@ def test_a_link_to_a_code_line_that_does_not_exist_fails_the_strict_build(tmp_pa
 
 
 def test_every_section_and_table_recorded_before_the_page_registry_is_still_shown(built_site):
-    """tests/page_inventory.json holds each page's sections and table headers as the site showed them
+    """tests/site/page_inventory.json holds each page's sections and table headers as the site showed them
     before the registry and the anatomy template (quick build); none may be gone. After a wanted change,
-    record it again: python tools/page_inventory.py <site> --write tests/page_inventory.json"""
+    record it again: python tools/page_inventory.py <site> --write tests/site/page_inventory.json"""
     from tools.page_inventory import inventory, missing
 
-    recorded = json.loads((ROOT / "tests" / "page_inventory.json").read_text())
+    recorded = json.loads((ROOT / "tests" / "site" / "page_inventory.json").read_text())
     assert missing(recorded, inventory(built_site)) == []
 
 
@@ -268,3 +268,10 @@ def test_the_inventory_check_notices_a_lost_section_a_lost_table_and_a_lost_page
     now = {"a/": {"sections": ["h2 #x X"], "tables": ["A | B"]}}
     assert missing(was, now) == ["a/: section 'h2 #y Y'", "a/: table 'A | B'", "b/: the whole page"]
     assert missing(was, was) == []
+
+
+def test_the_mutants_page_reads_what_the_mutation_report_depends_on():
+    """The page shows the report, so its key must change whenever the report's does."""
+    from tools import mutants
+
+    assert set(mutants.REPORT_INPUTS) <= set(registry.BY_ID["mutants"].reads)

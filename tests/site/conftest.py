@@ -1,29 +1,16 @@
-"""Shared fixtures. Keep this file to fixtures only."""
+"""Fixtures of the site's and the tools' tests: the site built once, and the browser that opens it.
+Keep this file to fixtures only."""
 
 import os
 import re
 
 import pytest
 
-from transformer.config import PRESETS
-
-
-@pytest.fixture
-def tiny_cfg():
-    """The 377-parameter preset: small enough for central differences on every entry."""
-    return PRESETS["tiny"]
-
-
-@pytest.fixture
-def cfg_a():
-    """Preset A (V=65, d=64): large enough for statistics over the initialisation."""
-    return PRESETS["A"]
-
 
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory):
     """The site, built (quick notebooks) once per test session: pytest-xdist's workers share one build."""
-    import sitebuild  # imported here: the unit tests also run without site_scripts (tools/mutants.py copies)
+    import sitebuild
 
     folder = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):

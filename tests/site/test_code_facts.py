@@ -25,7 +25,7 @@ def test_called_by_finds_every_call_site_with_its_function():
 
 def test_the_pages_run_it_commands_name_runnable_tests():
     tests = [f"{p.path}::{p.function}" for p in code_facts.test_mentions("layer_norm_backward", checking=True)]
-    assert any(t.startswith("tests/test_layers.py::") for t in tests)
+    assert any(t.startswith("tests/unit/test_layers.py::") for t in tests)
     # Each id is a command that works: run one and see it pass.
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", tests[0]],
                             cwd=ROOT, capture_output=True, text=True)

@@ -1,0 +1,72 @@
+"""A temporary copy of the project, and pytest run in it: what both mutation tools (tools/mutants.py and
+tools/scale_backward_outputs.py) do with each mutant, so that the working tree is never touched.
+
+The copy holds the package, the unit tests (tests/unit: the tests that judge the model) and pyproject.toml
+(pytest's settings); nothing of the site or the tools.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from site_scripts.common import ROOT
+
+UNIT_TESTS = "tests/unit"
+COPIED = ("transformer", UNIT_TESTS, "pyproject.toml")
+
+
+@contextmanager
+def project_copy(change=None, prefix="mutant-"):
+    """A temporary folder holding COPIED as in the working tree; `change(folder)` edits it before use."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        copy = Path(tmp)
+        for item in COPIED:
+            src = ROOT / item
+            if src.is_dir():
+                shutil.copytree(src, copy / item, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy(src, copy / item)
+        if change is not None:
+            change(copy)
+        yield copy
+
+
+def run_in(copy, cmd, timeout=None, threads=None):
+    """Run `cmd` in the copy, which is what `transformer` imports there; None when it ran past `timeout`.
+    `threads` caps the BLAS and OpenMP threads (the default: as many as they take)."""
+    env = dict(os.environ, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
+    if threads is not None:
+        env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    try:
+        return subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+@dataclass(frozen=True)
+class PytestRun:
+    returncode: int
+    failures: tuple  # node ids of the FAILED and ERROR lines of pytest's summary, in its order
+    failed: tuple  # those of the FAILED lines alone
+    summary: str  # pytest's last line counting what passed ("12 passed in 3.40s"), or ""
+    stderr: str
+
+
+def run_pytest(copy, args=(UNIT_TESTS,), timeout=None, threads=None):
+    """pytest -x on `args` in the copy (it stops at the first failure); None when it ran past `timeout`."""
+    result = run_in(copy, [sys.executable, "-m", "pytest", *args, "-x", "-q", "-p", "no:cacheprovider"],
+                    timeout, threads)
+    if result is None:
+        return None
+    lines = result.stdout.splitlines()
+    named = [(line.split(" ", 1)[0], line.split(" ", 1)[1].split(" - ")[0]) for line in lines
+             if line.startswith(("FAILED ", "ERROR "))]
+    passed = [line for line in lines if " passed" in line]
+    return PytestRun(result.returncode, tuple(test for _, test in named),
+                     tuple(test for kind, test in named if kind == "FAILED"),
+                     passed[-1].strip("= ") if passed else "", result.stderr)
