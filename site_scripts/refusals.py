@@ -27,7 +27,8 @@ from pathlib import Path
 from transformer.cli import EXIT_USER_ERROR
 from transformer.errors import TransformerError
 
-ROOT = Path(__file__).resolve().parent.parent
+from .common import ROOT
+
 CHECKPOINT_LEFTOVERS = (".npz", ".tmp")  # a refused run must leave neither behind
 TIMEOUT_S = 300  # per process: a bad input that makes a command hang stops the build after this long
 
@@ -203,16 +204,20 @@ print(json.dumps(raised))
 """
 
 
-def run_optimized(cases, setup, folder):
-    """Run every library call again under `python -O` (asserts removed) in a fresh process in folder;
-    return the script and [(class, message)] per call, and refuse any call that did not raise."""
-    calls = [c.call for c in cases if c.call]
-    script = OPTIMIZED_SCRIPT.format(setup=setup.rstrip(), calls="\n".join(f"    {c!r}," for c in calls))
+def run_optimized(cases, setup, folder, expected):
+    """Run every library call again under `python -O` (asserts removed) in a fresh process in folder, and
+    refuse any that did not raise what it raised in the build, expected[slug] = (class, message).
+    Returns the script, which the page shows."""
+    calls = [c for c in cases if c.call]
+    script = OPTIMIZED_SCRIPT.format(setup=setup.rstrip(), calls="\n".join(f"    {c.call!r}," for c in calls))
     result = python(["-O", "-c", script], folder, "the library calls under python -O")
     if result.returncode != 0:
         raise RuntimeError(f"the library calls under python -O failed:\n{result.stderr}")
-    raised = json.loads(result.stdout)
-    accepted = [call for call, r in zip(calls, raised, strict=True) if r is None]
+    raised = dict(zip([c.slug for c in calls], json.loads(result.stdout), strict=True))
+    accepted = [c.call for c in calls if raised[c.slug] is None]
     if accepted:
         raise RuntimeError(f"under python -O these bad inputs were accepted: {accepted}")
-    return script, [tuple(r) for r in raised]
+    differ = [c.slug for c in calls if tuple(raised[c.slug]) != expected[c.slug]]
+    if differ:
+        raise RuntimeError(f"under python -O these calls raised something else: {differ}")
+    return script
