@@ -47,7 +47,7 @@ class Case:
 
     @property
     def argv(self):
-        return shlex.split(self.cli)
+        return shlex.split(self.cli or "")  # never shlex.split(None), which would read stdin
 
     @property
     def command(self):
