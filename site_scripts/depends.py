@@ -127,7 +127,9 @@ class Source:
             nodes = [self.nodes[unit]]
         local_names, local_modules = self._imports(nodes)
         names, modules = {**self.names, **local_names}, {**self.modules, **local_modules}
-        found = set()
+        # What a function imports for itself it means to use, even where no name shows it (code it
+        # evaluates from text, as the Bad inputs page's setup() does), so its own imports count.
+        found = set() if unit == MODULE else set(local_names.values())
         for top in nodes:
             for node in ast.walk(top):
                 if isinstance(node, ast.Name):

@@ -13,6 +13,7 @@ it, so the messages name no temporary folder and two builds print the same text.
 """
 
 import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -26,8 +27,10 @@ from pathlib import Path
 from transformer.cli import EXIT_USER_ERROR
 from transformer.errors import TransformerError
 
-ROOT = Path(__file__).resolve().parent.parent
+from .common import ROOT
+
 CHECKPOINT_LEFTOVERS = (".npz", ".tmp")  # a refused run must leave neither behind
+TIMEOUT_S = 300  # per process: a bad input that makes a command hang stops the build after this long
 
 
 @dataclass(frozen=True)
@@ -35,10 +38,20 @@ class Case:
     slug: str  # the anchor of the case on the page
     title: str
     wrong: str  # one plain sentence: what is wrong with the input
-    call: str = ""  # a library call, evaluated in the fixtures' namespace; "" for command-line-only cases
-    argv: tuple | None = None  # the arguments after `python -m transformer`; None for library-only cases
+    call: str = ""  # a library call, evaluated in setup()'s namespace; "" for command-line-only cases
+    # The command line after `python -m transformer`, as typed in a shell (shlex splits it); None for
+    # library-only cases, "" for the command with no arguments at all.
+    cli: str | None = None
     names: tuple = ()  # what the message must mention, so that the right error is shown
-    tests: tuple = ()  # "tests/<file>.py::<test>" that check this case
+    tests: tuple = ()  # the names of the test functions that check this case (their files are found)
+
+    @property
+    def argv(self):
+        return shlex.split(self.cli or "")  # never shlex.split(None), which would read stdin
+
+    @property
+    def command(self):
+        return shlex.join(["python", "-m", "transformer", *self.argv])
 
 
 @dataclass
@@ -81,6 +94,13 @@ def check_files(where, before, after):
     return [p for p in before if after.get(p) == before[p]], created
 
 
+def check_mentions(said, text, names):
+    """Refuse a message that does not mention what the case names: it could be the wrong error."""
+    missing = [n for n in names if n not in text]
+    if missing:
+        raise RuntimeError(f"{said}; it does not mention {missing}")
+
+
 def check_raised(case, error):
     """Refuse a library call that raised nothing, raised something that is not a TransformerError,
     or whose message does not mention what the case names."""
@@ -90,9 +110,24 @@ def check_raised(case, error):
     if not isinstance(error, TransformerError):
         raise RuntimeError(f"{where} raised {type(error).__name__}: {error}; the library must raise a "
                            "TransformerError (a ValueError) that the command line prints as one line")
-    missing = [n for n in case.names if n not in str(error)]
-    if missing:
-        raise RuntimeError(f"{where} raised {type(error).__name__}: {error}; it does not mention {missing}")
+    check_mentions(f"{where} raised {type(error).__name__}: {error}", str(error), case.names)
+
+
+def check_command(case, status, stdout, stderr):
+    """Refuse a command that exited 0 or with another status than 2, printed a traceback, printed
+    anything but one `error: ...` line, or whose line does not mention what the case names."""
+    where = f"bad input {case.slug!r}: `{case.command}`"
+    if "Traceback" in stderr:
+        raise RuntimeError(f"{where} printed a traceback:\n{stderr}")
+    if status == 0:
+        raise RuntimeError(f"{where} exited with status 0: the bad input was accepted\n{stdout}{stderr}")
+    if status != EXIT_USER_ERROR:
+        raise RuntimeError(f"{where} exited with status {status}, not {EXIT_USER_ERROR}\n{stderr}")
+    lines = stderr.splitlines()
+    if stdout or len(lines) != 1 or not lines[0].startswith("error: "):
+        raise RuntimeError(f"{where} must print one line `error: ...` on stderr and nothing on stdout; "
+                           f"it printed {stdout!r} and {stderr!r}")
+    check_mentions(f"{where} printed {lines[0]!r}", lines[0], case.names)
 
 
 def run_call(case, namespace, folder):
@@ -108,47 +143,24 @@ def run_call(case, namespace, folder):
     return Ran(raised=type(error).__name__, message=str(error), kept=kept, created=created)
 
 
-def command_text(argv):
-    return shlex.join(["python", "-m", "transformer", *argv])
-
-
-def check_command(case, status, stdout, stderr):
-    """Refuse a command that exited 0 or with another status than 2, printed a traceback, printed
-    anything but one `error: ...` line, or whose line does not mention what the case names."""
-    where = f"bad input {case.slug!r}: `{command_text(case.argv)}`"
-    if "Traceback" in stderr:
-        raise RuntimeError(f"{where} printed a traceback:\n{stderr}")
-    if status == 0:
-        raise RuntimeError(f"{where} exited with status 0: the bad input was accepted\n{stdout}{stderr}")
-    if status != EXIT_USER_ERROR:
-        raise RuntimeError(f"{where} exited with status {status}, not {EXIT_USER_ERROR}\n{stderr}")
-    lines = stderr.splitlines()
-    if stdout or len(lines) != 1 or not lines[0].startswith("error: "):
-        raise RuntimeError(f"{where} must print one line `error: ...` on stderr and nothing on stdout; "
-                           f"it printed {stdout!r} and {stderr!r}")
-    missing = [n for n in case.names if n not in lines[0]]
-    if missing:
-        raise RuntimeError(f"{where} printed {lines[0]!r}; it does not mention {missing}")
-
-
-def cli_env():
-    """The environment of the commands: this checkout's package first, no corpus from the environment."""
+def python(args, folder, what):
+    """Run this checkout's Python in folder: its package first, no corpus from the environment."""
     env = {k: v for k, v in os.environ.items() if k != "TRANSFORMER_CORPUS"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
+    try:
+        return subprocess.run([sys.executable, *args], cwd=folder, capture_output=True, text=True, env=env,
+                              timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{what} ran past {TIMEOUT_S} s") from None
 
 
-def run_command(case, folder, python_args=()):
+def run_command(case, folder):
     """Run `python -m transformer <argv>` in folder and check how it failed."""
     before = snapshot(folder)
-    try:
-        result = subprocess.run([sys.executable, *python_args, "-m", "transformer", *case.argv], cwd=folder,
-                                capture_output=True, text=True, env=cli_env(), timeout=300)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"bad input {case.slug!r}: `{command_text(case.argv)}` ran past 300 s") from None
+    result = python(["-m", "transformer", *case.argv], folder, f"bad input {case.slug!r}: `{case.command}`")
     check_command(case, result.returncode, result.stdout, result.stderr)
-    kept, created = check_files(f"`{command_text(case.argv)}`", before, snapshot(folder))
+    kept, created = check_files(f"`{case.command}`", before, snapshot(folder))
     return Ran(status=result.returncode, stderr=result.stderr.strip(), kept=kept, created=created)
 
 
@@ -164,7 +176,7 @@ def run_all(cases, namespace, fixtures, workdir):
         return folder
 
     library = {c.slug: run_call(c, namespace, copy("library", c)) for c in cases if c.call}
-    commands = [c for c in cases if c.argv is not None]
+    commands = [c for c in cases if c.cli is not None]
     folders = [copy("command", c) for c in commands]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         ran = dict(zip([c.slug for c in commands], pool.map(run_command, commands, folders), strict=True))
@@ -192,19 +204,20 @@ print(json.dumps(raised))
 """
 
 
-def run_optimized(cases, setup, folder):
-    """Run every library call again under `python -O` (asserts removed) in a fresh process in folder;
-    return the script and [(class, message)] per call, and refuse any call that did not raise."""
-    import json
-
-    calls = [c.call for c in cases if c.call]
-    script = OPTIMIZED_SCRIPT.format(setup=setup.rstrip(), calls="\n".join(f"    {c!r}," for c in calls))
-    result = subprocess.run([sys.executable, "-O", "-c", script], cwd=folder, capture_output=True, text=True,
-                            env=cli_env(), timeout=300)
+def run_optimized(cases, setup, folder, expected):
+    """Run every library call again under `python -O` (asserts removed) in a fresh process in folder, and
+    refuse any that did not raise what it raised in the build, expected[slug] = (class, message).
+    Returns the script, which the page shows."""
+    calls = [c for c in cases if c.call]
+    script = OPTIMIZED_SCRIPT.format(setup=setup.rstrip(), calls="\n".join(f"    {c.call!r}," for c in calls))
+    result = python(["-O", "-c", script], folder, "the library calls under python -O")
     if result.returncode != 0:
         raise RuntimeError(f"the library calls under python -O failed:\n{result.stderr}")
-    raised = json.loads(result.stdout)
-    accepted = [call for call, r in zip(calls, raised, strict=True) if r is None]
+    raised = dict(zip([c.slug for c in calls], json.loads(result.stdout), strict=True))
+    accepted = [c.call for c in calls if raised[c.slug] is None]
     if accepted:
         raise RuntimeError(f"under python -O these bad inputs were accepted: {accepted}")
-    return script, [tuple(r) for r in raised]
+    differ = [c.slug for c in calls if tuple(raised[c.slug]) != expected[c.slug]]
+    if differ:
+        raise RuntimeError(f"under python -O these calls raised something else: {differ}")
+    return script

@@ -12,18 +12,30 @@ from pathlib import Path
 import numpy as np
 
 from .. import sections
-from ..bad_input_cases import CASES, GROUP_NOTES, GROUPS, SEED, SETUP, make_fixtures, setup_namespace
-from ..refusals import Case, command_text, run_all, run_call, run_command, run_optimized
+from ..bad_input_cases import CASES, GROUP_NOTES, GROUPS, SEED, make_fixtures, setup, setup_text
+from ..refusals import Case, run_all, run_call, run_command, run_optimized
 
 PAGE = "bad_inputs"
 
 
-def check_tests_exist(case):
+def defined_tests(root=sections.ROOT):
+    """{test function: the files under tests/ that define it}: the cases name their tests by function
+    only, so a test file that moves to another folder is still found, and the page prints where."""
+    found = {}
+    for path in sorted(root.glob("tests/**/test_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef):
+                found.setdefault(node.name, []).append(path.relative_to(root).as_posix())
+    return found
+
+
+def checked_by(case, files):
+    """The pytest ids of the case's tests; refuse a test that is not there, or is in two files."""
     for test in case.tests:
-        path, name = test.split("::")
-        tree = ast.parse((sections.ROOT / path).read_text())
-        if name not in {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}:
-            raise RuntimeError(f"bad input {case.slug!r} names {test}, which does not exist")
+        if len(files.get(test, [])) != 1:
+            raise RuntimeError(f"bad input {case.slug!r} names the test {test}, which is defined in "
+                               f"{files.get(test) or 'no file'} under tests/: it must be in exactly one")
+    return [f"{files[test][0]}::{test}" for test in case.tests]
 
 
 def code(text):
@@ -42,11 +54,6 @@ def files_text(ran, given):
     return f"{kept} unchanged (SHA-256 before and after); created: {created}"
 
 
-def names_in_call(call):
-    """The quoted strings of a call: the files it names."""
-    return call.split('"')[1::2]
-
-
 def negative_id_note(namespace):
     """What plain numpy indexing does with id -1, run now."""
     cfg, table = namespace["cfg"], namespace["params"]["tok_emb"]
@@ -55,34 +62,28 @@ def negative_id_note(namespace):
             f"{cfg.vocab_size - 1}, the last one (checked now: **{'yes' if same else 'no'}**).\n\n")
 
 
-NOTES = {"negative-id": negative_id_note}
-
-
-def case_md(case, library, command, namespace):
-    rows = []
+def case_md(case, library, command, namespace, tests):
+    rows = [["Library call", code(case.call) if library else "—"]]
     if library:
-        rows += [["Library call", code(case.call)], ["Raised", f"`{library.raised}`: {code(library.message)}"]]
-        if library.created:
-            rows.append(["Files after the call", files_text(library, names_in_call(case.call))])
-    else:
-        rows.append(["Library call", "—"])
+        rows.append(["Raised", f"`{library.raised}`: {code(library.message)}"])
+        if library.created:  # the files the call names are its quoted strings
+            rows.append(["Files after the call", files_text(library, case.call.split('"')[1::2])])
+    rows.append(["Command", code(case.command) if command else "—"])
     if command:
-        rows += [["Command", code(command_text(case.argv))], ["stderr", code(command.stderr)],
-                 ["Exit status", command.status], ["Traceback", "none"],
+        rows += [["stderr", code(command.stderr)], ["Exit status", command.status], ["Traceback", "none"],
                  ["Files after the command", files_text(command, case.argv)]]
-    else:
-        rows.append(["Command", "—"])
-    rows.append(["Checked by", "<br>".join(f"`pytest {t}`" for t in case.tests)])
-    note = NOTES[case.slug](namespace) if case.slug in NOTES else ""
+    rows.append(["Checked by", "<br>".join(f"`pytest {t}`" for t in tests)])
+    note = negative_id_note(namespace) if case.slug == "negative-id" else ""
     return (f"### {case.title} {{#{case.slug}}}\n\n{case.wrong}\n\n{note}"
             + sections.md_table(["", "At build time"], rows))
 
 
-def cases_md(results, namespace):
+def cases_md(results, namespace, tests):
     parts = []
     for group, cases in GROUPS.items():
         intro = GROUP_NOTES[group] + "\n\n" if group in GROUP_NOTES else ""
-        parts.append(f"## {group}\n\n{intro}" + "\n".join(case_md(c, *results[c.slug], namespace) for c in cases))
+        parts.append(f"## {group}\n\n{intro}"
+                     + "\n".join(case_md(c, *results[c.slug], namespace, tests[c.slug]) for c in cases))
     return "\n".join(parts)
 
 
@@ -108,18 +109,15 @@ def summary_md(results):
 
 def optimized_md(results, folder):
     """All library calls again under python -O: the same class and message each, or the build stops."""
-    script, raised = run_optimized(CASES, SETUP, folder)
-    ran = [(case, results[case.slug][0]) for case in CASES if case.call]
-    differ = [case.slug for (case, r), o in zip(ran, raised, strict=True) if (r.raised, r.message) != o]
-    if differ:
-        raise RuntimeError(f"under python -O these calls raised something else: {differ}")
-    case, r = next((c, r) for c, r in ran if c.slug == "negative-id")
+    library = {case.slug: results[case.slug][0] for case in CASES if case.call}
+    script = run_optimized(CASES, setup_text(), folder, {s: (r.raised, r.message) for s, r in library.items()})
+    case, r = next(c for c in CASES if c.slug == "negative-id"), library["negative-id"]
     body = "\n".join(("    " + line).rstrip() for line in f"```python\n{script}```".splitlines())
     asserts = sum(isinstance(node, ast.Assert) for path in sorted((sections.ROOT / "transformer").glob("*.py"))
                   for node in ast.walk(ast.parse(path.read_text())))
     return (f"`python -O` removes every `assert` statement, so the library checks its inputs with explicit "
             f"`raise` statements: `transformer/` holds {asserts or 'no'} `assert` statement{'s' * (asserts != 1)} "
-            f"(counted now). The build ran all {len(ran)} library calls again in a fresh `python -O` process "
+            f"(counted now). The build ran all {len(library)} library calls again in a fresh `python -O` process "
             f"(where `__debug__` is False) and compared: each raised the same class with the same message. For "
             f"example `{case.call}` still raised `{r.raised}`: `{r.message}`.\n\n"
             f'??? note "The script it ran, in a copy of the same folder"\n\n{body}\n')
@@ -128,16 +126,16 @@ def optimized_md(results, folder):
 def negative_md(namespace, folder):
     """Feed the checks inputs that are not refused properly: each must stop the build."""
     controls = [
-        (Case("control", "", "", "forward(params, ids, cfg)"), "a valid call (it is accepted)"),
-        (Case("control", "", "", 'int("ten")'), "a call that raises a plain ValueError, not a TransformerError"),
-        (Case("control", "", "", argv=("gradcheck", "--help")), "a command that exits with status 0"),
+        (Case("control", "", "", call="forward(params, ids, cfg)"), "a valid call (it is accepted)"),
+        (Case("control", "", "", call='int("ten")'), "a call that raises a plain ValueError, not a TransformerError"),
+        (Case("control", "", "", cli="gradcheck --help"), "a command that exits with status 0"),
     ]
     rows = []
     for case, what in controls:
         try:
             run_call(case, namespace, folder) if case.call else run_command(case, folder)
         except RuntimeError as e:
-            rows.append([what, code(case.call or command_text(case.argv)), code(str(e).splitlines()[0])])
+            rows.append([what, code(case.call or case.command), code(str(e).splitlines()[0])])
         else:
             raise RuntimeError(f"the checks let {what} through: this page could show a wrong result")
     return ("Each of these was given to the same checks at build time in place of a bad input. Each would have "
@@ -146,20 +144,19 @@ def negative_md(namespace, folder):
 
 
 def generate(context):
-    namespace = setup_namespace()
-    for case in CASES:
-        check_tests_exist(case)
+    namespace, files = setup(), defined_tests()
+    tests = {case.slug: checked_by(case, files) for case in CASES}  # before anything runs: a wrong name stops it
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         make_fixtures(tmp / "fixtures")
         results = run_all(CASES, namespace, tmp / "fixtures", tmp / "runs")
         for copy in ("optimized", "negative"):
             shutil.copytree(tmp / "fixtures", tmp / copy)
-        text = {"summary": summary_md(results), "cases": cases_md(results, namespace),
+        text = {"summary": summary_md(results), "cases": cases_md(results, namespace, tests),
                 "optimized": optimized_md(results, tmp / "optimized"),
                 "negative": negative_md(namespace, tmp / "negative")}
     for name, fragment in text.items():
         if tmp.name in fragment:
             raise RuntimeError(f"the {name} fragment names the temporary folder {tmp}: two builds would differ")
-    return {**text, "setup": f"```python\n{SETUP}```\n",
+    return {**text, "setup": f"```python\n{setup_text()}```\n",
             "provenance": sections.provenance_md(PAGE, {"init_params": SEED, "train": SEED})}

@@ -1,24 +1,29 @@
 """Negative controls for the Bad inputs page: the checks that keep a wrong result off it
 (site_scripts/refusals.py) stop the build when a bad input is not refused properly."""
 
+import ast
+from pathlib import Path
+
+import numpy as np
 import pytest
 
-from site_scripts import bad_input_cases
+from site_scripts import bad_input_cases, depends
+from site_scripts.pages.bad_inputs import checked_by, defined_tests
 from site_scripts.refusals import Case, check_command, check_files, check_raised, run_call, run_command
 from transformer.errors import InputError
 
-CASE = Case("negative-id", "A negative id", "", "forward(params, np.array([3, -1]), cfg)",
-            ("train", "--out", "run"), names=("found -1",))
+CASE = Case("negative-id", "A negative id", "", "forward(params, np.array([3, -1]), cfg)", "train --out run",
+            names=("found -1",))
 
 
 def test_an_accepted_library_call_stops_the_build(tmp_path):
     accepted = Case("valid", "Valid ids", "", "forward(params, ids, cfg)")
     with pytest.raises(RuntimeError, match="was accepted: it raised no error"):
-        run_call(accepted, bad_input_cases.setup_namespace(), tmp_path)
+        run_call(accepted, bad_input_cases.setup(), tmp_path)
 
 
 def test_the_real_bad_call_passes_the_same_check(tmp_path):
-    ran = run_call(CASE, bad_input_cases.setup_namespace(), tmp_path)
+    ran = run_call(CASE, bad_input_cases.setup(), tmp_path)
     assert ran.raised == "InputError" and "found -1" in ran.message
 
 
@@ -51,7 +56,7 @@ def test_a_command_not_refused_properly_stops_the_build(status, stdout, stderr, 
 
 def test_a_real_command_that_exits_0_stops_the_build(tmp_path):
     with pytest.raises(RuntimeError, match="exited with status 0: the bad input was accepted"):
-        run_command(Case("help", "", "", argv=("gradcheck", "--help")), tmp_path)
+        run_command(Case("help", "", "", cli="gradcheck --help"), tmp_path)
 
 
 BEFORE = {"run/checkpoint.npz": "a", "corpus.txt": "c"}  # path: sha256
@@ -70,8 +75,37 @@ def test_a_lost_file_or_a_checkpoint_left_behind_stops_the_build(after, message)
     assert kept == ["run/checkpoint.npz", "corpus.txt"] and created == ["new/metrics.jsonl"]
 
 
-def test_the_setup_the_page_shows_imports_what_its_cache_key_follows(monkeypatch):
-    bad_input_cases.setup_namespace()
-    monkeypatch.delitem(bad_input_cases.KEYED, "forward")
-    with pytest.raises(RuntimeError, match="SETUP and KEYED must name the same transformer objects"):
-        bad_input_cases.setup_namespace()
+def test_the_cache_key_follows_every_name_the_setup_imports():
+    """The calls are text, evaluated after setup(): only setup()'s own imports put what they call into the key."""
+    source = depends.Source(Path(bad_input_cases.__file__).read_text())
+    imported = {(node.module.split(".")[1], alias.name) for node in ast.walk(source.nodes["setup"])
+                if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert {("model", "forward"), ("checkpoint", "load_checkpoint")} <= imported <= source.mentions("setup")
+
+
+def test_the_setup_the_page_shows_is_the_setup_the_build_runs():
+    text, ran, shown = bad_input_cases.setup_text(), bad_input_cases.setup(), {}
+    exec(text, shown)  # noqa: S102 - what the page shows and python -O runs
+    assert text.startswith("import numpy as np\n") and "return" not in text and '"""' not in text
+    assert set(shown) - {"__builtins__"} == set(ran)
+    np.testing.assert_array_equal(shown["params"]["tok_emb"], ran["params"]["tok_emb"])
+    again = ran["init_params"](ran["cfg"], seed=bad_input_cases.SEED)  # the seed the page's provenance names
+    np.testing.assert_array_equal(again["tok_emb"], ran["params"]["tok_emb"])
+
+
+def test_tests_are_found_by_name_in_any_folder_and_a_missing_or_twice_defined_one_stops_the_build(tmp_path):
+    (tmp_path / "tests" / "unit").mkdir(parents=True)
+    two = "def test_once():\n    pass\n\n\ndef test_twice():\n    pass\n"
+    (tmp_path / "tests" / "unit" / "test_a.py").write_text(two)
+    (tmp_path / "tests" / "test_b.py").write_text("def test_twice():\n    pass\n")
+    found = defined_tests(tmp_path)
+    assert checked_by(Case("c", "", "", tests=("test_once",)), found) == ["tests/unit/test_a.py::test_once"]
+    with pytest.raises(RuntimeError, match=r"test_twice, which is defined in \['tests/test_b.py', 'tests/unit/"):
+        checked_by(Case("c", "", "", tests=("test_twice",)), found)
+    with pytest.raises(RuntimeError, match="test_gone, which is defined in no file"):
+        checked_by(Case("c", "", "", tests=("test_gone",)), found)
+
+
+def test_every_case_names_tests_that_are_defined_once_under_tests():
+    found = defined_tests()
+    assert all(checked_by(case, found) for case in bad_input_cases.CASES)
