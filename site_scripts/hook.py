@@ -19,6 +19,9 @@ from site_scripts import anatomy, build, notebooks, registry  # noqa: E402
 
 def on_config(config, **kwargs):
     """The navigation is the registry's: mkdocs.yml names no page."""
+    # mkdocs restores sys.path once this file is imported; the pages import tools/ later, so put it back.
+    if PROJECT not in sys.path:
+        sys.path.insert(0, PROJECT)
     if config["nav"]:
         raise PluginError("mkdocs.yml has a nav: the pages and their order come from site_scripts/registry.py")
     config["nav"] = registry.nav()

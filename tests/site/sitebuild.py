@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from site_scripts import registry
 from site_scripts.common import ROOT
@@ -15,7 +16,10 @@ ENV.pop("SITE_REPO_URL", None)
 
 
 def mkdocs_build(site_dir, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],
+    # The venv's mkdocs script, as scripts/site runs it: unlike `python -m mkdocs`, it does not put the current
+    # folder on sys.path, so the build must find the project's packages by itself.
+    mkdocs = Path(sys.executable).with_name("mkdocs")
+    return subprocess.run([str(mkdocs), "build", "--strict", "--site-dir", str(site_dir)],
                           cwd=cwd, capture_output=True, text=True, env=ENV)
 
 
