@@ -209,25 +209,23 @@ def slowest(steps, wall_s, count=4):
 
 
 def site_scripts(root):
-    """site_scripts.depends and site_scripts.notebooks, imported from the repository."""
+    """site_scripts.build (the units a page reaches) and site_scripts.notebooks, imported from the repository."""
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    from site_scripts import depends, notebooks
+    from site_scripts import build, notebooks
 
-    return depends, notebooks
+    return build, notebooks
 
 
 def expected_reruns(root, module, function):
     """The pages and notebooks whose reached units include the function, by site_scripts.depends,
     and the notebooks that depend (`# depends-on:`) on one of those."""
-    depends, notebooks = site_scripts(root)
+    build, notebooks = site_scripts(root)
     unit = (module, function)
-    pages = sorted(p.stem for p in (root / "site_scripts" / "pages").glob("*.py") if not p.name.startswith("_"))
-    expected = {f"page {p}" for p in pages
-                if unit in depends.page_units(root / "site_scripts" / "pages" / f"{p}.py", root)}
+    expected = {f"page {p}" for p in build.page_names() if unit in build.page_units(p, root)}
     folder = root / "notebooks"
     for name in notebooks.in_order(folder):  # a notebook comes after those it depends on
-        reaches = unit in depends.page_units(folder / f"{name}.py", root)
+        reaches = unit in build.depends.page_units(folder / f"{name}.py", root)
         if reaches or any(f"notebook {dep}" in expected for dep in notebooks.dependencies(name, folder)):
             expected.add(f"notebook {name}")
     return expected
@@ -252,12 +250,12 @@ def moved_by_edit(before, after):
 def why_extra(root, module, extra, moved, called, reran):
     """{extra page or notebook: [reasons]}: the moved units it reaches, the reached units called from
     moved lines (pages only: notebooks do not print callers), the notebooks it depends on that reran."""
-    depends, notebooks = site_scripts(root)
+    build, notebooks = site_scripts(root)
     reasons = {}
     for item in extra:
         kind, name = item.split(" ", 1)
-        path = root / "site_scripts" / "pages" / f"{name}.py" if kind == "page" else root / "notebooks" / f"{name}.py"
-        units = sorted(depends.page_units(path, root))
+        units = sorted(build.page_units(name, root) if kind == "page"
+                       else build.depends.page_units(root / "notebooks" / f"{name}.py", root))
         groups = [([u for m, u in units if m == module and u in moved], "moved down")]
         if kind == "page":  # a page prints the lines that call its units; a notebook does not
             groups.append((sorted({u for _, u in units} & called), "called from lines that moved"))
