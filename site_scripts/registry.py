@@ -13,7 +13,7 @@ cache key follows what its entry names and what its generator imports, so import
 tie every page to every function.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Page:
     # or "mode" for a page whose content differs in the quick build (SITE_QUICK=1).
     reads: tuple = ()
     notebook: bool = False  # rendered from notebooks/<id>.py (site_scripts/notebooks.py)
-    generated: bool = field(default=True)  # False: a page with no fragments (its text is all prose)
+    generated: bool = True  # False: a page with no fragments (its text is all prose)
 
     @property
     def units(self):
@@ -54,8 +54,7 @@ class Page:
         return {tuple(u.split(":")) for u in (*self.functions, *self.listings, *self.reads) if ":" in u}
 
 
-TRAINED = ("init_params", "gradient check")
-GRADIENT_PATTERNS = {"gradient": ("*",)}
+TRAINED = ("init_params", "gradient check")  # the seeds of a page with a tiny example and a gradient check
 
 PAGES = (
     Page("home", "index.md", "Home"),
@@ -93,7 +92,7 @@ PAGES = (
          listings=("model:param_shapes", "model:check_ids", "model:check_params", "model:backward",
                    "model:check_targets", "model:loss_and_grads"), seeds=TRAINED,
          crosscheck=Rows("the torch mirror (`torch_forward`, `F.cross_entropy`) and autograd",
-                         {"forward": ("*",), "loss": ("*",), **GRADIENT_PATTERNS})),
+                         {"forward": ("*",), "loss": ("*",), "gradient": ("*",)})),
     Page("optim", "training/optim.md", "AdamW / Learning rate / Clipping", "Training",
          functions=("optim:adamw_update", "optim:lr_at", "optim:clip_grads"),
          listings=("optim:is_decayed", "optim:adamw_init", "optim:global_norm"), seeds=("init_params",),
