@@ -10,14 +10,12 @@ import numpy as np
 from transformer.checkpoint import FORMAT, VERSION, load_checkpoint, save_checkpoint
 from transformer.data import train_val_split
 from transformer.errors import CheckpointError
+from transformer.config import PRESETS
 from transformer.model import init_params
 from transformer.train import TrainConfig, new_run, train_step
 
 from .. import sections
-from ..examples import SEED, tiny
-
-PAGE = "checkpoints"
-
+from ..examples import SEED
 
 TEXT = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 4
 STEPS = 3
@@ -26,7 +24,7 @@ STEPS = 3
 def make(folder):
     """A checkpoint as `train` writes it: a small run on TEXT, after STEPS real training steps."""
     tc = TrainConfig(steps=STEPS, batch_size=2, seq_len=8, warmup=1, dtype="float64", seed=SEED)
-    run = new_run(TEXT, tiny()[0].with_(context_len=8), tc)
+    run = new_run(TEXT, PRESETS["tiny"].with_(context_len=8), tc)
     train_ids, _ = train_val_split(run.tokenizer.encode(TEXT), tc.seq_len)
     for _ in range(STEPS):
         train_step(run, train_ids, tc.seq_len)
@@ -63,9 +61,8 @@ def refusals_md():
         (folder / "truncated.npz").write_bytes(good[: len(good) // 2])
         (folder / "notes.txt").write_text("not a checkpoint")
         np.savez(folder / "foreign.npz", weights=np.zeros(3))
-        other = init_params(tiny()[0].with_(emb_dim=6, num_heads=2), seed=SEED)
-        cfg = tiny()[0]
-        bad = {"format": FORMAT, "version": VERSION, "config": cfg.to_dict(),
+        other = init_params(PRESETS["tiny"].with_(emb_dim=6, num_heads=2), seed=SEED)
+        bad = {"format": FORMAT, "version": VERSION, "config": PRESETS["tiny"].to_dict(),
                "tokenizer": {"kind": "char", "chars": "abcde"}, "step": 0, "adam_step": None, "extra": {}}
         np.savez(folder / "wrong-shapes.npz", meta=np.array(json.dumps(bad)),
                  **{f"param/{k}": v for k, v in other.items()})
@@ -88,7 +85,4 @@ def refusals_md():
 
 
 def generate(context):
-    return {
-        "layout": layout_md(),
-        "refusals": refusals_md(),
-    }
+    return {"layout": layout_md(), "refusals": refusals_md()}

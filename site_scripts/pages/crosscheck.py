@@ -5,8 +5,6 @@ from transformer.crosscheck import ADAMW, TOLERANCES, ZERO_GRADIENT_NOISE
 from .. import sections
 from ..results import ROW_HEADER, crosscheck_report, device_label, row_cells
 
-PAGE = "crosscheck"
-
 
 def devices_md():
     report = crosscheck_report()
@@ -28,7 +26,8 @@ def devices_md():
 def tolerances_md():
     rows = [[dtype, f"{t.rel:g}", f"{t.abs:g}", t.why] for dtype, t in TOLERANCES.items()]
     report = crosscheck_report()
-    special = [r for r in report["rows"] if (r.tol_rel, r.tol_abs) != (TOLERANCES[r.dtype].rel, TOLERANCES[r.dtype].abs)]
+    special = [r for r in report["rows"]
+               if (r.tol_rel, r.tol_abs) != (TOLERANCES[r.dtype].rel, TOLERANCES[r.dtype].abs)]
     text = (sections.md_table(["dtype on the torch side", "Relative", "Absolute", "Why this value"], rows)
             + "\nA comparison passes when its relative gap is within the relative tolerance or its absolute gap "
               "within the absolute one. The relative gap is max |ours − torch| divided by the larger of max |ours| "
@@ -41,9 +40,9 @@ def tolerances_md():
                  + ", ".join(f"`{t}`" for t in tensors) + "). The key bias gets a zero gradient in exact arithmetic: "
                  "adding the same vector to every key adds the same number to every score of a row, which the "
                  "softmax ignores. Each framework computes it as rounding noise instead (at most "
-                 f"{ZERO_GRADIENT_NOISE:g} allowed here), and Adam divides that noise by √v + ε, so each side moves the "
-                 f"key bias by up to lr × noise / ε per step (lr = {ADAMW.lr:g}, ε = {ADAMW.eps:g}), in unrelated "
-                 "directions. Relative comparison of two noises means nothing, so these rows have relative "
+                 f"{ZERO_GRADIENT_NOISE:g} allowed here), and Adam divides that noise by √v + ε, so each side moves "
+                 f"the key bias by up to lr × noise / ε per step (lr = {ADAMW.lr:g}, ε = {ADAMW.eps:g}), in "
+                 "unrelated directions. Relative comparison of two noises means nothing, so these rows have relative "
                  f"tolerance 0 and an absolute bound that grows with the step, from {bounds[0]:.1e} to "
                  f"{bounds[-1]:.1e}: twice the largest drift either side can have taken.\n")
     return text
@@ -80,7 +79,7 @@ def every_row_md():
 
 def generate(context):
     return {
-        "provenance": sections.provenance_md(PAGE, {"cross-check inputs": crosscheck_report()["seed"]}),
+        "provenance": sections.provenance_md("crosscheck", {"cross-check inputs": crosscheck_report()["seed"]}),
         "devices": devices_md(),
         "tolerances": tolerances_md(),
         "summary": summary_md(),
