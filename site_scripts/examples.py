@@ -74,3 +74,8 @@ def weighted_sum(dy, layer_forward, *args):
     the arrays in args in place). Its gradient with respect to the output is dy, so the backward called
     with dy gives exactly its gradients."""
     return lambda: float(np.sum(layer_forward(*args)[0] * dy))
+
+
+def collapsed(title, text):
+    """Markdown text inside a note that opens on a click (pymdownx.details), for a table too long to show open."""
+    return f'??? note "{title}"\n\n' + "\n".join("    " + line for line in text.splitlines()) + "\n"

@@ -3,6 +3,7 @@
 from transformer.crosscheck import ADAMW, TOLERANCES, ZERO_GRADIENT_NOISE
 
 from .. import sections
+from ..examples import collapsed
 from ..results import ROW_HEADER, crosscheck_report, device_label, row_cells
 
 
@@ -72,9 +73,7 @@ def summary_md():
 def every_row_md():
     report = crosscheck_report()
     rows = [row_cells(report, r) for r in report["rows"]]
-    table = sections.md_table(ROW_HEADER, rows)
-    return (f'??? note "All {len(rows)} comparisons"\n\n' + "\n".join("    " + line for line in table.splitlines())
-            + "\n")
+    return collapsed(f"All {len(rows)} comparisons", sections.md_table(ROW_HEADER, rows))
 
 
 def generate(context):
