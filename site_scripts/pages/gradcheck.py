@@ -64,8 +64,8 @@ def negative_md():
     _, g, loss, (_, dg, _) = layer_norm_case(np.random.default_rng(SEED))
     numeric = numerical_grad(loss, g, H_STEP)
     rows = []
-    for label, wrong in [("the real dg", dg), ("dg × 1.001", dg * 1.001), ("dg without its last entry",
-                                                                          np.r_[dg[:-1], 0.0])]:
+    backwards = {"the real dg": dg, "dg × 1.001": dg * 1.001, "dg without its last entry": np.r_[dg[:-1], 0.0]}
+    for label, wrong in backwards.items():
         gap, rel = float(np.abs(wrong - numeric).max()), relative_gap(wrong, numeric)
         rows.append([label, f"{gap:.2e}", f"{rel:.2e}", "pass" if check_passes(gap, rel) else "**fails**, as it must"])
     return ("A check is only worth something if it can fail. The same comparison, for LayerNorm's dg, with the "
@@ -78,8 +78,4 @@ def negative_md():
 
 
 def generate(context):
-    return {
-        "steps": steps_md(),
-        "model": model_md(),
-        "negative": negative_md(),
-    }
+    return {"steps": steps_md(), "model": model_md(), "negative": negative_md()}
