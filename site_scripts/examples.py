@@ -1,12 +1,14 @@
-"""The inputs the pages' examples share: the tiny illustrative model, and the
-default configuration with the training batch size.
+"""The inputs the pages' examples share (the tiny illustrative model, the default configuration with a
+small batch), and the few pieces of page text several generators repeat.
 
 Illustrative numbers come from the real `init_params`; nothing here is learned.
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from transformer.config import PRESETS
+from transformer.config import PRESETS, ModelConfig
 from transformer.model import forward, init_params
 
 SEED = 0
@@ -15,46 +17,65 @@ TINY_TARGETS = [0, 2, 1]
 H_STEP = 1e-5
 
 
+@dataclass(frozen=True)
+class Example:
+    """A model as `init_params` builds it (seed SEED) and one forward pass of it."""
+    cfg: ModelConfig
+    params: dict
+    ids: np.ndarray  # (B, T)
+    trace: dict  # every intermediate of the forward pass, by `forward`'s names (embedding, b0.ln1, ...)
+
+
+def example(cfg, ids):
+    params = init_params(cfg, seed=SEED)
+    trace = {}
+    forward(params, ids, cfg, trace)
+    return Example(cfg, params, ids, trace)
+
+
 def tiny():
-    """(cfg, params, ids (1, T)) of the tiny preset."""
-    cfg = PRESETS["tiny"]
-    return cfg, init_params(cfg, seed=SEED), np.array([TINY_IDS])
+    """The tiny preset on one sequence, TINY_IDS."""
+    return example(PRESETS["tiny"], np.array([TINY_IDS]))
 
 
-def tiny_sizes(cfg):
+def default_run():
+    """The default config on B = 2 sequences of T = context_len / 2 tokens (sizes chosen to differ from
+    each other and from d, so that a recorded shape names its axes)."""
+    cfg = PRESETS["default"]
+    return example(cfg, np.random.default_rng(SEED).integers(0, cfg.vocab_size, (2, cfg.context_len // 2)))
+
+
+def sizes(cfg):
     return (f"V = {cfg.vocab_size}, T_max = {cfg.context_len}, d = {cfg.emb_dim}, H = {cfg.num_heads}, "
             f"L = {cfg.num_layers}, F = {cfg.ff_dim}")
 
 
 def illustrative(text):
     """The admonition that labels a tiny example as illustrative."""
-    cfg = PRESETS["tiny"]
     return (f'!!! example "Illustrative: the tiny model built by the real `init_params` (seed {SEED}), '
-            f'not learned values"\n    Sizes: {tiny_sizes(cfg)}. {text}\n')
-
-
-def tiny_trace(cfg=None, params=None, ids=None):
-    """Every intermediate of the tiny model's forward on TINY_IDS."""
-    if cfg is None:
-        cfg, params, ids = tiny()
-    trace = {}
-    forward(params, ids, cfg, trace)
-    return trace
-
-
-def default_run():
-    """(cfg, B, T, trace) at the default config, on B = 2 sequences of T = context_len / 2 tokens
-    (sizes chosen to differ from each other and from d, so that a recorded shape names its axes)."""
-    cfg = PRESETS["default"]
-    B, T = 2, cfg.context_len // 2
-    ids = np.random.default_rng(SEED).integers(0, cfg.vocab_size, (B, T))
-    trace = {}
-    forward(init_params(cfg, seed=SEED), ids, cfg, trace)
-    return cfg, B, T, trace
+            f'not learned values"\n    Sizes: {sizes(PRESETS["tiny"])}. {text}\n')
 
 
 def default_note(batch=True):
+    """Where a symbol table's recorded shapes come from: default_run (or the default config alone)."""
     cfg = PRESETS["default"]
-    text = (f"the default config (V = {cfg.vocab_size}, T_max = {cfg.context_len}, d = {cfg.emb_dim}, "
-            f"H = {cfg.num_heads}, L = {cfg.num_layers}, F = {cfg.ff_dim})")
+    text = f"the default config ({sizes(cfg)})"
     return text + (f" with a batch of B = 2 sequences of T = {cfg.context_len // 2} tokens" if batch else "")
+
+
+def biases_moved(params, rng):
+    """A copy of the parameters with every 1-D one (biases, gains) moved by 0.1 × N(0, 1), so that their
+    gradient terms count in a check (at initialisation they are exactly 0 or 1)."""
+    return {k: v + 0.1 * rng.standard_normal(v.shape) if v.ndim == 1 else v.copy() for k, v in params.items()}
+
+
+def weighted_sum(dy, layer_forward, *args):
+    """f = Σ layer_forward(*args)[0] ⊙ dy, as a function of no arguments for `numerical_grad` (which moves
+    the arrays in args in place). Its gradient with respect to the output is dy, so the backward called
+    with dy gives exactly its gradients."""
+    return lambda: float(np.sum(layer_forward(*args)[0] * dy))
+
+
+def collapsed(title, text):
+    """Markdown text inside a note that opens on a click (pymdownx.details), for a table too long to show open."""
+    return f'??? note "{title}"\n\n' + "\n".join("    " + line for line in text.splitlines()) + "\n"

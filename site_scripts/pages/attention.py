@@ -4,34 +4,20 @@ import numpy as np
 
 from transformer.attention import attention_backward, attention_forward
 from transformer.block import ATTENTION_KEYS, block_params
-from transformer.model import init_params
 
 from .. import sections
-from ..examples import (
-    H_STEP,
-    SEED,
-    TINY_IDS,
-    default_note,
-    default_run,
-    illustrative,
-    tiny,
-    tiny_trace,
-)
-
-PAGE = "attention"
+from ..examples import H_STEP, SEED, TINY_IDS, biases_moved, default_note, default_run, illustrative, tiny, weighted_sum
 
 
 def example_md():
-    cfg, params, ids = tiny()
-    trace = tiny_trace()
-    a = trace["b0.ln1"]
-    att = trace["b0.attention"][0]  # (H, T, T)
-    y, _ = attention_forward(a, block_params(params, 0), cfg.num_heads)
+    ex = tiny()
+    cfg, dh = ex.cfg, ex.cfg.head_dim
+    a, p = ex.trace["b0.ln1"], block_params(ex.params, 0)
+    att = ex.trace["b0.attention"][0]  # (H, T, T)
+    y, _ = attention_forward(a, p, cfg.num_heads)
     parts = [illustrative(f"Block 0 of the tiny model on ids `{TINY_IDS}`: its input is the LN1 output "
-                          f"below; {cfg.num_heads} heads of width d/H = {cfg.head_dim}.")]
+                          f"below; {cfg.num_heads} heads of width d/H = {dh}.")]
     parts.append(sections.array_md("LN1(X)", a[0], row_label="position"))
-    p = block_params(params, 0)
-    dh = cfg.head_dim
     q = a[0] @ p["wq"] + p["bq"]
     k = a[0] @ p["wk"] + p["bk"]
     scores = (q[:, :dh] @ k[:, :dh].T) / np.sqrt(dh)
@@ -60,12 +46,11 @@ def example_md():
 
 
 def symbols_md():
-    cfg, B, T, trace = default_run()
-    p = block_params(init_params(cfg, seed=SEED), 0)
-    x = trace["b0.ln1"]
-    y, cache = attention_forward(x, p, cfg.num_heads)
+    ex = default_run()
+    p, x = block_params(ex.params, 0), ex.trace["b0.ln1"]
+    y, cache = attention_forward(x, p, ex.cfg.num_heads)
     q_scaled, k, v, att, *_ = cache
-    dx, grads = attention_backward(np.ones_like(y), cache)
+    dx, _ = attention_backward(np.ones_like(y), cache)
     rows = [
         (r"X", "the block's LN1 output", "x", "(B, T, d)", x.shape),
         (r"W_q, W_k, W_v, W_o", "projections (weights side by side as one (d, 3d) matmul for q, k, v)",
@@ -74,7 +59,7 @@ def symbols_md():
         (r"Q^{(h)}, K^{(h)}, V^{(h)}", "per-head queries, keys, values", "q, k, v", "(B, H, T, dh)", k.shape),
         (r"Q^{(h)}/\sqrt{d_h}", "the queries with the score scale already applied (kept for the backward)",
          "q_scaled", "(B, H, T, dh)", q_scaled.shape),
-        (r"d_h", "head width d/H", "cfg.head_dim", "scalar", f"{cfg.head_dim}"),
+        (r"d_h", "head width d/H", "cfg.head_dim", "scalar", f"{ex.cfg.head_dim}"),
         (r"S^{(h)}, A^{(h)}", "scores and attention weights", "scores, att", "(B, H, T, T)", att.shape),
         (r"O^{(h)}", "weighted values of each head", "heads", "(B, H, T, dh)", v.shape),
         (r"\operatorname{Attn}(X)", "the sub-layer's output", "y", "(B, T, d)", y.shape),
@@ -84,26 +69,18 @@ def symbols_md():
 
 
 def gradcheck_md():
-    cfg, params, _ = tiny()
-    rng = np.random.default_rng(SEED)
-    p = {k: v + 0.1 * rng.standard_normal(v.shape) if v.ndim == 1 else v.copy()
-         for k, v in block_params(params, 0).items()}  # biases off zero so their terms count
-    x = rng.standard_normal((2, cfg.context_len, cfg.emb_dim))
+    ex, rng = tiny(), np.random.default_rng(SEED)
+    p = biases_moved(block_params(ex.params, 0), rng)
+    x = rng.standard_normal((2, ex.cfg.context_len, ex.cfg.emb_dim))
     dy = rng.standard_normal(x.shape)
-    dx, grads = attention_backward(dy, attention_forward(x, p, cfg.num_heads)[1])
+    dx, grads = attention_backward(dy, attention_forward(x, p, ex.cfg.num_heads)[1])
     checks = [("dx", dx, x)] + [(f"d{k}", grads[k], p[k]) for k in ATTENTION_KEYS]
-    rows = sections.gradcheck_rows(lambda: float(np.sum(attention_forward(x, p, cfg.num_heads)[0] * dy)),
-                                   checks, H_STEP)
+    rows = sections.gradcheck_rows(weighted_sum(dy, attention_forward, x, p, ex.cfg.num_heads), checks, H_STEP)
     return (f"f = Σ Attn(X) ⊙ dY on the tiny model's block 0 parameters (biases moved off zero), random X of "
             f"shape {x.shape} and dY (seed {SEED}). The key bias gradient is zero in exact arithmetic: adding "
             "the same vector to every key adds the same number to every score of a row, which the softmax "
             "ignores; its row passes on the absolute floor.\n\n" + sections.gradcheck_table(rows))
 
 
-
 def generate(context):
-    return {
-        "symbols": symbols_md(),
-        "example": example_md(),
-        "gradcheck": gradcheck_md(),
-    }
+    return {"symbols": symbols_md(), "example": example_md(), "gradcheck": gradcheck_md()}

@@ -1,40 +1,27 @@
 """Generator of the Transformer Block page's fragments."""
 
-
 import numpy as np
 
+from transformer.attention import attention_forward
 from transformer.block import BLOCK_KEYS, block_backward, block_forward, block_params
-from transformer.model import init_params
 
 from .. import sections
-from ..examples import (
-    H_STEP,
-    SEED,
-    TINY_IDS,
-    default_note,
-    default_run,
-    illustrative,
-    tiny,
-    tiny_trace,
-)
-
-PAGE = "block"
+from ..examples import H_STEP, SEED, TINY_IDS, biases_moved, default_note, default_run, illustrative, tiny, weighted_sum
 
 
 def example_md():
-    cfg, params, ids = tiny()
-    trace = tiny_trace()
-    x = trace["embedding"]
-    inner = {}
-    y, cache = block_forward(x, block_params(params, 0), cfg, inner)
+    ex = tiny()
+    cfg, x, p = ex.cfg, ex.trace["embedding"], block_params(ex.params, 0)
+    y, cache = block_forward(x, p, cfg)
+    m = x + attention_forward(ex.trace["b0.ln1"], p, cfg.num_heads)[0]  # M (`h` in block_forward, not returned)
     dy = np.ones_like(y)
     dx, _ = block_backward(dy, cache)
     return "\n".join([
         illustrative(f"Block 0 of the tiny model ({cfg.activation}) on ids `{TINY_IDS}`."),
         sections.array_md("X (block input)", x[0], row_label="position"),
-        sections.array_md("LN1(X)", inner["ln1"][0], row_label="position"),
-        sections.array_md("M = X + Attn(LN1(X))", _m(cfg, params, x)[0], row_label="position"),
-        sections.array_md("LN2(M)", inner["ln2"][0], row_label="position"),
+        sections.array_md("LN1(X)", ex.trace["b0.ln1"][0], row_label="position"),
+        sections.array_md("M = X + Attn(LN1(X))", m[0], row_label="position"),
+        sections.array_md("LN2(M)", ex.trace["b0.ln2"][0], row_label="position"),
         sections.array_md("Y = M + FFN(LN2(M))", y[0], row_label="position"),
         f"At initialisation this block changes the stream by ‖Y − X‖ / ‖X‖ = "
         f"{np.linalg.norm(y - x) / np.linalg.norm(x):.2f} of its size.\n",
@@ -45,21 +32,10 @@ def example_md():
     ])
 
 
-def _m(cfg, params, x):
-    """M (`h` in the code), recomputed from the functions block_forward calls (it does not return it)."""
-    from transformer.attention import attention_forward
-    from transformer.layernorm import layer_norm_forward
-
-    p = block_params(params, 0)
-    a, _ = layer_norm_forward(x, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
-    return x + attention_forward(a, p, cfg.num_heads)[0]
-
-
 def symbols_md():
-    cfg, B, T, trace = default_run()
-    p = block_params(init_params(cfg, seed=SEED), 0)
-    x = trace["embedding"]
-    y, cache = block_forward(x, p, cfg)
+    ex = default_run()
+    p, x = block_params(ex.params, 0), ex.trace["embedding"]
+    y, cache = block_forward(x, p, ex.cfg)
     dx, grads = block_backward(np.ones_like(y), cache)
     rows = [
         (r"X", "the residual stream entering the block", "x", "(B, T, d)", x.shape),
@@ -77,29 +53,18 @@ def symbols_md():
 
 
 def gradcheck_md():
-    rows_all = []
-    cfg0, params, _ = tiny()
-    rng = np.random.default_rng(SEED)
+    rows_all, ex, rng = [], tiny(), np.random.default_rng(SEED)
     for activation in ("relu", "gelu"):
-        cfg = cfg0.with_(activation=activation)
-        p = {k: v + 0.1 * rng.standard_normal(v.shape) if v.ndim == 1 else v.copy()
-             for k, v in block_params(params, 0).items()}
+        cfg = ex.cfg.with_(activation=activation)
+        p = biases_moved(block_params(ex.params, 0), rng)
         x = rng.standard_normal((2, cfg.context_len, cfg.emb_dim))
         dy = rng.standard_normal(x.shape)
         dx, grads = block_backward(dy, block_forward(x, p, cfg)[1])
         checks = [(f"{activation}: dx", dx, x)] + [(f"{activation}: d{k}", grads[k], p[k]) for k in BLOCK_KEYS]
-        def loss(x=x, p=p, cfg=cfg, dy=dy):
-            return float(np.sum(block_forward(x, p, cfg)[0] * dy))
-
-        rows_all += sections.gradcheck_rows(loss, checks, H_STEP)
+        rows_all += sections.gradcheck_rows(weighted_sum(dy, block_forward, x, p, cfg), checks, H_STEP)
     return (f"f = Σ Y ⊙ dY through a whole block (tiny sizes, 1-D parameters moved off their initial values, random "
             f"X and dY, seed {SEED}), once with ReLU and once with GELU.\n\n" + sections.gradcheck_table(rows_all))
 
 
-
 def generate(context):
-    return {
-        "symbols": symbols_md(),
-        "example": example_md(),
-        "gradcheck": gradcheck_md(),
-    }
+    return {"symbols": symbols_md(), "example": example_md(), "gradcheck": gradcheck_md()}

@@ -3,9 +3,8 @@
 from transformer.crosscheck import ADAMW, TOLERANCES, ZERO_GRADIENT_NOISE
 
 from .. import sections
+from ..examples import collapsed
 from ..results import ROW_HEADER, crosscheck_report, device_label, row_cells
-
-PAGE = "crosscheck"
 
 
 def devices_md():
@@ -28,7 +27,8 @@ def devices_md():
 def tolerances_md():
     rows = [[dtype, f"{t.rel:g}", f"{t.abs:g}", t.why] for dtype, t in TOLERANCES.items()]
     report = crosscheck_report()
-    special = [r for r in report["rows"] if (r.tol_rel, r.tol_abs) != (TOLERANCES[r.dtype].rel, TOLERANCES[r.dtype].abs)]
+    special = [r for r in report["rows"]
+               if (r.tol_rel, r.tol_abs) != (TOLERANCES[r.dtype].rel, TOLERANCES[r.dtype].abs)]
     text = (sections.md_table(["dtype on the torch side", "Relative", "Absolute", "Why this value"], rows)
             + "\nA comparison passes when its relative gap is within the relative tolerance or its absolute gap "
               "within the absolute one. The relative gap is max |ours − torch| divided by the larger of max |ours| "
@@ -41,9 +41,9 @@ def tolerances_md():
                  + ", ".join(f"`{t}`" for t in tensors) + "). The key bias gets a zero gradient in exact arithmetic: "
                  "adding the same vector to every key adds the same number to every score of a row, which the "
                  "softmax ignores. Each framework computes it as rounding noise instead (at most "
-                 f"{ZERO_GRADIENT_NOISE:g} allowed here), and Adam divides that noise by √v + ε, so each side moves the "
-                 f"key bias by up to lr × noise / ε per step (lr = {ADAMW.lr:g}, ε = {ADAMW.eps:g}), in unrelated "
-                 "directions. Relative comparison of two noises means nothing, so these rows have relative "
+                 f"{ZERO_GRADIENT_NOISE:g} allowed here), and Adam divides that noise by √v + ε, so each side moves "
+                 f"the key bias by up to lr × noise / ε per step (lr = {ADAMW.lr:g}, ε = {ADAMW.eps:g}), in "
+                 "unrelated directions. Relative comparison of two noises means nothing, so these rows have relative "
                  f"tolerance 0 and an absolute bound that grows with the step, from {bounds[0]:.1e} to "
                  f"{bounds[-1]:.1e}: twice the largest drift either side can have taken.\n")
     return text
@@ -73,14 +73,12 @@ def summary_md():
 def every_row_md():
     report = crosscheck_report()
     rows = [row_cells(report, r) for r in report["rows"]]
-    table = sections.md_table(ROW_HEADER, rows)
-    return (f'??? note "All {len(rows)} comparisons"\n\n' + "\n".join("    " + line for line in table.splitlines())
-            + "\n")
+    return collapsed(f"All {len(rows)} comparisons", sections.md_table(ROW_HEADER, rows))
 
 
 def generate(context):
     return {
-        "provenance": sections.provenance_md(PAGE, {"cross-check inputs": crosscheck_report()["seed"]}),
+        "provenance": sections.provenance_md("crosscheck", {"cross-check inputs": crosscheck_report()["seed"]}),
         "devices": devices_md(),
         "tolerances": tolerances_md(),
         "summary": summary_md(),

@@ -5,22 +5,13 @@ import numpy as np
 from transformer.embedding import embedding_backward, embedding_forward
 
 from .. import sections
-from ..examples import (
-    H_STEP,
-    SEED,
-    TINY_IDS,
-    default_note,
-    default_run,
-    illustrative,
-    tiny,
-)
-
-PAGE = "embeddings"
+from ..examples import H_STEP, SEED, TINY_IDS, default_note, default_run, illustrative, tiny, weighted_sum
 
 
 def example_md():
-    cfg, params, ids = tiny()
-    x, cache = embedding_forward(ids, params["tok_emb"], params["pos_emb"])
+    ex = tiny()
+    params = ex.params
+    x, cache = embedding_forward(ex.ids, params["tok_emb"], params["pos_emb"])
     dx = np.arange(1, x.size + 1, dtype=float).reshape(x.shape) / 10
     dtok, dpos = embedding_backward(dx, cache)
     repeated = [v for v in set(TINY_IDS) if TINY_IDS.count(v) > 1]
@@ -42,8 +33,8 @@ def example_md():
 
 
 def symbols_md():
-    cfg, B, T, trace = default_run()
-    ids = np.zeros((B, T), dtype=np.int64)
+    ex = default_run()
+    cfg, ids = ex.cfg, np.zeros(ex.ids.shape, dtype=np.int64)
     tok, pos = np.zeros((cfg.vocab_size, cfg.emb_dim)), np.zeros((cfg.context_len, cfg.emb_dim))
     x, cache = embedding_forward(ids, tok, pos)
     dtok, dpos = embedding_backward(np.ones_like(x), cache)
@@ -60,24 +51,16 @@ def symbols_md():
 
 
 def gradcheck_md():
-    cfg, params, _ = tiny()
+    ex = tiny()
     ids = np.array([TINY_IDS, TINY_IDS[::-1]])  # two sequences, repeated ids
-    tok, pos = params["tok_emb"].copy(), params["pos_emb"].copy()
-    dx = np.random.default_rng(SEED).standard_normal((*ids.shape, cfg.emb_dim))
-
-    def loss():
-        return float(np.sum(embedding_forward(ids, tok, pos)[0] * dx))
-
+    tok, pos = ex.params["tok_emb"].copy(), ex.params["pos_emb"].copy()
+    dx = np.random.default_rng(SEED).standard_normal((*ids.shape, ex.cfg.emb_dim))
     dtok, dpos = embedding_backward(dx, embedding_forward(ids, tok, pos)[1])
-    rows = sections.gradcheck_rows(loss, [("dtok_emb", dtok, tok), ("dpos_emb", dpos, pos)], H_STEP)
+    rows = sections.gradcheck_rows(weighted_sum(dx, embedding_forward, ids, tok, pos),
+                                   [("dtok_emb", dtok, tok), ("dpos_emb", dpos, pos)], H_STEP)
     return (f"f = Σ X ⊙ dX for ids `{ids.tolist()}` (a repeated id in each sequence) and a random dX "
             f"(seed {SEED}).\n\n" + sections.gradcheck_table(rows))
 
 
-
 def generate(context):
-    return {
-        "symbols": symbols_md(),
-        "example": example_md(),
-        "gradcheck": gradcheck_md(),
-    }
+    return {"symbols": symbols_md(), "example": example_md(), "gradcheck": gradcheck_md()}

@@ -4,38 +4,37 @@ import numpy as np
 
 from transformer.activations import relu_backward, relu_forward
 from transformer.config import PRESETS
-from transformer.gradcheck import (
-    ABS_FLOOR,
-    REL_TOL,
-    check_passes,
-    gradcheck_model,
-    numerical_grad,
-    relative_gap,
-)
+from transformer.gradcheck import ABS_FLOOR, REL_TOL, check_passes, gradcheck_model, numerical_grad, relative_gap
 from transformer.layernorm import layer_norm_backward, layer_norm_forward
 from transformer.model import param_shapes
 
 from .. import sections
-from ..examples import H_STEP, SEED
+from ..examples import H_STEP, SEED, weighted_sum
 
-PAGE = "gradcheck"
 STEPS = [1e-2, 1e-3, 1e-5, 1e-8]
+
+
+def layer_norm_case(rng):
+    """A random 3 × 4 input x with gain g and shift b off 1 and 0, an upstream dy, the loss f = Σ y ⊙ dy and
+    the backward's (dx, dg, db)."""
+    x = rng.standard_normal((3, 4))
+    g, b = 1 + 0.3 * rng.standard_normal(4), 0.3 * rng.standard_normal(4)
+    dy = rng.standard_normal(x.shape)
+    grads = layer_norm_backward(dy, layer_norm_forward(x, g, b, 1e-5)[1])
+    return x, g, weighted_sum(dy, layer_norm_forward, x, g, b, 1e-5), grads
 
 
 def steps_md():
     rng = np.random.default_rng(SEED)
-    x = rng.standard_normal((3, 4))
-    g, b = 1 + 0.3 * rng.standard_normal(4), 0.3 * rng.standard_normal(4)
-    dy = rng.standard_normal(x.shape)
-    dx = layer_norm_backward(dy, layer_norm_forward(x, g, b, 1e-5)[1])[0]
+    x, _, ln_loss, (dx, _, _) = layer_norm_case(rng)
     z = rng.standard_normal((3, 4))
     z[0, 0] = 3e-4  # one input just right of ReLU's corner
     dz = rng.standard_normal(z.shape)
     dr = relu_backward(dz, relu_forward(z)[1])
     rows = []
     for h in STEPS:
-        ln = relative_gap(dx, numerical_grad(lambda: float(np.sum(layer_norm_forward(x, g, b, 1e-5)[0] * dy)), x, h))
-        relu = relative_gap(dr, numerical_grad(lambda: float(np.sum(relu_forward(z)[0] * dz)), z, h))
+        ln = relative_gap(dx, numerical_grad(ln_loss, x, h))
+        relu = relative_gap(dr, numerical_grad(weighted_sum(dz, relu_forward, z), z, h))
         rows.append([f"{h:g}", f"{ln:.2e}", f"{relu:.2e}"])
     return ("The relative gap between the backward formula and central differences, for a smooth function "
             "(LayerNorm's dx on a random 3 × 4 input) and for ReLU with one input at 3e-4, just right of its "
@@ -62,15 +61,11 @@ def model_md():
 
 
 def negative_md():
-    rng = np.random.default_rng(SEED)
-    x = rng.standard_normal((3, 4))
-    g, b = 1 + 0.3 * rng.standard_normal(4), 0.3 * rng.standard_normal(4)
-    dy = rng.standard_normal(x.shape)
-    numeric = numerical_grad(lambda: float(np.sum(layer_norm_forward(x, g, b, 1e-5)[0] * dy)), g, H_STEP)
-    _, dg, _ = layer_norm_backward(dy, layer_norm_forward(x, g, b, 1e-5)[1])
+    _, g, loss, (_, dg, _) = layer_norm_case(np.random.default_rng(SEED))
+    numeric = numerical_grad(loss, g, H_STEP)
     rows = []
-    for label, wrong in [("the real dg", dg), ("dg × 1.001", dg * 1.001), ("dg without its last entry",
-                                                                          np.r_[dg[:-1], 0.0])]:
+    backwards = {"the real dg": dg, "dg × 1.001": dg * 1.001, "dg without its last entry": np.r_[dg[:-1], 0.0]}
+    for label, wrong in backwards.items():
         gap, rel = float(np.abs(wrong - numeric).max()), relative_gap(wrong, numeric)
         rows.append([label, f"{gap:.2e}", f"{rel:.2e}", "pass" if check_passes(gap, rel) else "**fails**, as it must"])
     return ("A check is only worth something if it can fail. The same comparison, for LayerNorm's dg, with the "
@@ -83,8 +78,4 @@ def negative_md():
 
 
 def generate(context):
-    return {
-        "steps": steps_md(),
-        "model": model_md(),
-        "negative": negative_md(),
-    }
+    return {"steps": steps_md(), "model": model_md(), "negative": negative_md()}

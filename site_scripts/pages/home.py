@@ -3,12 +3,13 @@ of a real forward pass, and what this build checked."""
 
 from .. import sections
 from ..equations import EQUATIONS
-from ..examples import default_run
+from ..examples import default_run, sizes
 from ..markers import collect_markers
 from ..registry import PAGE_PATHS
 from ..results import crosscheck_report
 
 PAGE = "home"
+BY_PAGE = {eq.id: eq.page for eq in EQUATIONS}
 
 
 def shape(t):
@@ -16,8 +17,9 @@ def shape(t):
 
 
 def dataflow_md():
-    cfg, B, T, trace = default_run()
-    L = cfg.num_layers
+    ex = default_run()
+    cfg, trace, L = ex.cfg, ex.trace, ex.cfg.num_layers
+    B, T = ex.ids.shape
 
     def link(page):
         return PAGE_PATHS[page].replace(".md", "/")  # mermaid links are followed as built URLs
@@ -46,14 +48,8 @@ def dataflow_md():
               "  res2 --> lnf --> head --> loss"]
     lines += [f'  click {name} href "{link(page)}"' for name, _, page in nodes]
     lines.append("```")
-    return ("\n".join(lines) + "\n\nShapes from a real forward pass at " + _sizes(cfg, B, T)
-            + "; each box opens the page that explains it.\n")
-
-
-def _sizes(cfg, B, T):
-    return (f"the default config (V = {cfg.vocab_size}, T_max = {cfg.context_len}, d = {cfg.emb_dim}, "
-            f"H = {cfg.num_heads}, L = {cfg.num_layers}, F = {cfg.ff_dim}) on a batch of B = {B} sequences of "
-            f"T = {T} tokens")
+    return ("\n".join(lines) + f"\n\nShapes from a real forward pass at the default config ({sizes(cfg)}) on a "
+            f"batch of B = {B} sequences of T = {T} tokens; each box opens the page that explains it.\n")
 
 
 def checked_md():
@@ -71,9 +67,6 @@ def checked_md():
             f"compared the NumPy reference with PyTorch {report['versions']['torch']} on {device_text}"
             + (f" ({', '.join(missing)}: not on the build machine)" if missing else "") + ".\n\n"
             + sections.md_table(["Page", "Equations", "Lines computing them"], rows))
-
-
-BY_PAGE = {eq.id: eq.page for eq in EQUATIONS}
 
 
 def generate(context):

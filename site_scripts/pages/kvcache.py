@@ -4,21 +4,19 @@ import numpy as np
 
 from transformer.config import PRESETS
 from transformer.generate import KVCache, decode_step
-from transformer.model import forward, init_params
+from transformer.model import init_params
 
 from .. import sections
 from ..examples import SEED, TINY_IDS, default_note, illustrative, tiny
 
-PAGE = "kvcache"
-
 
 def example_md():
-    cfg, params, ids = tiny()
+    ex = tiny()
+    cfg, full = ex.cfg, ex.trace["logits"][0]
     cache = KVCache(cfg, np.float64)
-    full = forward(params, ids[0], cfg)[0]
     rows = []
     for t, token in enumerate(TINY_IDS):
-        logits = decode_step(params, token, cache, cfg)
+        logits = decode_step(ex.params, token, cache, cfg)
         rows.append([t, token, cache.length, " ".join(f"{v:.4f}" for v in logits),
                      f"{np.abs(logits - full[t]).max():.1e}"])
     return "\n".join([
@@ -36,10 +34,10 @@ def cost_md():
     T = cfg.context_len
     with_cache = T  # one position through the model per new token
     without = T * (T + 1) // 2  # the whole prefix again for every new token
-    return (f"Generating T = {T} tokens at {default_note(batch=False)}: with the cache the model processes one position per "
-            f"token, {with_cache} in all; without it, the whole prefix each time, 1 + 2 + … + {T} = {without} "
-            f"positions, {without / with_cache:.1f} times as many. Attention itself still reads every cached key "
-            "and value, so each step's attention cost grows with t either way.\n")
+    return (f"Generating T = {T} tokens at {default_note(batch=False)}: with the cache the model processes one "
+            f"position per token, {with_cache} in all; without it, the whole prefix each time, 1 + 2 + … + {T} = "
+            f"{without} positions, {without / with_cache:.1f} times as many. Attention itself still reads every "
+            "cached key and value, so each step's attention cost grows with t either way.\n")
 
 
 def symbols_md():
@@ -58,10 +56,5 @@ def symbols_md():
     return sections.symbols_md(rows, default_note(batch=False))
 
 
-
 def generate(context):
-    return {
-        "symbols": symbols_md(),
-        "example": example_md(),
-        "cost": cost_md(),
-    }
+    return {"symbols": symbols_md(), "example": example_md(), "cost": cost_md()}

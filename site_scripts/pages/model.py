@@ -7,26 +7,12 @@ import numpy as np
 
 from transformer.config import PRESETS, ModelConfig
 from transformer.gradcheck import gradcheck_model
-from transformer.model import (
-    forward,
-    init_params,
-    loss_and_grads,
-    param_count,
-    param_shapes,
-)
+from transformer.model import init_params, loss_and_grads, param_count, param_shapes
 from transformer.optim import is_decayed
 
 from .. import depends, sections
-from ..code_facts import ROOT
-from ..examples import (
-    H_STEP,
-    SEED,
-    TINY_IDS,
-    TINY_TARGETS,
-    default_note,
-    illustrative,
-    tiny,
-)
+from ..common import ROOT
+from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, illustrative, sizes, tiny
 
 PAGE = "model"
 MODEL_PY = "transformer/model.py"
@@ -43,38 +29,28 @@ ROLES = {  # what each parameter is for (prose); a key missing here stops the bu
 }
 
 
-def calls_in(name):
-    """(line, callee module, callee name, source text) of each transformer call in a model.py function, in order."""
-    source = depends.module_source("model")
-    node = source.defs[name]
+def calls_md(function):
+    """Line | Function | Call: each call of a transformer function in a model.py function, in source order; the
+    line links to the function's listing on this page, the callee to its own listing."""
+    source, text = depends.module_source("model"), (ROOT / MODEL_PY).read_text()
     found = []
-    for call in ast.walk(node):
+    for call in ast.walk(source.defs[function]):
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Name):
-            target = (source.names.get(call.func.id)
-                      or (("model", call.func.id) if call.func.id in source.defs else None))
+            name = call.func.id
+            target = source.names.get(name) or (("model", name) if name in source.defs else None)
             if target:
-                found.append((call.lineno, target[0], target[1], ast.get_source_segment(source_text(), call)))
-    return sorted(found)
-
-
-def source_text():
-    return (ROOT / MODEL_PY).read_text()
-
-
-def call_link(line_no, module, name):
-    path = f"transformer/{module}.py"
-    return f"[`{name}`]({sections.function_link(PAGE, path, name)})"
+                found.append((call.lineno, target[0], target[1], ast.get_source_segment(text, call)))
+    rows = [[f"[{line}]({sections.page_link(PAGE, PAGE, sections.line_anchor(MODEL_PY, function, line))})",
+             f"[`{name}`]({sections.function_link(PAGE, f'transformer/{module}.py', name)})", f"`{code}`"]
+            for line, module, name, code in sorted(found)]
+    return sections.md_table(["Line", "Function", "Call"], rows)
 
 
 def forward_order_md():
-    cfg, params, ids = tiny()
-    trace = {}
-    forward(params, ids, cfg, trace)
+    trace = tiny().trace
     out = [illustrative(f"ids `{TINY_IDS}`; the tensors are `forward(..., trace=...)`'s intermediates."), ""]
-    rows = [[f"[{line}]({sections.page_link(PAGE, PAGE, sections.line_anchor(MODEL_PY, 'forward', line))})",
-             call_link(line, module, name), f"`{text}`"] for line, module, name, text in calls_in("forward")]
     out.append("The calls `forward` makes, in source order (the block call runs once per layer):\n")
-    out.append(sections.md_table(["Line", "Function", "Call"], rows))
+    out.append(calls_md("forward"))
     out.append("The tensors at each step, in the order they are computed:\n")
     for key, value in trace.items():
         v = value[0]
@@ -85,14 +61,12 @@ def forward_order_md():
 
 
 def backward_order_md():
-    cfg, params, ids = tiny()
-    loss, grads = loss_and_grads(params, ids, np.array([TINY_TARGETS]), cfg)
-    rows = [[f"[{line}]({sections.page_link(PAGE, PAGE, sections.line_anchor(MODEL_PY, 'backward', line))})",
-             call_link(line, module, name), f"`{text}`"] for line, module, name, text in calls_in("backward")]
+    ex = tiny()
+    loss, grads = loss_and_grads(ex.params, ex.ids, np.array([TINY_TARGETS]), ex.cfg)
     table = [[f"`{k}`", sections.shape_text(g.shape), f"{np.linalg.norm(g):.4f}", f"{np.abs(g).max():.4f}"]
              for k, g in grads.items()]
     return ("The calls `backward` makes, in source order; the block call runs once per layer, last layer first:\n\n"
-            + sections.md_table(["Line", "Function", "Call"], rows)
+            + calls_md("backward")
             + f"\nThe gradient dictionary `loss_and_grads` returns for the tiny example (targets `{TINY_TARGETS}`, "
               f"loss {loss:.4f}): one entry per parameter, in the order of `params`.\n\n"
             + sections.md_table(["Key", "Shape", "‖grad‖", "max |grad|"], table))
@@ -200,9 +174,9 @@ def _url(md_link):
 
 
 def gradcheck_md():
-    cfg, _, ids = tiny()
-    report = gradcheck_model(cfg, ids, np.array([TINY_TARGETS]), seed=SEED, h=H_STEP, perturb=0.1)
-    shapes = param_shapes(cfg)
+    ex = tiny()
+    report = gradcheck_model(ex.cfg, ex.ids, np.array([TINY_TARGETS]), seed=SEED, h=H_STEP, perturb=0.1)
+    shapes = param_shapes(ex.cfg)
     rows = [sections.GradRow(name, shapes[name], gap, rel, "float64", H_STEP) for name, (gap, rel) in report.items()]
     return (f"`gradcheck_model` on the tiny model: every one of the {len(rows)} gradients of the loss, from "
             f"`loss_and_grads`, against central differences of `loss_fn` (ids `{TINY_IDS}`, targets "
@@ -211,15 +185,12 @@ def gradcheck_md():
             + sections.gradcheck_table(rows))
 
 
-
 def generate(context):
-    cfg = PRESETS["default"]
     return {
         "forward": forward_order_md(),
         "backward": backward_order_md(),
         **params_md(),
         "flow": flow_md(),
         "gradcheck": gradcheck_md(),
-        "sizes": f"At the default config: V = {cfg.vocab_size}, T_max = {cfg.context_len}, d = {cfg.emb_dim}, "
-                 f"H = {cfg.num_heads}, L = {cfg.num_layers}, F = {cfg.ff_dim}.\n",
+        "sizes": f"At the default config: {sizes(PRESETS['default'])}.\n",
     }

@@ -4,27 +4,22 @@ import numpy as np
 
 from transformer.config import PRESETS
 from transformer.model import init_params, loss_and_grads
-from transformer.optim import (
-    AdamWConfig,
-    adamw_init,
-    adamw_update,
-    clip_grads,
-    global_norm,
-    is_decayed,
-    lr_at,
-)
+from transformer.optim import AdamWConfig, adamw_init, adamw_update, clip_grads, global_norm, is_decayed, lr_at
 from transformer.train import TrainConfig
 
 from .. import sections
 from ..examples import SEED, TINY_IDS, TINY_TARGETS, default_note, illustrative, tiny
 
-PAGE = "optim"
+
+def tiny_grads():
+    """The tiny example's parameters and the gradients of its loss on TINY_TARGETS."""
+    ex = tiny()
+    return ex.params, loss_and_grads(ex.params, ex.ids, np.array([TINY_TARGETS]), ex.cfg)[1]
 
 
 def example_md():
-    cfg, params, ids = tiny()
+    params, grads = tiny_grads()
     opt = AdamWConfig()
-    _, grads = loss_and_grads(params, ids, np.array([TINY_TARGETS]), cfg)
     state = adamw_init(params)
     names = ["head_w", "lnf_g"]
     before = {k: params[k].copy() for k in names}
@@ -56,8 +51,7 @@ def schedule_md():
 
 
 def clip_md():
-    cfg, params, ids = tiny()
-    _, grads = loss_and_grads(params, ids, np.array([TINY_TARGETS]), cfg)
+    grads = tiny_grads()[1]
     norm = global_norm(grads)
     limit = round(norm / 2, 3)
     clipped, reported = clip_grads(grads, limit)
@@ -74,15 +68,16 @@ def decay_md():
     rest = [k for k in params if not is_decayed(k)]
     n = sum(params[k].size for k in decayed)
     total = sum(v.size for v in params.values())
-    return (f"At {default_note(batch=False)}: {len(decayed)} of {len(params)} keys are decayed ({n} of {total} scalars): "
-            + ", ".join(f"`{k}`" for k in decayed) + ". Not decayed: " + ", ".join(f"`{k}`" for k in rest) + ".\n")
+    return (f"At {default_note(batch=False)}: {len(decayed)} of {len(params)} keys are decayed ({n} of {total} "
+            "scalars): " + ", ".join(f"`{k}`" for k in decayed) + ". Not decayed: "
+            + ", ".join(f"`{k}`" for k in rest) + ".\n")
 
 
 def symbols_md():
     cfg = PRESETS["default"]
     params = init_params(cfg, seed=SEED)
     state = adamw_init(params)
-    opt = AdamWConfig()
+    opt, tc = AdamWConfig(), TrainConfig()
     rows = [
         (r"\theta", "one parameter array", "p = params[name]", "its own", params["head_w"].shape),
         (r"g", "its gradient", "grads[name]", "like θ", params["head_w"].shape),
@@ -93,18 +88,13 @@ def symbols_md():
         (r"\beta_1, \beta_2", "moment decays", "cfg.beta1, cfg.beta2", "scalar", f"{opt.beta1}, {opt.beta2}"),
         (r"\epsilon", "keeps the division finite", "cfg.eps", "scalar", f"{opt.eps:g}"),
         (r"\lambda", "weight decay", "cfg.weight_decay", "scalar", f"{opt.weight_decay}"),
-        (r"S_w, S", "warm-up steps, total steps", "warmup_steps, total_steps", "scalar",
-         f"{TrainConfig().warmup}, {TrainConfig().steps}"),
-        (r"c", "clipping threshold", "max_norm", "scalar", f"{TrainConfig().grad_clip}"),
+        (r"S_w, S", "warm-up steps, total steps", "warmup_steps, total_steps", "scalar", f"{tc.warmup}, {tc.steps}"),
+        (r"c", "clipping threshold", "max_norm", "scalar", f"{tc.grad_clip}"),
     ]
-    return sections.symbols_md(rows, default_note(batch=False) + " (θ shown for `head_w`) and the AdamW and training defaults")
+    return sections.symbols_md(rows, default_note(batch=False) + " (θ shown for `head_w`) and the AdamW and "
+                               "training defaults")
 
 
 def generate(context):
-    return {
-        "symbols": symbols_md(),
-        "example": example_md(),
-        "schedule": schedule_md(),
-        "clip": clip_md(),
-        "decay": decay_md(),
-    }
+    return {"symbols": symbols_md(), "example": example_md(), "schedule": schedule_md(), "clip": clip_md(),
+            "decay": decay_md()}

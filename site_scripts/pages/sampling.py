@@ -4,19 +4,17 @@ import numpy as np
 
 from transformer.generate import generate as generate_text
 from transformer.generate import sample_next
-from transformer.model import forward
 from transformer.softmax import softmax_forward
 
 from .. import sections
 from ..examples import SEED, TINY_IDS, illustrative, tiny
 
-PAGE = "sampling"
 DRAWS = 20_000
 
 
 def example_md():
-    cfg, params, ids = tiny()
-    logits = forward(params, ids[0], cfg)[0][-1]
+    ex = tiny()
+    cfg, params, logits = ex.cfg, ex.params, ex.trace["logits"][0, -1]
     rows = []
     settings = [(1.0, None), (0.5, None), (2.0, None), (1.0, 2), (0.0, None)]
     for temperature, top_k in settings:
@@ -49,6 +47,4 @@ def example_md():
 
 
 def generate(context):
-    return {
-        "example": example_md(),
-    }
+    return {"example": example_md()}

@@ -2,33 +2,15 @@
 
 import numpy as np
 
-from transformer.model import forward
-from transformer.softmax import (
-    cross_entropy_backward,
-    cross_entropy_forward,
-    softmax_backward,
-    softmax_forward,
-)
+from transformer.softmax import cross_entropy_backward, cross_entropy_forward, softmax_backward, softmax_forward
 
 from .. import sections
-from ..examples import (
-    H_STEP,
-    SEED,
-    TINY_IDS,
-    TINY_TARGETS,
-    default_note,
-    default_run,
-    illustrative,
-    tiny,
-)
-
-PAGE = "softmax"
+from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, tiny
 
 
 def example_md():
-    cfg, params, ids = tiny()
-    logits, _ = forward(params, ids, cfg)
-    z = logits[0]
+    ex = tiny()
+    cfg, z = ex.cfg, ex.trace["logits"][0]
     p, _ = softmax_forward(z.copy())
     targets = np.array(TINY_TARGETS)
     loss, cache = cross_entropy_forward(z, targets)
@@ -53,8 +35,7 @@ def example_md():
 
 
 def symbols_md():
-    cfg, B, T, trace = default_run()
-    z = trace["logits"]
+    z = default_run().trace["logits"]
     targets = np.zeros(z.shape[:-1], dtype=np.int64)
     p, _ = softmax_forward(z.copy())
     _, cache = cross_entropy_forward(z, targets)
@@ -86,10 +67,5 @@ def gradcheck_md():
             f"targets (seed {SEED}).\n\n" + sections.gradcheck_table(rows))
 
 
-
 def generate(context):
-    return {
-        "symbols": symbols_md(),
-        "example": example_md(),
-        "gradcheck": gradcheck_md(),
-    }
+    return {"symbols": symbols_md(), "example": example_md(), "gradcheck": gradcheck_md()}

@@ -5,7 +5,6 @@ from transformer.errors import InputError
 
 from .. import sections
 
-PAGE = "tokenizer"
 TEXT = "To be, or not to be: that is the question."
 UNICODE_TEXT = "naïve café"
 
@@ -47,7 +46,4 @@ def symbols_md():
 
 
 def generate(context):
-    return {
-        "symbols": symbols_md(),
-        "example": example_md(),
-    }
+    return {"symbols": symbols_md(), "example": example_md()}

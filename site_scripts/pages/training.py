@@ -15,7 +15,6 @@ from transformer.train import TrainConfig, train
 from .. import sections
 from ..examples import SEED
 
-PAGE = "training"
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
         "First Citizen:\nYou are all resolved rather to die than to famish?\n\nAll:\nResolved. resolved.\n") * 8
 STEPS = 60
@@ -76,8 +75,4 @@ def symbols_md():
 
 
 def generate(context):
-    return {
-        "symbols": symbols_md(),
-        "example": example_md(),
-        "run": run_md(),
-    }
+    return {"symbols": symbols_md(), "example": example_md(), "run": run_md()}
