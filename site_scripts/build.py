@@ -41,12 +41,11 @@ def generator_path(name, root=ROOT):
 
 
 def page_sources(name, root=ROOT):
-    """The page generator and the site_scripts helpers it imports (beyond the shared ones)."""
+    """The page generator and the site_scripts and tools files it imports, directly or not (beyond the shared
+    ones)."""
     path = generator_path(name, root)
-    found = [path] if path else []
-    if path:
-        helpers = set(depends.Source(path.read_text()).site_modules) - {s[:-3] for s in SHARED} - {"pages"}
-        found += [root / "site_scripts" / f"{h}.py" for h in sorted(helpers)]
+    shared = {root / "site_scripts" / s for s in SHARED}
+    found = [p for p in depends.reached_files(path, root) if p not in shared] if path else []
     if registry.BY_ID[name].crosscheck and root / "site_scripts" / "results.py" not in found:
         found.append(root / "site_scripts" / "results.py")
     return found

@@ -53,7 +53,7 @@ class Source:
                         self.nodes[unit] = node
                     for name in names:
                         self.unit_of.setdefault(name, unit)
-        self.site_modules, self._mentions = [], {}
+        self.helpers, self._mentions = [], {}  # helpers: the site_scripts and tools files it imports
         # Imports at module level are seen by every unit; an import inside a
         # function only by that function (see _find_mentions).
         self.names, self.modules = self._imports([n for n in self.tree.body if n not in self.nodes.values()])
@@ -92,10 +92,22 @@ class Source:
                         modules[local] = alias.name
                 else:
                     names[local] = (base, alias.name)
-        elif self.package_module is None and node.level >= 1 and node.module:
-            # a page importing a helper of site_scripts: its transformer uses count too
-            if node.module.split(".")[-1] not in self.site_modules:
-                self.site_modules.append(node.module.split(".")[-1])
+        elif self.package_module is None:
+            # a page importing a helper of site_scripts or a tool: its transformer uses count too
+            for helper in self._helper_files(node):
+                if helper not in self.helpers:
+                    self.helpers.append(helper)
+
+    @staticmethod
+    def _helper_files(node):
+        """The files a `from ... import` of site_scripts (relative) or of tools/ names, relative to the root."""
+        if node.level >= 1 and node.module:
+            return [f"site_scripts/{node.module.split('.')[-1]}.py"]
+        if node.level == 0 and node.module == "tools":
+            return [f"tools/{alias.name}.py" for alias in node.names]
+        if node.level == 0 and (node.module or "").startswith("tools."):
+            return [f"tools/{node.module.split('.', 1)[1]}.py"]
+        return []
 
     def resolve(self, name):
         """The unit holding a global name of this module ("<module>" when none does)."""
@@ -193,18 +205,25 @@ def all_units(root=ROOT):
     return units
 
 
-def page_units(page_path, root=ROOT):
-    """The transformer units a page generator (and the site_scripts helpers it imports) reaches."""
-    seeds, files, done = set(), [Path(page_path)], set()
+def reached_files(page_path, root=ROOT):
+    """The generator (or notebook) and every site_scripts and tools file it imports, directly or not."""
+    files, done = [Path(page_path)], []
     while files:
         path = files.pop()
         if path in done or not path.exists():
             continue
-        done.add(path)
+        done.append(path)
+        files += [root / helper for helper in _parse(read_text(path), None, root).helpers]
+    return done
+
+
+def page_units(page_path, root=ROOT):
+    """The transformer units a page generator (and the site_scripts and tools files it imports) reaches."""
+    seeds = set()
+    for path in reached_files(page_path, root):
         source = _parse(read_text(path), None, root)
         for unit in [*source.nodes, MODULE]:
             seeds |= source.mentions(unit)
-        files += [root / "site_scripts" / f"{m}.py" for m in source.site_modules]
     return closure(seeds, root)
 
 

@@ -1,7 +1,7 @@
-"""Generator of the Bad inputs page: every mistake of the catalogue (site_scripts/bad_input_cases.py)
+"""Generator of the Bad inputs page: every mistake of the catalogue (tools/bad_input_cases.py)
 run through the real library and the real command line at build time, with the exact messages, exit
 statuses and what happened to the files. The checks that keep a wrong result off the page are in
-site_scripts/refusals.py.
+tools/refusals.py.
 """
 
 import ast
@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
+from tools.bad_input_cases import CASES, GROUP_NOTES, GROUPS, SEED, run_every_case, setup, setup_text
+from tools.refusals import Case, run_call, run_command, run_optimized
+
 from .. import sections
-from ..bad_input_cases import CASES, GROUP_NOTES, GROUPS, SEED, make_fixtures, setup, setup_text
-from ..refusals import Case, run_all, run_call, run_command, run_optimized
 
 PAGE = "bad_inputs"
 
@@ -148,8 +149,7 @@ def generate(context):
     tests = {case.slug: checked_by(case, files) for case in CASES}  # before anything runs: a wrong name stops it
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        make_fixtures(tmp / "fixtures")
-        results = run_all(CASES, namespace, tmp / "fixtures", tmp / "runs")
+        results = run_every_case(tmp)
         for copy in ("optimized", "negative"):
             shutil.copytree(tmp / "fixtures", tmp / copy)
         text = {"summary": summary_md(results), "cases": cases_md(results, namespace, tests),

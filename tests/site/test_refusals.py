@@ -1,5 +1,5 @@
 """Negative controls for the Bad inputs page: the checks that keep a wrong result off it
-(site_scripts/refusals.py) stop the build when a bad input is not refused properly."""
+(tools/refusals.py) stop the build when a bad input is not refused properly."""
 
 import ast
 from pathlib import Path
@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from site_scripts import bad_input_cases, depends
+from site_scripts import depends
+from tools import bad_input_cases
 from site_scripts.pages.bad_inputs import checked_by, defined_tests
-from site_scripts.refusals import Case, check_command, check_files, check_raised, run_call, run_command
+from tools.refusals import Case, check_command, check_files, check_raised, run_call, run_command
 from transformer.errors import InputError
 
 CASE = Case("negative-id", "A negative id", "", "forward(params, np.array([3, -1]), cfg)", "train --out run",
@@ -109,3 +110,10 @@ def test_tests_are_found_by_name_in_any_folder_and_a_missing_or_twice_defined_on
 def test_every_case_names_tests_that_are_defined_once_under_tests():
     found = defined_tests()
     assert all(checked_by(case, found) for case in bad_input_cases.CASES)
+
+
+def test_the_command_line_check_exits_1_when_a_bad_input_is_accepted(monkeypatch, capsys):
+    """python tools/bad_input_cases.py is the page's check without the site: a case that is not refused fails it."""
+    monkeypatch.setattr(bad_input_cases, "CASES", [Case("accepted", "", "", call="forward(params, ids, cfg)")])
+    assert bad_input_cases.main() == 1
+    assert capsys.readouterr().err.startswith("error: ")

@@ -2,7 +2,7 @@
 
 Each case is one mistake: a library call (evaluated after setup(), in a folder that make_fixtures
 filled), a command line, or both, with what the error must mention and the tests that check it, named
-by their function only (the page finds their files under tests/). site_scripts/refusals.py runs them and
+by their function only (the page finds their files under tests/). tools/refusals.py runs them and
 refuses any that is not refused properly; site_scripts/pages/bad_inputs.py renders the page.
 """
 
@@ -11,18 +11,23 @@ import contextlib
 import inspect
 import io
 import json
+import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
 import numpy as np
 
-from transformer.checkpoint import FORMAT, VERSION, Checkpoint, save_checkpoint
-from transformer.config import PRESETS
-from transformer.data import CharTokenizer
-from transformer.model import init_params
-from transformer.train import TrainConfig, train
+if __package__ in (None, ""):  # run as `python tools/bad_input_cases.py`: import from the project root, as -m does
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from .refusals import Case, working_directory
+from transformer.checkpoint import FORMAT, VERSION, Checkpoint, save_checkpoint  # noqa: E402
+from transformer.config import PRESETS  # noqa: E402
+from transformer.data import CharTokenizer  # noqa: E402
+from transformer.model import init_params  # noqa: E402
+from transformer.train import TrainConfig, train  # noqa: E402
+
+from tools.refusals import Case, run_all, working_directory  # noqa: E402
 
 SEED = 0  # of setup()'s parameters and of the fixtures' runs (the page's provenance names it)
 
@@ -329,3 +334,30 @@ def make_fixtures(folder):
         train("corpus.txt", "broken", cfg, small, progress=False, on_step=stop_after_first_step)
         whole = Path("broken/checkpoint.npz").read_bytes()
         Path("broken/checkpoint.npz").write_bytes(whole[: len(whole) // 2])
+
+
+def run_every_case(workdir):
+    """Every case through the library and through the command line, each in its own copy of the fixtures
+    made in workdir: {slug: (library Ran or None, command Ran or None)}. Raises RuntimeError at the first
+    bad input that was not refused properly."""
+    workdir = Path(workdir)
+    make_fixtures(workdir / "fixtures")
+    return run_all(CASES, setup(), workdir / "fixtures", workdir / "runs")
+
+
+def main():
+    """python tools/bad_input_cases.py: the Bad inputs page's check without the site; exit 1 if one fails."""
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            results = run_every_case(tmp)
+        except RuntimeError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+    calls = sum(call is not None for call, _ in results.values())
+    commands = sum(command is not None for _, command in results.values())
+    print(f"{len(results)} bad inputs, each refused properly: {calls} library calls and {commands} commands")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
