@@ -20,21 +20,23 @@ def mode():
     return "quick" if os.environ.get(QUICK_ENV) == "1" else "full"
 
 
-def torch_version():
-    """The installed torch's version, or "none": no torch means no cross-check rows, which a key must reflect.
-    Read from the package metadata, so asking does not import torch."""
+def package_version(name):
+    """An installed package's version, read from its metadata (nothing is imported), or "none": an absent
+    package (no torch means no cross-check rows) is part of a key too."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("torch")
+        return version(name)
     except PackageNotFoundError:
         return "none"
 
 
-def numpy_version():
-    from importlib.metadata import version
+def torch_version():
+    return package_version("torch")
 
-    return version("numpy")
+
+def numpy_version():
+    return package_version("numpy")
 
 
 def hash_parts(*parts) -> str:

@@ -27,10 +27,9 @@ import platform
 import re
 import sys
 import time
-from importlib.metadata import PackageNotFoundError, version
 
 from . import depends
-from .common import QUICK_ENV, ROOT, hash_parts, is_current, mode, write_if_changed
+from .common import QUICK_ENV, ROOT, hash_parts, is_current, mode, package_version, write_if_changed
 
 NOTEBOOKS = ROOT / "notebooks"
 OUT = ROOT / "build" / "notebooks"
@@ -76,19 +75,12 @@ def notebook_key(name, run_mode, folder=NOTEBOOKS, repo_url=""):
     helpers = "".join(p.read_text() for p in sorted(folder.glob("_*.py")))
     parts = [path.read_text(), helpers, depends.units_text(depends.page_units(path)), run_mode, repo_url,
              platform.python_version(),
-             *(f"{p} {_version(p)}" for p in ("numpy", "matplotlib", "torch", "jupytext", "nbclient")),
+             *(f"{p} {package_version(p)}" for p in ("numpy", "matplotlib", "torch", "jupytext", "nbclient")),
              (ROOT / "site_scripts" / "notebooks.py").read_text(),
              *(notebook_key(dep, run_mode, folder, repo_url) for dep in dependencies(name, folder))]
     if "tinyshakespeare" in parts[0]:
         parts.append(hashlib.sha256(CORPUS.read_bytes()).hexdigest() if CORPUS.exists() else "no corpus")
     return hash_parts(*parts)
-
-
-def _version(package):
-    try:
-        return version(package)
-    except PackageNotFoundError:  # an absent package is part of the key too
-        return "none"
 
 
 def execute(name, run_mode, folder=NOTEBOOKS):
@@ -153,7 +145,8 @@ def render(nb, name, run_mode, repo_url=REPO_URL):
             parts.append(_output_md(output, name, f"fig-{index}-{n}.png", figures))
     source_link = f"[`notebooks/{name}.py`]({repo_url}/blob/main/notebooks/{name}.py)"
     parts.append(f"---\n\nExecuted at build time from {source_link} by nbclient ({run_mode} mode), with Python "
-                 f"{platform.python_version()}, numpy {_version('numpy')}, matplotlib {_version('matplotlib')}. "
+                 f"{platform.python_version()}, numpy {package_version('numpy')}, "
+                 f"matplotlib {package_version('matplotlib')}. "
                  f"Rerun only this page: `python -m site_scripts.notebooks --only {name} --force`.\n")
     return "\n".join(p for p in parts if p), figures
 
