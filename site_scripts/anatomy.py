@@ -43,5 +43,10 @@ def render(page, fragments, part=None, name=None):
 
 
 def expand(markdown, page, fragments):
-    """The docs page with each anatomy marker replaced by its sections."""
+    """The docs page with each anatomy marker replaced by its sections; a mistyped marker is an error, not a
+    comment that silently shows nothing."""
+    for line in re.findall(r"^<!-- *anatomy.*$", markdown, flags=re.M):
+        if not MARKER.fullmatch(line):
+            raise ValueError(f"{line!r} is not an anatomy marker: write <!-- anatomy -->, <!-- anatomy to NAME --> "
+                             "or <!-- anatomy from NAME -->")
     return MARKER.sub(lambda m: render(page, fragments, m.group(1), m.group(2)), markdown)

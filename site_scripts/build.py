@@ -6,7 +6,8 @@ of its optional generator, site_scripts/pages/<id>.py, a module with generate(co
 name: markdown}. They are written to build/snippets/<id>/<fragment>.md, which the docs pages include.
 
 The cache key of a page, in one paragraph: it hashes the code the page's numbers can come from. That
-is the generator and the site_scripts modules it imports; the transformer units (functions, classes,
+is the generator and the site_scripts and tools modules it imports, and the shared modules (SHARED,
+the registry among them); the transformer units (functions, classes,
 tables) reachable from what the generator imports and from the units its entry names; the callers
 and tests of those units (the pages print them); the files its entry lists under `reads`, for code it
 runs in ways no import shows; the titles of all pages (links print them); the numpy and torch versions
@@ -26,8 +27,8 @@ from . import depends, registry
 from .common import ROOT, hash_parts, is_current, mode, numpy_version, torch_version, write_if_changed
 
 SNIPPETS = ROOT / "build" / "snippets"
-SHARED = ["build.py", "common.py", "depends.py", "equations.py", "markers.py", "code_facts.py", "registry.py",
-          "sections.py"]
+SHARED = ["build.py", "common.py", "depends.py", "equations.py", "examples.py", "markers.py", "code_facts.py",
+          "registry.py", "sections.py"]
 
 
 def page_names():
@@ -107,7 +108,7 @@ def fragments(name, context):
     from .sections import code_fragments
 
     entry = registry.BY_ID[name]
-    out = code_fragments(entry, context["repo_url"]) if entry.functions else {}
+    out = code_fragments(entry, context["repo_url"])
     if entry.crosscheck:
         out["devices"] = devices_md(name, entry.crosscheck)
     if generator_path(name):
@@ -135,10 +136,31 @@ def made_fragments(name):
     return {p.stem for p in (SNIPPETS / name).glob("*.md")}
 
 
+def registry_problems(root=ROOT):
+    """What the registry names that is not there: a page's prose, a transformer unit, a file it reads.
+    (Its names are strings, so a typo would otherwise show as a function that nothing calls.)"""
+    problems = []
+    for page in registry.PAGES:
+        prose = f"notebooks/{page.id}.py" if page.notebook else f"docs/{page.path}"
+        if not (root / prose).exists():
+            problems.append(f"{page.id}: its prose {prose} is missing")
+        for module, name in sorted(page.units):
+            if not (root / "transformer" / f"{module}.py").exists() or \
+                    name not in depends.module_source(module, root).unit_of:
+                problems.append(f"{page.id}: transformer/{module}.py defines no {name}")
+        for read in page.reads:
+            if ":" not in read and read not in ("transformer", "mode") and not (root / read).exists():
+                problems.append(f"{page.id}: it reads {read}, which is not there")
+    return problems
+
+
 def generate_all(context, pages=None, force=False, log=print):
-    """Check the equation ties, then run every (or the named) page generator."""
+    """Check the registry and the equation ties, then run every (or the named) page generator."""
     from .markers import check_ties, collect_markers
 
+    problems = registry_problems()
+    if problems:
+        raise RuntimeError("site_scripts/registry.py names what is not there:\n  " + "\n  ".join(problems))
     problems = check_ties(collect_markers())
     if problems:
         raise RuntimeError("equations and code are not tied:\n  " + "\n  ".join(problems))

@@ -1,8 +1,8 @@
 """What the site build and the tools share: the project root, the versions a result depends on, markdown
 tables, and the cached-artifact pattern (a key, a computation, a stamp).
 
-A leaf module: it imports nothing from the project, so `transformer`, `site_scripts` and `tools` can all
-use it without importing each other.
+A leaf module: it imports nothing from the project, so `site_scripts` and `tools` can both use it without
+importing each other. (`transformer` uses none of it: the model knows nothing of the site.)
 """
 
 import hashlib

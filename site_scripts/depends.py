@@ -239,9 +239,14 @@ def units_text(units, root=ROOT):
 
 
 def main():
-    from .build import page_units as units_of_page
+    import argparse
 
-    for module, unit in sorted(units_of_page(sys.argv[1])):
+    from . import build
+
+    parser = argparse.ArgumentParser(prog="python -m site_scripts.depends",
+                                     description="list the transformer units a page reaches (its cache key's code)")
+    parser.add_argument("page", choices=build.page_names())
+    for module, unit in sorted(build.page_units(parser.parse_args().page)):
         print(f"{module}.{unit}")
     return 0
 

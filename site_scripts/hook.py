@@ -38,7 +38,7 @@ def on_pre_build(config, **kwargs):
     try:
         build.generate_all({"repo_url": config["repo_url"]}, log=log.info)
         notebooks.run_all(log=log.info, repo_url=config["repo_url"])
-    except RuntimeError as e:
+    except (RuntimeError, LookupError) as e:  # a check that failed, or a page linking to what no page shows
         raise PluginError(str(e)) from None
 
 
@@ -54,7 +54,7 @@ def on_files(files, config, **kwargs):
 def on_page_markdown(markdown, page, **kwargs):
     """Write the standard sections of a component page where its docs page says `<!-- anatomy -->`."""
     entry = next((p for p in registry.PAGES if p.path == page.file.src_uri), None)
-    if entry is None or not anatomy.MARKER.search(markdown):
+    if entry is None or "anatomy" not in markdown:
         return markdown
     try:
         return anatomy.expand(markdown, entry.id, build.made_fragments(entry.id))

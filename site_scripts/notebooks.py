@@ -76,7 +76,7 @@ def notebook_key(name, run_mode, folder=NOTEBOOKS, repo_url=""):
     parts = [path.read_text(), helpers, depends.units_text(depends.page_units(path)), run_mode, repo_url,
              platform.python_version(),
              *(f"{p} {package_version(p)}" for p in ("numpy", "matplotlib", "torch", "jupytext", "nbclient")),
-             (ROOT / "site_scripts" / "notebooks.py").read_text(),
+             *((ROOT / "site_scripts" / f).read_text() for f in ("notebooks.py", "common.py")),
              *(notebook_key(dep, run_mode, folder, repo_url) for dep in dependencies(name, folder))]
     if "tinyshakespeare" in parts[0]:
         parts.append(hashlib.sha256(CORPUS.read_bytes()).hexdigest() if CORPUS.exists() else "no corpus")

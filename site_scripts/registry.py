@@ -37,13 +37,16 @@ class Page:
     path: str  # under docs/ (or the notebook's page under experiments/)
     title: str  # in the navigation
     section: str = ""  # the navigation section; "" for a top-level page
-    functions: tuple = ()  # "module:name" whose callers and tests the page lists ("Where is it used?")
+    # "module:name" of what the page explains: "Where is it used?" lists their callers and tests, and a
+    # page with functions shows the standard sections read from the code (listings, equations, status).
+    functions: tuple = ()
     listings: tuple = ()  # "module:name" listed besides the functions that mark the page's equations
     seeds: tuple = ()  # what the page draws with the site's seed (examples.SEED), for its provenance
     crosscheck: Rows | Steps | None = None
     # Code and files the generator runs in ways its imports do not show (a subprocess, copies of the
-    # package): "module:name" units, "transformer" for the whole package, paths whose files are hashed,
-    # or "mode" for a page whose content differs in the quick build (SITE_QUICK=1).
+    # package): "module:name" units, "transformer" for the whole package, paths of files or folders whose
+    # text is hashed (a folder: its .py files), or "mode" for a page whose content differs in the quick
+    # build (SITE_QUICK=1). The build refuses a name or a path that does not exist.
     reads: tuple = ()
     notebook: bool = False  # rendered from notebooks/<id>.py (site_scripts/notebooks.py)
     generated: bool = True  # False: a page with no fragments (its text is all prose)
@@ -54,7 +57,7 @@ class Page:
         return {tuple(u.split(":")) for u in (*self.functions, *self.listings, *self.reads) if ":" in u}
 
 
-TRAINED = ("init_params", "gradient check")  # the seeds of a page with a tiny example and a gradient check
+EXAMPLE_SEEDS = ("init_params", "gradient check")  # a page with a tiny example and a gradient check
 
 PAGES = (
     Page("home", "index.md", "Home"),
@@ -62,35 +65,35 @@ PAGES = (
          functions=("data:make_tokenizer", "data:CharTokenizer", "data:ByteTokenizer"),
          listings=("data:CharTokenizer", "data:ByteTokenizer", "data:make_tokenizer")),
     Page("embeddings", "model/embeddings.md", "Embeddings", "Model",
-         functions=("embedding:embedding_forward", "embedding:embedding_backward"), seeds=TRAINED,
+         functions=("embedding:embedding_forward", "embedding:embedding_backward"), seeds=EXAMPLE_SEEDS,
          crosscheck=Rows("torch indexing (`tok_emb[ids] + pos_emb[:T]`) and autograd",
                          {"intermediate": ("embedding",), "gradient": ("tok_emb", "pos_emb")})),
     Page("linear", "model/linear.md", "Linear / ReLU / GELU / Initialisation", "Model",
          functions=("linear:linear_forward", "linear:linear_backward", "activations:relu_forward",
-                    "activations:relu_backward", "activations:gelu_forward", "activations:gelu_backward"), seeds=TRAINED,
+                    "activations:relu_backward", "activations:gelu_forward", "activations:gelu_backward"), seeds=EXAMPLE_SEEDS,
          crosscheck=Rows("torch's `@`, `F.relu` and autograd (the feed-forward and head layers)",
                          {"gradient": ("*.ff1_w", "*.ff1_b", "*.ff2_w", "*.ff2_b", "head_w", "head_b")})),
     Page("layernorm", "model/layernorm.md", "LayerNorm", "Model",
-         functions=("layernorm:layer_norm_forward", "layernorm:layer_norm_backward"), seeds=TRAINED,
+         functions=("layernorm:layer_norm_forward", "layernorm:layer_norm_backward"), seeds=EXAMPLE_SEEDS,
          crosscheck=Rows("torch's `F.layer_norm` and autograd",
                          {"intermediate": ("*.ln1", "*.ln2", "lnf"), "gradient": ("*ln*",)})),
     Page("softmax", "model/softmax.md", "Softmax & Cross-Entropy", "Model",
          functions=("softmax:softmax_forward", "softmax:softmax_backward", "softmax:cross_entropy_forward",
-                    "softmax:cross_entropy_backward"), seeds=TRAINED,
+                    "softmax:cross_entropy_backward"), seeds=EXAMPLE_SEEDS,
          crosscheck=Rows("torch's `F.cross_entropy` (the logits and the loss)", {"forward": ("*",), "loss": ("*",)})),
     Page("attention", "model/attention.md", "Attention", "Model",
-         functions=("attention:attention_forward", "attention:attention_backward"), seeds=TRAINED,
+         functions=("attention:attention_forward", "attention:attention_backward"), seeds=EXAMPLE_SEEDS,
          crosscheck=Rows("torch matmuls, a masked `torch.softmax` and autograd",
                          {"intermediate": ("*.attention",),
                           "gradient": ("*.wq", "*.bq", "*.wk", "*.bk", "*.wv", "*.bv", "*.wo", "*.bo")})),
     Page("block", "model/block.md", "Transformer Block", "Model",
-         functions=("block:block_forward", "block:block_backward"), listings=("block:block_params",), seeds=TRAINED,
+         functions=("block:block_forward", "block:block_backward"), listings=("block:block_params",), seeds=EXAMPLE_SEEDS,
          crosscheck=Rows("the torch mirror of a block (`torch_block`) and autograd",
                          {"intermediate": ("*.out",), "gradient": ("b[0-9]*.*",)})),
     Page("model", "model/full-model.md", "Full Model", "Model",
          functions=("model:forward", "model:backward", "model:loss_and_grads", "model:param_count"),
          listings=("model:param_shapes", "model:check_ids", "model:check_params", "model:backward",
-                   "model:check_targets", "model:loss_and_grads"), seeds=TRAINED,
+                   "model:check_targets", "model:loss_and_grads"), seeds=EXAMPLE_SEEDS,
          crosscheck=Rows("the torch mirror (`torch_forward`, `F.cross_entropy`) and autograd",
                          {"forward": ("*",), "loss": ("*",), "gradient": ("*",)})),
     Page("optim", "training/optim.md", "AdamW / Learning rate / Clipping", "Training",
@@ -129,7 +132,8 @@ PAGES = (
     Page("crosscheck", "verification/crosscheck.md", "Cross-check on devices", "Verification",
          functions=("crosscheck:run_crosscheck", "crosscheck:check_device", "crosscheck:compare"),
          listings=("crosscheck:compare", "crosscheck:check_device", "crosscheck:run_crosscheck")),
-    Page("bad_inputs", "verification/bad-inputs.md", "Bad inputs", "Verification", reads=("cli:main",)),
+    # It runs the command line in subprocesses, and prints where each test it cites is defined.
+    Page("bad_inputs", "verification/bad-inputs.md", "Bad inputs", "Verification", reads=("cli:main", "tests")),
     # The mutation run copies the package and runs every check on the copies: any file of the package, the
     # unit tests or the run itself can change its report.
     Page("mutants", "verification/mutants.md", "Are the checks good enough?", "Verification",

@@ -12,14 +12,15 @@ from transformer.crosscheck import Row, run_crosscheck
 from transformer.crosscheck import result_text as verdict
 
 from . import depends
-from .common import CACHE, cached_json, hash_parts, md_table, torch_version
+from .common import CACHE, cached_json, hash_parts, md_table, numpy_version, torch_version
 from .registry import Steps
 
 _memo = {}
 
 
 def crosscheck_key():
-    return hash_parts(depends.units_text(depends.closure({("crosscheck", "run_crosscheck")})), torch_version())
+    return hash_parts(depends.units_text(depends.closure({("crosscheck", "run_crosscheck")})), numpy_version(),
+                      torch_version())
 
 
 def crosscheck_report():

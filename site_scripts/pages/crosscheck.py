@@ -7,7 +7,7 @@ from ..examples import collapsed
 from ..results import ROW_HEADER, crosscheck_report, device_label, row_cells
 
 
-def devices_md():
+def machine_md():
     report = crosscheck_report()
     rows = []
     for d in report["devices"]:
@@ -79,7 +79,7 @@ def every_row_md():
 def generate(context):
     return {
         "provenance": sections.provenance_md("crosscheck", {"cross-check inputs": crosscheck_report()["seed"]}),
-        "devices": devices_md(),
+        "machine": machine_md(),
         "tolerances": tolerances_md(),
         "summary": summary_md(),
         "every": every_row_md(),

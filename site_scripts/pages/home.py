@@ -3,7 +3,7 @@ of a real forward pass, and what this build checked."""
 
 from .. import sections
 from ..equations import EQUATIONS
-from ..examples import default_run, sizes
+from ..examples import SEED, default_run, sizes
 from ..markers import collect_markers
 from ..registry import PAGE_PATHS
 from ..results import crosscheck_report
@@ -71,4 +71,4 @@ def checked_md():
 
 def generate(context):
     return {"dataflow": dataflow_md(), "checked": checked_md(),
-            "provenance": sections.provenance_md(PAGE, {"ids": 0})}
+            "provenance": sections.provenance_md(PAGE, {"ids": SEED})}

@@ -154,4 +154,4 @@ def generate(context):
     return {"summary": summary_md(report, total), "checks": checks_md(report), "matrix": matrix_md(report),
             "invisible": invisible_md(report), "gaps": gaps_md(report),
             "details": details_md(report, context["repo_url"]), "run": run_md(report, total),
-            "provenance": sections.provenance_md(PAGE, {"training run": 0})}
+            "provenance": sections.provenance_md(PAGE, {"training run": tool.TRAINING[tool.TRAINING.index("--seed") + 1]})}

@@ -275,3 +275,28 @@ def test_the_mutants_page_reads_what_the_mutation_report_depends_on():
     from tools import mutants
 
     assert set(mutants.REPORT_INPUTS) <= set(registry.BY_ID["mutants"].reads)
+
+
+def test_a_registry_entry_that_names_what_is_not_there_stops_the_build(monkeypatch):
+    """The registry names functions and files as strings: a typo must stop the build, not show a function
+    that nothing calls."""
+    typo = registry.Page("typo", "model/nothing.md", "Typo", "Model", functions=("layernorm:layer_norm_backwrd",),
+                         reads=("tools/nothing.py",))
+    assert build.registry_problems() == []
+    monkeypatch.setattr(registry, "PAGES", registry.PAGES + (typo,))
+    assert build.registry_problems() == ["typo: its prose docs/model/nothing.md is missing",
+                                         "typo: transformer/layernorm.py defines no layer_norm_backwrd",
+                                         "typo: it reads tools/nothing.py, which is not there"]
+    with pytest.raises(RuntimeError, match="names what is not there"):
+        build.generate_all(CONTEXT)
+
+
+def test_the_anatomy_renders_the_sections_whose_fragments_exist_and_refuses_a_mistyped_marker():
+    text = anatomy.expand("# T\n\n<!-- anatomy to example -->\n\n## Own\n\n<!-- anatomy from used -->\n", "p",
+                          {"equations", "example", "implementation", "used", "provenance"})
+    headings = re.findall(r"^## (.+)$", text, flags=re.M)
+    assert headings == ["Mathematics", "Tiny numerical example", "Own", "Where is it used?"]
+    assert text.rstrip().endswith('--8<-- "p/provenance.md"')
+    for wrong in ("<!-- anatomy form used -->", "<!-- anatomy to nothing -->"):
+        with pytest.raises(ValueError, match="anatomy"):
+            anatomy.expand(f"# T\n\n{wrong}\n", "p", {"used"})
