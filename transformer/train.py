@@ -365,7 +365,8 @@ def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, 
     bar = tqdm(total=session.run.train_cfg.steps, initial=session.run.step, unit="step", desc="train",
                disable=None if progress is None else not progress, dynamic_ncols=True)
     # Ctrl-C is caught, and metrics.jsonl open for appending, until the loop is over.
-    with StopRequest() as stop, bar, open(session.metrics_path, "a") as session.metrics:
+    with StopRequest() as stop, bar, open(session.metrics_path, "a") as metrics:
+        session.metrics = metrics
         training_loop(session, stop, bar, on_step)
         session.finish(stop)
     return session.summary(stop.reason)
