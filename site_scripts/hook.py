@@ -22,7 +22,7 @@ def on_config(config, **kwargs):
     # mkdocs restores sys.path once this file is imported; the pages import tools/ later, so put it back.
     if PROJECT not in sys.path:
         sys.path.insert(0, PROJECT)
-    if config["nav"]:
+    if config["nav"] and config["nav"] != registry.nav():
         raise PluginError("mkdocs.yml has a nav: the pages and their order come from site_scripts/registry.py")
     config["nav"] = registry.nav()
     return config
