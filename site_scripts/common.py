@@ -39,6 +39,15 @@ def numpy_version():
     return package_version("numpy")
 
 
+def verdict_text(passed, on_floor, floor_reason):
+    """A verdict in the pages' words, for the cross-check's rows and the gradient checks alike: **FAIL**, pass,
+    or pass on the absolute floor and why (a tensor that is ~0 in exact arithmetic, whose relative gap is
+    only rounding noise)."""
+    if not passed:
+        return "**FAIL**"
+    return f"pass ({floor_reason})" if on_floor else "pass"
+
+
 def hash_parts(*parts) -> str:
     """A SHA-256 of text parts, each ended by a NUL so that ("ab", "c") and ("a", "bc") differ."""
     digest = hashlib.sha256()

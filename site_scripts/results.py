@@ -9,10 +9,9 @@ its key), so it reruns whenever the report could change.
 from fnmatch import fnmatchcase
 
 from transformer.crosscheck import Row, run_crosscheck
-from transformer.crosscheck import result_text as verdict
 
 from . import depends
-from .common import CACHE, cached_json, hash_parts, md_table, numpy_version, torch_version
+from .common import CACHE, cached_json, hash_parts, md_table, numpy_version, torch_version, verdict_text
 from .registry import Steps
 
 _memo = {}
@@ -34,13 +33,9 @@ def crosscheck_report():
     return _memo[key]
 
 
-# The command line's verdicts (transformer.crosscheck.result_text), in the pages' words.
-PAGE_WORDS = {"FAIL": "**FAIL**", "pass (abs)": "pass (gap below the absolute tolerance)"}
-
-
 def result_text(row):
     """pass, pass on the absolute floor (a tensor that is ~0), or FAIL."""
-    return PAGE_WORDS.get(verdict(row), verdict(row))
+    return verdict_text(row.passed, row.on_floor, "gap below the absolute tolerance")
 
 
 def tolerance_text(row):

@@ -18,7 +18,7 @@ from .code_facts import (
     top_level_function,
 )
 from . import registry
-from .common import ROOT, md_table, torch_version
+from .common import ROOT, md_table, torch_version, verdict_text
 from .equations import BY_ID, EQUATIONS
 from .markers import collect_markers
 from .registry import PAGE_PATHS
@@ -207,9 +207,8 @@ class GradRow:
     def result(self):
         from transformer.gradcheck import REL_TOL, check_passes
 
-        if not check_passes(self.gap, self.rel):
-            return "**FAIL**"
-        return "pass" if self.rel < REL_TOL else "pass (a zero gradient: the gap is below the absolute floor)"
+        return verdict_text(check_passes(self.gap, self.rel), self.rel >= REL_TOL,
+                           "a zero gradient: the gap is below the absolute floor")
 
     def cells(self):
         return [f"`{self.label}`", shape_text(self.shape), f"{self.gap:.2e}", f"{self.rel:.2e}", self.result]
