@@ -93,7 +93,7 @@ PAGES = (
     Page("model", "model/full-model.md", "Full Model", "Model",
          functions=("model:forward", "model:backward", "model:loss_and_grads", "model:param_count"),
          listings=("model:param_shapes", "model:check_ids", "model:check_params", "model:backward",
-                   "model:check_targets", "model:loss_and_grads"), seeds=EXAMPLE_SEEDS,
+                   "model:check_targets", "model:loss_and_grads", "config:is_int"), seeds=EXAMPLE_SEEDS,
          crosscheck=Rows("the torch mirror (`torch_forward`, `F.cross_entropy`) and autograd",
                          {"forward": ("*",), "loss": ("*",), "gradient": ("*",)})),
     Page("optim", "training/optim.md", "AdamW / Learning rate / Clipping", "Training",
@@ -104,7 +104,7 @@ PAGES = (
     Page("training", "training/loop.md", "Training loop & data", "Training",
          functions=("data:sample_batch", "train:train_step", "train:evaluate", "train:train", "train:training_loop"),
          listings=("data:train_val_split", "data:eval_windows", "train:train_step", "train:evaluate",
-                   "train:train", "train:training_loop"),
+                   "train:train", "train:training_loop", "train:is_due"),
          seeds=("training and sampling",),
          crosscheck=Steps("train step", "Ten whole training steps on each side, each with its own "
                           "gradients (NumPy backward against torch autograd) and its own AdamW; every parameter "
@@ -113,7 +113,7 @@ PAGES = (
          functions=("checkpoint:save_checkpoint", "checkpoint:load_checkpoint"),
          listings=("checkpoint:save_checkpoint", "checkpoint:load_checkpoint"), seeds=("init_params",)),
     Page("sampling", "generation/sampling.md", "Sampling", "Generation",
-         functions=("generate:sample_next", "generate:generate"), listings=("generate:generate",),
+         functions=("generate:sample_next", "generate:generate"), listings=("generate:generate", "generate:window_logits"),
          seeds=("init_params", "sampling")),
     Page("kvcache", "generation/kv-cache.md", "KV cache", "Generation",
          functions=("generate:decode_step", "generate:KVCache"), listings=("generate:KVCache",), seeds=("init_params",),

@@ -181,10 +181,23 @@ MUTANTS = (
            "Warm-up counts from 0: the first step has learning rate 0 and the peak is reached one step late.",
            (edit("transformer/optim.py:lr_at", "peak_lr * (step + 1) / warmup_steps",
                  "peak_lr * step / warmup_steps"),)),
+    # The training loop and the input checks.
+    Mutant("validation-only-at-the-end",
+           "The periodic tasks run after the last step only: no validation loss and no checkpoint every "
+           "eval_every and ckpt_every steps along the way.",
+           (edit("transformer/train.py:is_due", "return step % every == 0 or step == steps", "return step == steps"),)),
+    Mutant("is-int-accepts-bool",
+           "The one integer check forgets that bool is an int, so steps=True trains one step and top_k=True "
+           "keeps one token.",
+           (edit("transformer/config.py:is_int", "isinstance(value, (int, np.integer)) and not isinstance(value, bool)",
+                 "isinstance(value, (int, np.integer))"),)),
     # Generation.
     Mutant("kv-cache-position-off-by-one",
            "Decoding with the KV cache gives the new token the position embedding of the next slot (pos + 1).",
            (edit("transformer/generate.py:decode_step", 'params["pos_emb"][pos]', 'params["pos_emb"][pos + 1]'),)),
+    Mutant("sliding-window-one-token-short",
+           "Once the text outgrows the context, the full recomputation sees one token less than the context holds.",
+           (edit("transformer/generate.py:window_logits", "ids[-cfg.context_len:]", "ids[-cfg.context_len + 1:]"),)),
 )
 
 # A handful that together exercise every kind of outcome, for the fast run inside the test suite and the
