@@ -14,7 +14,6 @@ CONNECTION_LEAD = ("Each row ties an equation to a line that computes it, or to 
 
 # (fragment, heading and lead text); provenance closes the page without a heading.
 SECTIONS = (
-    ("equations", "## Mathematics\n\n"),
     ("symbols", "## Symbols and tensor shapes\n\n"),
     ("example", "## Tiny numerical example\n\n"),
     ("implementation", "## Actual implementation\n\n"),

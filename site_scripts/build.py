@@ -10,7 +10,8 @@ is the generator and the site_scripts and tools modules it imports, and the shar
 the registry among them); the transformer units (functions, classes,
 tables) reachable from what the generator imports and from the units its entry names; the callers
 and tests of those units (the pages print them); the files its entry lists under `reads`, for code it
-runs in ways no import shows; the titles of all pages (links print them); the numpy and torch versions
+runs in ways no import shows; the titles of all pages and the ids, pages and titles of all equations
+(links print them; the prose alone shows the rest); the numpy and torch versions
 and the build context. Editing one function therefore reruns exactly the pages that can reach it.
 Files are rewritten only when their content changes, so `mkdocs serve` does not rebuild forever.
 
@@ -23,7 +24,7 @@ import json
 import sys
 import time
 
-from . import depends, registry
+from . import depends, equations, registry
 from .common import ROOT, hash_parts, is_current, mode, numpy_version, torch_version, write_if_changed
 
 SNIPPETS = ROOT / "build" / "snippets"
@@ -98,6 +99,7 @@ def page_key(name, context, root=ROOT) -> str:
     return hash_parts(*[p.read_text() for p in page_sources(name, root)],
                       *[(root / "site_scripts" / s).read_text() for s in SHARED],
                       depends.units_text(units, root), code_facts_text(units, root), titles_text(root),
+                      equations.table_text(root),
                       read_files(registry.BY_ID[name], root), numpy_version(), torch_version(),
                       json.dumps(context, sort_keys=True))
 

@@ -1,8 +1,9 @@
 """mkdocs hook: `mkdocs build` and `mkdocs serve` rerun the page generators and
 the experiment notebooks that need it before reading the docs, so no page can
 be built stale; the rendered notebooks join the site as experiments/<name>.md.
-The navigation comes from site_scripts/registry.py, and each docs page's
-`<!-- anatomy -->` line becomes the standard sections (site_scripts/anatomy.py)."""
+The navigation comes from site_scripts/registry.py, each docs page's
+`<!-- anatomy -->` line becomes the standard sections (site_scripts/anatomy.py),
+and each equation of its prose gets the links to its code (site_scripts/equations.py)."""
 
 import re
 import sys
@@ -14,7 +15,7 @@ PROJECT = str(Path(__file__).resolve().parent.parent)  # mkdocs loads this file 
 if PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
 
-from site_scripts import anatomy, build, notebooks, registry  # noqa: E402
+from site_scripts import anatomy, build, equations, notebooks, registry, sections  # noqa: E402
 
 
 def on_config(config, **kwargs):
@@ -51,13 +52,15 @@ def on_files(files, config, **kwargs):
     return files
 
 
-def on_page_markdown(markdown, page, **kwargs):
-    """Write the standard sections of a component page where its docs page says `<!-- anatomy -->`."""
+def on_page_markdown(markdown, page, config, **kwargs):
+    """Write the standard sections of a component page where its docs page says `<!-- anatomy -->`, and
+    under each of its equations the lines of code that compute it."""
     entry = next((p for p in registry.PAGES if p.path == page.file.src_uri), None)
-    if entry is None or "anatomy" not in markdown:
+    if entry is None:
         return markdown
     try:
-        return anatomy.expand(markdown, entry.id, build.made_fragments(entry.id))
+        markdown = anatomy.expand(markdown, entry.id, build.made_fragments(entry.id))
+        return equations.expand(markdown, lambda eq_id: sections.computed_at(entry.id, eq_id, config["repo_url"]))
     except ValueError as e:
         raise PluginError(f"{page.file.src_uri}: {e}") from None
 

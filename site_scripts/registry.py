@@ -4,7 +4,7 @@ standard anatomy of a component page shows for it.
 The hook builds mkdocs' navigation from PAGES, and renders the anatomy into every docs page that holds
 the line `<!-- anatomy -->` (see site_scripts/anatomy.py). A page's generator,
 site_scripts/pages/<id>.py, is optional: it adds the fragments only that page has (a tiny example, a
-symbol table); the fragments every component page has (equations, listings, connection table, devices,
+symbol table); the fragments every component page has (listings, the connection table of its equations, devices,
 where it is used, status, provenance) come from the entry alone. To add a page: write its prose in
 docs/, add an entry here, and, if it shows numbers of its own, a generator.
 

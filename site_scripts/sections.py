@@ -19,7 +19,7 @@ from .code_facts import (
 )
 from . import registry
 from .common import ROOT, md_table, torch_version, verdict_text
-from .equations import BY_ID, EQUATIONS
+from .equations import by_id, page_equations
 from .markers import collect_markers
 from .registry import PAGE_PATHS
 
@@ -58,10 +58,6 @@ def markdown_title(text):
     start with "# ")."""
     text = re.sub(r"\A---\n.*?^---\n", "", text, flags=re.M | re.S)
     return re.search(r"^# (.+)$", text, flags=re.M).group(1).strip()
-
-
-def page_equations(page):
-    return [eq for eq in EQUATIONS if eq.page == page]
 
 
 # ---------------------------------------------------------------- code listings
@@ -115,14 +111,14 @@ def listing_md(page, path, name, repo_url):
     equation is highlighted and carries an annotation linking to that equation."""
     _, start, end = named_function(path, name)
     lines = (ROOT / path).read_text().splitlines()[start - 1:end]
-    by_line = {}
+    by_line, equations = {}, by_id()
     for m in collect_markers():
         if m.path == path and start <= m.line <= end:
             by_line.setdefault(m.line, []).append(m.eq_id)
     shown, notes = [], []
     for number, text in enumerate(lines, start=start):
         if number in by_line:
-            notes.append(", ".join(f"[{BY_ID[i].title}]({page_link(page, BY_ID[i].page, 'eq-' + i)})"
+            notes.append(", ".join(f"[{equations[i].title}]({page_link(page, equations[i].page, 'eq-' + i)})"
                                    for i in dict.fromkeys(by_line[number])))
             text += f" ({len(notes)})"
         shown.append(text)
@@ -143,19 +139,14 @@ def implementation_md(page, repo_url):
 
 # ---------------------------------------------------------------- equations and their code
 
-def equations_md(page, repo_url):
-    """Each equation with its stable anchor, and links to the lines that compute it."""
-    markers = collect_markers()
-    out = []
-    for eq in page_equations(page):
-        out.append(f"### {eq.title} {{#eq-{eq.id}}}\n\n$$\n{eq.latex}\n$$\n")
-        links = []
-        for m in (m for m in markers if m.eq_id == eq.id):
-            function = top_level_function(m.path, m.line)[0]
-            here = page_link(page, page, line_anchor(m.path, function, m.line))
-            links.append(f"[`{m.path}:{m.line}`]({here}) ([source]({source_url(repo_url, m.path, m.line)}))")
-        out.append("Computed at " + ", ".join(links) + " ([connection table](#code-and-math)).\n")
-    return "\n".join(out)
+def computed_at(page, eq_id, repo_url):
+    """The sentence under an equation: links to the lines that compute it, in their listings on this page."""
+    links = []
+    for m in (m for m in collect_markers() if m.eq_id == eq_id):
+        function = top_level_function(m.path, m.line)[0]
+        here = page_link(page, page, line_anchor(m.path, function, m.line))
+        links.append(f"[`{m.path}:{m.line}`]({here}) ([source]({source_url(repo_url, m.path, m.line)}))")
+    return "Computed at " + ", ".join(links) + " ([connection table](#code-and-math))."
 
 
 def connection_md(page, repo_url):
@@ -275,7 +266,7 @@ def code_fragments(entry, repo_url):
     page = entry.id
     fragments = {}
     if page_equations(page):
-        fragments.update(equations=equations_md(page, repo_url), connection=connection_md(page, repo_url))
+        fragments["connection"] = connection_md(page, repo_url)
     if listed_functions(page):
         fragments["implementation"] = implementation_md(page, repo_url)
     if entry.functions:

@@ -2,16 +2,13 @@
 of a real forward pass, and what this build checked."""
 
 from .. import sections
-from ..equations import EQUATIONS
+from ..equations import all_equations
 from ..examples import SEED, default_run, sizes
 from ..markers import collect_markers
 from ..registry import PAGE_PATHS
 from ..results import crosscheck_report
 
 PAGE = "home"
-BY_PAGE = {eq.id: eq.page for eq in EQUATIONS}
-
-
 def shape(t):
     return "(" + ", ".join(str(n) for n in t) + ")"
 
@@ -53,17 +50,18 @@ def dataflow_md():
 
 
 def checked_md():
-    markers = collect_markers()
+    markers, equations = collect_markers(), all_equations()
+    page_of = {eq.id: eq.page for eq in equations}
     report = crosscheck_report()
     checked = [d for d in report["devices"] if d["status"] == "checked"]
     missing = [d["device"] for d in report["devices"] if d["status"] != "checked"]
     device_text = "; ".join(f"{d['device']} ({d['dtype']}): {d['checks']} comparisons, "
                             + ("all pass" if d["passed"] else "**some FAIL**") for d in checked)
-    pages = sorted({eq.page for eq in EQUATIONS}, key=list(PAGE_PATHS).index)
+    pages = sorted({eq.page for eq in equations}, key=list(PAGE_PATHS).index)
     rows = [[f"[{sections.page_title(p)}]({sections.page_link(PAGE, p)})",
-             sum(eq.page == p for eq in EQUATIONS),
-             sum(BY_PAGE.get(m.eq_id) == p for m in markers)] for p in pages]
-    return (f"This build tied **{len(EQUATIONS)} equations** to **{len(markers)} lines** of `transformer/`, and "
+             sum(eq.page == p for eq in equations),
+             sum(page_of.get(m.eq_id) == p for m in markers)] for p in pages]
+    return (f"This build tied **{len(equations)} equations** to **{len(markers)} lines** of `transformer/`, and "
             f"compared the NumPy reference with PyTorch {report['versions']['torch']} on {device_text}"
             + (f" ({', '.join(missing)}: not on the build machine)" if missing else "") + ".\n\n"
             + sections.md_table(["Page", "Equations", "Lines computing them"], rows))

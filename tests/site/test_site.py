@@ -12,7 +12,7 @@ import pytest
 from sitebuild import ROOT, html_of, mkdocs_build, nav_pages
 
 from site_scripts import anatomy, build, notebooks, registry
-from site_scripts.equations import BY_ID
+from site_scripts.equations import by_id
 from site_scripts.registry import PAGE_PATHS
 from site_scripts.markers import Marker, collect_markers
 from site_scripts.sections import listed_functions
@@ -41,7 +41,7 @@ def test_every_nav_page_is_built_with_every_fragment_included(built_site):
         assert "--8<--" not in html, md
     for page in PAGE_PATHS:
         html = html_of(built_site, PAGE_PATHS[page])
-        for eq in (eq for eq in BY_ID.values() if eq.page == page):
+        for eq in (eq for eq in by_id().values() if eq.page == page):
             assert f'id="eq-{eq.id}"' in html and 'class="arithmatex"' in html, (page, eq.id)
     api = html_of(built_site, "reference/api.md")
     assert 'id="transformer.model.loss_and_grads"' in api  # mkdocstrings rendered the functions
@@ -293,9 +293,9 @@ def test_a_registry_entry_that_names_what_is_not_there_stops_the_build(monkeypat
 
 def test_the_anatomy_renders_the_sections_whose_fragments_exist_and_refuses_a_mistyped_marker():
     text = anatomy.expand("# T\n\n<!-- anatomy to example -->\n\n## Own\n\n<!-- anatomy from used -->\n", "p",
-                          {"equations", "example", "implementation", "used", "provenance"})
+                          {"symbols", "example", "implementation", "used", "provenance"})
     headings = re.findall(r"^## (.+)$", text, flags=re.M)
-    assert headings == ["Mathematics", "Tiny numerical example", "Own", "Where is it used?"]
+    assert headings == ["Symbols and tensor shapes", "Tiny numerical example", "Own", "Where is it used?"]
     assert text.rstrip().endswith('--8<-- "p/provenance.md"')
     for wrong in ("<!-- anatomy form used -->", "<!-- anatomy to nothing -->"):
         with pytest.raises(ValueError, match="anatomy"):
