@@ -11,7 +11,7 @@ the registry among them); the transformer units (functions, classes,
 tables) reachable from what the generator imports and from the units its entry names; the callers
 and tests of those units (the pages print them); the files its entry lists under `reads`, for code it
 runs in ways no import shows; the titles of all pages and the ids, pages and titles of all equations
-(links print them; the prose alone shows the rest); the numpy and torch versions
+(links print them; the prose alone shows the rest); the symbols of the Notation page; the numpy and torch versions
 and the build context. Editing one function therefore reruns exactly the pages that can reach it.
 Files are rewritten only when their content changes, so `mkdocs serve` does not rebuild forever.
 
@@ -93,13 +93,20 @@ def titles_text(root=ROOT):
     return "\n".join(markdown_title(p.read_text()) for p in sorted((root / "docs").rglob("*.md")))
 
 
+def notation_text(root=ROOT):
+    """The symbols and meanings of the Notation page: symbol tables print them."""
+    from .sections import notation
+
+    return json.dumps(sorted(notation(root).items()))
+
+
 def page_key(name, context, root=ROOT) -> str:
     """The hash of everything the page's output depends on (see the module docstring)."""
     units = page_units(name, root)
     return hash_parts(*[p.read_text() for p in page_sources(name, root)],
                       *[(root / "site_scripts" / s).read_text() for s in SHARED],
                       depends.units_text(units, root), code_facts_text(units, root), titles_text(root),
-                      equations.table_text(root),
+                      equations.table_text(root), notation_text(root),
                       read_files(registry.BY_ID[name], root), numpy_version(), torch_version(),
                       json.dumps(context, sort_keys=True))
 

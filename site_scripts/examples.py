@@ -46,7 +46,7 @@ def default_run():
 
 
 def sizes(cfg):
-    return (f"V = {cfg.vocab_size}, T_max = {cfg.context_len}, d = {cfg.emb_dim}, H = {cfg.num_heads}, "
+    return (f"n_V = {cfg.vocab_size}, T_max = {cfg.context_len}, d = {cfg.emb_dim}, H = {cfg.num_heads}, "
             f"L = {cfg.num_layers}, F = {cfg.ff_dim}")
 
 

@@ -139,6 +139,7 @@ PAGES = (
     Page("mutants", "verification/mutants.md", "Are the checks good enough?", "Verification",
          reads=("transformer", "pyproject.toml", "tests/unit", "tools/mutants.py", "tools/mutant_catalogue.py",
                 "tools/project_copy.py", "scripts/fetch_corpus.py", "mode")),
+    Page("notation", "reference/notation.md", "Notation", "Reference", generated=False),
     Page("api", "reference/api.md", "API", "Reference", generated=False),
     Page("configuration", "reference/configuration.md", "Configuration", "Reference"),
     Page("cli", "reference/cli.md", "Command line", "Reference"),

@@ -19,6 +19,7 @@ from .code_facts import (
 )
 from . import registry
 from .common import ROOT, md_table, torch_version, verdict_text
+from .depends import read_text
 from .equations import by_id, page_equations
 from .markers import collect_markers
 from .registry import PAGE_PATHS
@@ -172,14 +173,43 @@ def connection_md(page, repo_url):
     return md_table(["Equation", "Role", "file:line", "Code on that line"], rows)
 
 
+NOTATION = "reference/notation.md"
+GRADIENT = re.compile(r"\\partial\\ell/\\partial (.+)")
+
+
+def notation(root=ROOT):
+    """Symbol (LaTeX) -> (meaning, shape), from the tables of the Notation page."""
+    rows = re.findall(r"^\| \\\((.+?)\\\) \| (.+?) \| (.+?) \|$", read_text(root / "docs" / NOTATION), flags=re.M)
+    table = {symbol: (meaning, shape) for symbol, meaning, shape in rows}
+    if len(table) != len(rows):
+        twice = sorted({symbol for symbol, _, _ in rows if sum(r[0] == symbol for r in rows) > 1})
+        raise LookupError(f"the Notation page gives {', '.join(twice)} more than one meaning")
+    return table
+
+
+def symbol_meaning(symbol, table):
+    """A symbol's meaning and shape on the Notation page; a gradient's come from what it is the gradient of."""
+    if symbol in table:
+        return table[symbol]
+    of = GRADIENT.fullmatch(symbol)
+    if of and of[1] in table:
+        meaning, shape = table[of[1]]
+        return f"the gradient of \\(\\ell\\) with respect to {meaning}", shape
+    raise LookupError(f"\\({symbol}\\) is not on the Notation page (docs/{NOTATION}): add it there with its one "
+                      "meaning, or use the symbol it gives for this meaning")
+
+
 def symbols_md(rows, default_note):
-    """Symbol | Meaning | In code | Shape | Shape at the default config.
-    rows: (LaTeX symbol, meaning, name in code, symbolic shape, recorded shape or text)."""
-    table = [[f"\\({sym}\\)", meaning, f"`{code}`", symbolic,
-              shape_text(recorded) if isinstance(recorded, tuple) else recorded]
-             for sym, meaning, code, symbolic, recorded in rows]
-    return (md_table(["Symbol", "Meaning", "In code", "Shape", "Recorded"], table)
-            + f"\nThe last column was recorded by running the code on {default_note}.\n")
+    """Symbol | Meaning | In code | Shape | Recorded. rows: (LaTeX symbol, name in code, recorded shape or
+    text[, what it holds on this page]); the meaning and the symbolic shape are the Notation page's."""
+    table, cells = notation(), []
+    for symbol, code, recorded, *here in rows:
+        meaning, shape = symbol_meaning(symbol, table)
+        cells.append([f"\\({symbol}\\)", meaning + (f"; here {here[0]}" if here else ""), f"`{code}`", shape,
+                      shape_text(recorded) if isinstance(recorded, tuple) else recorded])
+    return (md_table(["Symbol", "Meaning", "In code", "Shape", "Recorded"], cells)
+            + f"\nThe last column was recorded by running the code on {default_note}. Each symbol means the same on "
+              f"every page: see the [Notation](../{NOTATION}) page.\n")
 
 
 # ---------------------------------------------------------------- gradient checks
@@ -227,7 +257,8 @@ def gradcheck_table(rows):
         raise RuntimeError(f"one table, one dtype and step: got {sorted(settings)}")
     (dtype, h), = settings
     return (md_table(["Gradient", "Shape", "Largest gap", "Relative gap", "Result"], [row.cells() for row in rows])
-            + f"\nIn {dtype}, with step h = {h:g}. The relative gap is max |analytic − numeric| divided by the larger "
+            + f"\nIn {dtype}, with step Δ = {h:g} (the [fake loss f](../{NOTATION}#fake-loss) is what is differentiated). "
+              f"The relative gap is max |analytic − numeric| divided by the larger "
               f"of max |analytic| and max |numeric|. Pass: relative gap below {REL_TOL:g}, or largest gap below "
               f"{ABS_FLOOR:g} (the thresholds of `transformer/gradcheck.py`).\n")
 

@@ -52,18 +52,17 @@ def symbols_md():
     q_scaled, k, v, att, *_ = cache
     dx, _ = attention_backward(np.ones_like(y), cache)
     rows = [
-        (r"X", "the block's LN1 output", "x", "(B, T, d)", x.shape),
-        (r"W_q, W_k, W_v, W_o", "projections (weights side by side as one (d, 3d) matmul for q, k, v)",
-         "wq, wk, wv, wo", "(d, d)", p["wq"].shape),
-        (r"b_q, b_k, b_v, b_o", "biases", "bq, bk, bv, bo", "(d,)", p["bq"].shape),
-        (r"Q^{(h)}, K^{(h)}, V^{(h)}", "per-head queries, keys, values", "q, k, v", "(B, H, T, dh)", k.shape),
-        (r"Q^{(h)}/\sqrt{d_h}", "the queries with the score scale already applied (kept for the backward)",
-         "q_scaled", "(B, H, T, dh)", q_scaled.shape),
-        (r"d_h", "head width d/H", "cfg.head_dim", "scalar", f"{ex.cfg.head_dim}"),
-        (r"S^{(h)}, A^{(h)}", "scores and attention weights", "scores, att", "(B, H, T, T)", att.shape),
-        (r"O^{(h)}", "weighted values of each head", "heads", "(B, H, T, dh)", v.shape),
-        (r"\operatorname{Attn}(X)", "the sub-layer's output", "y", "(B, T, d)", y.shape),
-        (r"\partial\ell/\partial X", "gradient to the input", "dx", "(B, T, d)", dx.shape),
+        (r"U_1", "x", x.shape, "block 0's LN1 output"),
+        (r"W_q, W_k, W_v, W_o", "wq, wk, wv, wo", p["wq"].shape, "(q, k and v as one (d, 3d) matmul)"),
+        (r"b_q, b_k, b_v, b_o", "bq, bk, bv, bo", p["bq"].shape),
+        (r"Q^{(h)}, K^{(h)}, V^{(h)}", "q, k, v", k.shape),
+        (r"Q^{(h)}/\sqrt{d_h}", "q_scaled", q_scaled.shape),
+        (r"d_h", "cfg.head_dim", f"{ex.cfg.head_dim}"),
+        (r"S^{(h)}", "scores", att.shape),
+        (r"\alpha^{(h)}", "att", att.shape),
+        (r"O^{(h)}", "heads", v.shape),
+        (r"\operatorname{Attn}(U_1)", "y", y.shape),
+        (r"\partial\ell/\partial U_1", "dx", dx.shape),
     ]
     return sections.symbols_md(rows, default_note())
 

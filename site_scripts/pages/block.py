@@ -38,16 +38,16 @@ def symbols_md():
     y, cache = block_forward(x, p, ex.cfg)
     dx, grads = block_backward(np.ones_like(y), cache)
     rows = [
-        (r"X", "the residual stream entering the block", "x", "(B, T, d)", x.shape),
-        (r"M", "the stream after the attention sub-layer", "h", "(B, T, d)", y.shape),
-        (r"U", "LN2(M), the feed-forward input", "u", "(B, T, d)", y.shape),
-        (r"W_1", "first feed-forward layer", "ff1_w", "(d, F)", p["ff1_w"].shape),
-        (r"b_1", "its bias", "ff1_b", "(F,)", p["ff1_b"].shape),
-        (r"W_2", "second feed-forward layer", "ff2_w", "(F, d)", p["ff2_w"].shape),
-        (r"b_2", "its bias", "ff2_b", "(d,)", p["ff2_b"].shape),
-        (r"\phi", "ReLU or exact GELU", "act_forward", "element-wise", "—"),
-        (r"Y", "the block's output", "y", "(B, T, d)", y.shape),
-        (r"\partial\ell/\partial X", "gradient to the block's input", "dx", "(B, T, d)", dx.shape),
+        (r"X", "x", x.shape),
+        (r"M", "h", y.shape),
+        (r"U_2", "u", y.shape),
+        (r"W_1", "ff1_w", p["ff1_w"].shape),
+        (r"b_1", "ff1_b", p["ff1_b"].shape),
+        (r"W_2", "ff2_w", p["ff2_w"].shape),
+        (r"b_2", "ff2_b", p["ff2_b"].shape),
+        (r"\phi", "act_forward", "—"),
+        (r"X^{(l+1)}", "y", y.shape),
+        (r"\partial\ell/\partial X", "dx", dx.shape),
     ]
     return sections.symbols_md(rows, default_note() + f"; {len(grads)} parameter gradients per block")
 

@@ -39,13 +39,12 @@ def symbols_md():
     x, cache = embedding_forward(ids, tok, pos)
     dtok, dpos = embedding_backward(np.ones_like(x), cache)
     rows = [
-        (r"\mathrm{id}", "token ids, integers in [0, V)", "ids", "(B, T)", ids.shape),
-        (r"E_{\mathrm{tok}}", "one learned row per token", "tok_emb", "(V, d)", tok.shape),
-        (r"E_{\mathrm{pos}}", "one learned row per position", "pos_emb", "(T_max, d)", pos.shape),
-        (r"X", "the embedded sequence, the residual stream's start", "x", "(B, T, d)", x.shape),
-        (r"\partial\ell/\partial E_{\mathrm{tok}}", "scatter-added gradient", "dtok_emb", "(V, d)", dtok.shape),
-        (r"\partial\ell/\partial E_{\mathrm{pos}}", "gradient summed over the batch", "dpos_emb", "(T_max, d)",
-         dpos.shape),
+        (r"\mathrm{id}", "ids", ids.shape),
+        (r"E_{\mathrm{tok}}", "tok_emb", tok.shape),
+        (r"E_{\mathrm{pos}}", "pos_emb", pos.shape),
+        (r"X^{(0)}", "x", x.shape),
+        (r"\partial\ell/\partial E_{\mathrm{tok}}", "dtok_emb", dtok.shape, "scatter-added over the positions of each id"),
+        (r"\partial\ell/\partial E_{\mathrm{pos}}", "dpos_emb", dpos.shape, "summed over the batch"),
     ]
     return sections.symbols_md(rows, default_note())
 

@@ -46,12 +46,12 @@ def symbols_md():
     cache = KVCache(cfg, np.float64)
     logits = decode_step(params, 0, cache, cfg)
     rows = [
-        (r"K_{0:t}, V_{0:t}", "one block's cached keys and values, filled up to `length`",
-         "cache.keys[l], cache.values[l]", "(H, T_max, dh)", cache.keys[0].shape),
-        (r"q_t, k_t, v_t", "the new position's query, key, value", "q, k, v", "(d,)", (cfg.emb_dim,)),
-        (r"t", "the new position", "pos = cache.length", "scalar", "int"),
-        (r"o_t", "its attention output, heads joined", "heads", "(d,)", (cfg.emb_dim,)),
-        (r"z_t", "the next-token logits", "logits", "(V,)", logits.shape),
+        (r"K_{0:t}, V_{0:t}", "cache.keys[l], cache.values[l]", cache.keys[0].shape,
+         "one block's, filled up to `length`"),
+        (r"q_t, k_t, v_t", "q, k, v", (cfg.emb_dim,), "the new position's"),
+        (r"t", "pos = cache.length", "int", "the new position"),
+        (r"o_t", "heads", (cfg.emb_dim,), "the new position's"),
+        (r"z", "logits", logits.shape, "the new position's next-token logits"),
     ]
     return sections.symbols_md(rows, default_note(batch=False))
 

@@ -35,19 +35,20 @@ def symbols_md():
     y, (xhat, rstd, _) = layer_norm_forward(x, g, b, eps)
     dx, dg, _ = layer_norm_backward(np.ones_like(y), (xhat, rstd, g))
     rows = [
-        (r"x", "the input: one row of width d per position", "x", "(B, T, d)", x.shape),
-        (r"d", "the width of a row", "x.shape[-1]", "scalar", f"{x.shape[-1]}"),
-        (r"\mu, \sigma^2", "each row's mean and population variance", "mean, var", "(B, T, 1)", rstd.shape),
-        (r"\epsilon", "keeps the division finite for a constant row", "eps (cfg.ln_eps)", "scalar", f"{eps:g}"),
-        (r"1/\sqrt{\sigma^2+\epsilon}", "the reciprocal spread, cached for the backward", "rstd", "(B, T, 1)",
-         rstd.shape),
-        (r"\hat{x}", "the normalised rows", "xhat", "(B, T, d)", xhat.shape),
-        (r"g, b", "learned gain and shift", "g, b (b{l}.ln1_g, ...)", "(d,)", g.shape),
-        (r"y", "the output", "y", "(B, T, d)", y.shape),
-        (r"\delta", "the upstream gradient times the gain", "dxhat", "(B, T, d)", dx.shape),
-        (r"\partial\ell/\partial g, \partial\ell/\partial b", "the parameter gradients", "dg, db", "(d,)", dg.shape),
+        (r"X", "x", x.shape, "the embedding output, which block 0's LN1 reads"),
+        (r"d", "x.shape[-1]", f"{x.shape[-1]}"),
+        (r"\mu, \sigma^2", "mean, var", rstd.shape),
+        (r"\epsilon_{\mathrm{LN}}", "eps (cfg.ln_eps)", f"{eps:g}"),
+        (r"r", "rstd", rstd.shape),
+        (r"\hat{x}", "xhat", xhat.shape),
+        (r"\gamma", "g (b{l}.ln1_g, ...)", g.shape),
+        (r"\beta", "b (b{l}.ln1_b, ...)", g.shape),
+        (r"U", "y", y.shape, "block 0's LN1 output"),
+        (r"\delta", "dxhat", dx.shape),
+        (r"\partial\ell/\partial \gamma", "dg", dg.shape),
+        (r"\partial\ell/\partial \beta", "db", dg.shape),
     ]
-    return sections.symbols_md(rows, default_note() + "; x is the embedding output")
+    return sections.symbols_md(rows, default_note())
 
 
 def gradcheck_md():

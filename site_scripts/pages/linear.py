@@ -47,14 +47,13 @@ def symbols_md():
     z, cache = linear_forward(u, p["b0.ff1_w"], p["b0.ff1_b"])
     _, dw, _ = linear_backward(np.ones_like(z), cache)
     rows = [
-        (r"X", "input rows (here: block 0's LN2 output)", "x", "(B, T, n_in)", u.shape),
-        (r"W", "weights, stored (in, out) (here `b0.ff1_w`)", "w", "(n_in, n_out)", p["b0.ff1_w"].shape),
-        (r"b", "bias", "b", "(n_out,)", p["b0.ff1_b"].shape),
-        (r"Y", "output rows", "y", "(B, T, n_out)", z.shape),
-        (r"\partial\ell/\partial W", "weight gradient: every row's outer product, summed", "dw", "(n_in, n_out)",
-         dw.shape),
-        (r"\Phi, \varphi", "standard normal CDF and density (GELU)", "phi_cdf, phi_pdf", "like x", z.shape),
-        (r"a", "Xavier limit", "limit", "scalar", "see the table below"),
+        (r"A", "x", u.shape, "block 0's LN2 output"),
+        (r"W", "w", p["b0.ff1_w"].shape, "`b0.ff1_w`"),
+        (r"b", "b", p["b0.ff1_b"].shape),
+        (r"Y", "y", z.shape),
+        (r"\partial\ell/\partial W", "dw", dw.shape, "every row's outer product, summed"),
+        (r"\Phi, \varphi", "phi_cdf, phi_pdf", z.shape),
+        (r"a", "limit", "see the table below"),
     ]
     return sections.symbols_md(rows, default_note())
 

@@ -79,17 +79,16 @@ def symbols_md():
     state = adamw_init(params)
     opt, tc = AdamWConfig(), TrainConfig()
     rows = [
-        (r"\theta", "one parameter array", "p = params[name]", "its own", params["head_w"].shape),
-        (r"g", "its gradient", "grads[name]", "like θ", params["head_w"].shape),
-        (r"m, v", "running means of g and g²", "state['m'][name], state['v'][name]", "like θ",
-         state["m"]["head_w"].shape),
-        (r"t", "step count (1 on the first update)", "state['step']", "scalar", "int"),
-        (r"\eta", "learning rate of this step", "lr", "scalar", f"peak {opt.lr:g}"),
-        (r"\beta_1, \beta_2", "moment decays", "cfg.beta1, cfg.beta2", "scalar", f"{opt.beta1}, {opt.beta2}"),
-        (r"\epsilon", "keeps the division finite", "cfg.eps", "scalar", f"{opt.eps:g}"),
-        (r"\lambda", "weight decay", "cfg.weight_decay", "scalar", f"{opt.weight_decay}"),
-        (r"S_w, S", "warm-up steps, total steps", "warmup_steps, total_steps", "scalar", f"{tc.warmup}, {tc.steps}"),
-        (r"c", "clipping threshold", "max_norm", "scalar", f"{tc.grad_clip}"),
+        (r"\theta", "p = params[name]", params["head_w"].shape),
+        (r"g", "grads[name]", params["head_w"].shape),
+        (r"m, v", "state['m'][name], state['v'][name]", state["m"]["head_w"].shape),
+        (r"n", "state['step']", "int"),
+        (r"\eta_s", "lr", f"peak {opt.lr:g}"),
+        (r"\beta_1, \beta_2", "cfg.beta1, cfg.beta2", f"{opt.beta1}, {opt.beta2}"),
+        (r"\epsilon_{\mathrm{A}}", "cfg.eps", f"{opt.eps:g}"),
+        (r"\lambda", "cfg.weight_decay", f"{opt.weight_decay}"),
+        (r"N_s, N_w", "total_steps, warmup_steps", f"{tc.steps}, {tc.warmup}"),
+        (r"\rho", "max_norm", f"{tc.grad_clip}"),
     ]
     return sections.symbols_md(rows, default_note(batch=False) + " (θ shown for `head_w`) and the AdamW and "
                                "training defaults")

@@ -41,13 +41,12 @@ def symbols_md():
     _, cache = cross_entropy_forward(z, targets)
     dz = cross_entropy_backward(1.0, cache)
     rows = [
-        (r"z", "logits: one score per vocabulary entry", "logits", "(B, T, V)", z.shape),
-        (r"p", "probabilities, each row sums to 1", "p, probs", "(B, T, V)", p.shape),
-        (r"y", "target ids", "targets", "(B, T)", targets.shape),
-        (r"N", "number of positions averaged over", "n = t.size", "scalar", f"{targets.size}"),
-        (r"\mathcal{L}", "mean cross-entropy", "loss", "scalar", "a float"),
-        (r"\partial\mathcal{L}/\partial z", "gradient of the loss w.r.t. the logits", "dlogits", "(B, T, V)",
-         dz.shape),
+        (r"Z", "logits", z.shape),
+        (r"P", "p, probs", p.shape),
+        (r"y", "targets", targets.shape),
+        (r"N", "n = t.size", f"{targets.size}"),
+        (r"\mathcal{L}", "loss", "a float"),
+        (r"\partial\ell/\partial Z", "dlogits", dz.shape, "with \\(\\ell = \\mathcal{L}\\)"),
     ]
     return sections.symbols_md(rows, default_note())
 

@@ -38,9 +38,9 @@ def symbols_md():
     tok = make_tokenizer("char", TEXT)
     ids = tok.encode(TEXT)
     rows = [
-        (r"\text{text}", "a Python string", "text", "—", f"{len(TEXT)} characters"),
-        (r"V", "vocabulary size", "tokenizer.vocab_size", "scalar", f"{tok.vocab_size} (this text)"),
-        (r"\mathrm{id}", "token ids, integers in [0, V)", "ids", "(N,)", ids.shape),
+        (r"\text{text}", "text", f"{len(TEXT)} characters"),
+        (r"n_V", "tokenizer.vocab_size", f"{tok.vocab_size} (this text)"),
+        (r"\mathrm{id}", "ids", ids.shape, "one sequence: the text's ids"),
     ]
     return sections.symbols_md(rows, f"`make_tokenizer('char', {TEXT!r})` and its `encode`")
 

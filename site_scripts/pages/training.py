@@ -67,9 +67,10 @@ def symbols_md():
     data = np.arange(10_000)
     x, y = sample_batch(data, tc.batch_size, cfg.context_len, np.random.default_rng(SEED))
     rows = [
-        (r"c", "the corpus as token ids", "data, train_ids", "(N,)", data.shape),
-        (r"x, y", "a batch of input windows and their targets", "x, y", "(B, T)", x.shape),
-        (r"s_b", "each window's random start", "starts", "(B,)", (tc.batch_size,)),
+        (r"c", "data, train_ids", data.shape),
+        (r"\mathrm{id}", "x", x.shape, "a batch of input windows"),
+        (r"y", "y", x.shape, "their targets, each window shifted by one"),
+        (r"s_w", "starts", (tc.batch_size,)),
     ]
     return sections.symbols_md(rows, f"`sample_batch` on 10000 ids with B = {tc.batch_size}, T = {cfg.context_len}")
 
