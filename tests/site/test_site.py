@@ -181,7 +181,7 @@ def test_two_builds_of_the_same_commit_are_byte_identical(built_site, tmp_path):
 
 @pytest.fixture()
 def source_copy(tmp_path):
-    for folder in ["transformer", "site_scripts", "tests"]:
+    for folder in ["transformer", "site_scripts", "tests", "docs"]:
         shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 
