@@ -3,7 +3,8 @@ model's own backward."""
 
 import numpy as np
 
-from site_scripts.examples import TINY_TARGETS, tiny, tiny_backward
+from site_scripts.examples import TINY_TARGETS, tiny
+from site_scripts.tiny_backward import tiny_backward
 from transformer.model import loss_and_grads
 
 
