@@ -280,8 +280,12 @@ def used_md(names):
             out.append(md_table(["Checked by", "Run it"],
                                 [[f"`{t.function}`", f"`pytest {t.path}::{t.function}`"] for t in checking]))
         else:
-            out.append("No test checks it directly; the gradient checks and the cross-check of the pages that "
-                       "use it cover it.\n")
+            callers = dict.fromkeys(p.function for p in called_by(name))
+            via = {t.function: None for caller in callers
+                   for t in test_mentions(caller, folder="tests/unit", checking=True)}
+            out.append("No test checks it by name; it runs only through its callers" + (
+                f", inside the tests that check them: {', '.join(f'`{t}`' for t in list(via)[:4])}"
+                + (f" and {len(via) - 4} more" if len(via) > 4 else "") if via else "") + ".\n")
         if others:
             out.append(f"{len(others)} more test{'s' if len(others) > 1 else ''} use it to set up what they check: "
                        + ", ".join(f"`{t.function}`" for t in others) + ".\n")
