@@ -91,15 +91,14 @@ def execute(name, run_mode, folder=NOTEBOOKS):
 
     nb = jupytext.read(folder / f"{name}.py")
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    env = {QUICK_ENV: "1" if run_mode == "quick" else "0", "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0",
+    # The kernel's environment: this process's, and the mode and settings that make its runs repeatable.
+    env = {**os.environ, QUICK_ENV: "1" if run_mode == "quick" else "0", "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the kernel inherits this process's environment
     # The kernel listens on 127.0.0.1 only; its notice about unencrypted local sockets is noise in the build log.
     client = NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}},
                             extra_arguments=["--IPKernelApp.log_level=ERROR"])
     try:
-        client.execute()
+        client.execute(env=env)  # jupyter_client starts the kernel's process with it
     except CellExecutionError as e:
         index, cell = _failed_cell(nb)
         first = cell.source.strip().splitlines()[0] if cell is not None and cell.source.strip() else ""
@@ -109,12 +108,6 @@ def execute(name, run_mode, folder=NOTEBOOKS):
         raise NotebookError(f"notebook notebooks/{name}.py: a cell ran longer than {TIMEOUT_S} s") from None
     except DeadKernelError as e:
         raise NotebookError(f"notebook notebooks/{name}.py: its kernel died ({e})") from None
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return nb
 
 
