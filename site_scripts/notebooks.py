@@ -27,6 +27,7 @@ import platform
 import re
 import sys
 import time
+from graphlib import CycleError, TopologicalSorter
 
 from . import depends
 from .common import QUICK_ENV, ROOT, hash_parts, is_current, mode, package_version, write_if_changed
@@ -53,21 +54,15 @@ def dependencies(name, folder=NOTEBOOKS):
 
 def in_order(folder=NOTEBOOKS):
     """Every notebook after the ones it depends on."""
-    done = []
-
-    def visit(name, path=()):
-        if name in path:
-            raise NotebookError(f"notebooks depend on each other in a circle: {' -> '.join(path + (name,))}")
-        if name not in done:
-            for dep in dependencies(name, folder):
-                if not (folder / f"{dep}.py").exists():
-                    raise NotebookError(f"notebook {name} depends on {dep}, which notebooks/ does not hold")
-                visit(dep, path + (name,))
-            done.append(name)
-
-    for name in names(folder):
-        visit(name)
-    return done
+    graph = {name: dependencies(name, folder) for name in names(folder)}
+    for name, deps in graph.items():
+        for dep in deps:
+            if not (folder / f"{dep}.py").exists():
+                raise NotebookError(f"notebook {name} depends on {dep}, which notebooks/ does not hold")
+    try:
+        return list(TopologicalSorter(graph).static_order())
+    except CycleError as e:  # its cycle lists each notebook before the one that depends on it
+        raise NotebookError(f"notebooks depend on each other in a circle: {' -> '.join(reversed(e.args[1]))}") from None
 
 
 def notebook_key(name, run_mode, folder=NOTEBOOKS, repo_url=""):
