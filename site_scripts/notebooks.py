@@ -1,20 +1,16 @@
 """Execute the experiment notebooks and render each as a page of the site.
 
-A notebook is notebooks/<name>.py in jupytext's percent format. It is run by
-nbclient in a fresh kernel started in the repository root, and only when its
-key changed. The key hashes the notebook's source, the transformer functions
-and classes it can reach (site_scripts/depends.py), the keys of the notebooks
-it depends on (a line `# depends-on: <name>`), the mode, the versions of
-Python, numpy, matplotlib and torch, and the corpus it reads.
+A notebook is notebooks/<name>.py in jupytext's percent format, run by nbclient in a fresh kernel started in the
+repository root, and only when its key changed: a hash of its source, the transformer functions and classes it can
+reach (site_scripts/depends.py), the keys of the notebooks it depends on (a line `# depends-on: <name>`), the mode,
+the versions of Python, numpy, matplotlib, torch, jupytext and nbclient, and the corpus it reads.
 
-Mode: SITE_QUICK=1 in the environment selects the quick mode, which the
-notebooks read to shorten their long runs (the tests use it); each mode keeps
-its own outputs, and a quick page says at its top that it shows a quick run.
+SITE_QUICK=1 in the environment selects the quick mode, which the notebooks read to shorten their long runs (the
+tests use it); each mode keeps its own outputs, and a quick page says at its top that it shows a quick run.
 
-Output: build/notebooks/<mode>/<name>.md and its figures in
-build/notebooks/<mode>/<name>/; the mkdocs hook adds them to the site as
-experiments/<name>.md. A cell that fails stops the build with the notebook's
-name, the cell's number and first line, and the error.
+Output: build/notebooks/<mode>/<name>.md and its figures in build/notebooks/<mode>/<name>/, which the mkdocs hook
+adds to the site as experiments/<name>.md. A failing cell stops the build with the notebook's name, the cell's
+number and first line, and the error.
 
     python -m site_scripts.notebooks [--only NAME ...] [--force]
 """
