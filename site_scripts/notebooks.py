@@ -85,14 +85,16 @@ def execute(name, run_mode, folder=NOTEBOOKS):
     # The kernel's environment: this process's, and the mode and settings that make its runs repeatable.
     env = {**os.environ, QUICK_ENV: "1" if run_mode == "quick" else "0", "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    failed = []  # (number counted from 1, cell) of the cell that raised, as nbclient's on_cell_error hook names it
     # The kernel listens on 127.0.0.1 only; its notice about unencrypted local sockets is noise in the build log.
     client = NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}},
-                            extra_arguments=["--IPKernelApp.log_level=ERROR"])
+                            extra_arguments=["--IPKernelApp.log_level=ERROR"],
+                            on_cell_error=lambda cell, cell_index, execute_reply: failed.append((cell_index + 1, cell)))
     try:
         client.execute(env=env)  # jupyter_client starts the kernel's process with it
     except CellExecutionError as e:
-        index, cell = _failed_cell(nb)
-        first = cell.source.strip().splitlines()[0] if cell is not None and cell.source.strip() else ""
+        index, cell = failed[-1]
+        first = cell.source.strip().splitlines()[0] if cell.source.strip() else ""
         error = f"{e.ename}: {e.evalue}" if getattr(e, "ename", None) else str(e).strip().splitlines()[-1]
         raise NotebookError(f"notebook notebooks/{name}.py failed in cell {index} ({first!r}): {error}") from None
     except CellTimeoutError:
@@ -100,13 +102,6 @@ def execute(name, run_mode, folder=NOTEBOOKS):
     except DeadKernelError as e:
         raise NotebookError(f"notebook notebooks/{name}.py: its kernel died ({e})") from None
     return nb
-
-
-def _failed_cell(nb):
-    for index, cell in enumerate(nb.cells, start=1):
-        if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
-            return index, cell
-    return "?", None
 
 
 def render(nb, name, run_mode, repo_url=REPO_URL):
