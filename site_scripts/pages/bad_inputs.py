@@ -5,6 +5,7 @@ tools/refusals.py.
 """
 
 import ast
+from collections import Counter
 import shutil
 import tempfile
 from pathlib import Path
@@ -89,11 +90,9 @@ def cases_md(results, namespace, tests):
 
 
 def summary_md(results):
-    rows, classes = [], {}
+    rows, classes = [], Counter(library.raised for library, _ in results.values() if library)
     for case in CASES:
         library, command = results[case.slug]
-        if library:
-            classes[library.raised] = classes.get(library.raised, 0) + 1
         files = "unchanged" + (f"; created {', '.join(command.created)}" if command.created else "") \
             if command else "—"
         rows.append([f"[{case.title}](#{case.slug})", f"`{library.raised}`" if library else "—",
