@@ -98,10 +98,6 @@ class Source:
             return [f"tools/{node.module.split('.', 1)[1]}.py"]
         return []
 
-    def resolve(self, name):
-        """The unit holding a global name of this module ("<module>" when none does)."""
-        return self.unit_of.get(name, MODULE)
-
     def first_line(self, unit):
         node = self.nodes.get(unit)
         return 0 if node is None else min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
@@ -171,7 +167,7 @@ def closure(seeds, root=ROOT):
             continue
         source = module_source(module, root)
         if unit != MODULE and unit not in source.nodes:
-            unit = source.resolve(unit)  # a name imported from the module: the unit that assigns it
+            unit = source.unit_of.get(unit, MODULE)  # a name imported from the module: the unit that assigns it
             if (module, unit) in seen:
                 continue
         seen.add((module, unit))
