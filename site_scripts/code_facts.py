@@ -1,6 +1,5 @@
-"""Facts about the code, read from the code: where a function is, who calls
-it, which tests exercise it. The pages print these; nothing is typed by hand.
-"""
+"""Facts about the code, read from the code: where a function is, who calls it, which tests exercise it. The
+pages print these; nothing is typed by hand."""
 
 import ast
 from dataclasses import dataclass
@@ -146,8 +145,7 @@ def called_by(name, root=ROOT, folder="transformer"):
 
 
 def test_mentions(name, root=ROOT, folder="tests", checking=False):
-    """Each test function that calls or references `name`, at its first line doing so
-    (checking=True: only those that check it, see all_test_mentions)."""
+    """Each test function that mentions `name`, at its first line doing so (checking=True: see all_test_mentions)."""
     return all_test_mentions(root, folder, checking).get(name, [])
 
 

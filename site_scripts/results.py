@@ -1,9 +1,9 @@
 """The device cross-check, computed once per change of the code behind it, and the pages' rows of it.
 
-The cross-check takes seconds and every component page shows its own rows of it, so its report is
-cached in build/cache/, keyed by the source of the functions `run_crosscheck` reaches and the torch
-version. A page that shows its rows depends on those functions (site_scripts/build.py adds them to
-its key), so it reruns whenever the report could change.
+The cross-check takes seconds and every component page shows its own rows of it, so its report is cached in
+build/cache/, keyed by the source of the functions `run_crosscheck` reaches and the numpy and torch versions. A
+page that shows its rows depends on those functions (site_scripts/build.py adds them to its key), so it reruns
+whenever the report could change.
 """
 
 from fnmatch import fnmatchcase
@@ -19,8 +19,7 @@ _memo = {}
 
 
 def crosscheck_report():
-    """The report of `python -m transformer crosscheck` (all devices present, default settings), its
-    rows read back as Row records."""
+    """The report of `python -m transformer crosscheck` (all devices present, default settings), rows as Rows."""
     key = hash_parts(depends.units_text(depends.closure({("crosscheck", "run_crosscheck")})), numpy_version(),
                      torch_version())
     if key not in _memo:

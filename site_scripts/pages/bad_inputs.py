@@ -1,7 +1,6 @@
-"""Generator of the Bad inputs page: every mistake of the catalogue (tools/bad_input_cases.py)
-run through the real library and the real command line at build time, with the exact messages, exit
-statuses and what happened to the files. The checks that keep a wrong result off the page are in
-tools/refusals.py.
+"""Generator of the Bad inputs page: every mistake of the catalogue (tools/bad_input_cases.py) run through the
+real library and the real command line at build time, with the exact messages, exit statuses and what happened to
+the files. The checks that keep a wrong result off the page are in tools/refusals.py.
 """
 
 import ast
