@@ -1,6 +1,5 @@
-"""Facts about the code, read from the code: where a function is, who calls
-it, which tests exercise it. The pages print these; nothing is typed by hand.
-"""
+"""Facts about the code, read from the code: where a function is, who calls it, which tests exercise it. The
+pages print these; nothing is typed by hand."""
 
 import ast
 from dataclasses import dataclass
@@ -62,9 +61,8 @@ GENERIC_WORDS = {"check", "make", "load", "save", "is", "to", "from", "new", "ru
 
 
 def _named_after(test_name, name):
-    """Is the test named after the function? Its name without _forward/_backward
-    (layer_norm_backward -> layer_norm), or the first word of that when it is not
-    a generic one (adamw_update -> adamw, lr_at -> lr), is part of the test's name."""
+    """Is the test named after the function? Its name without _forward/_backward (layer_norm_backward ->
+    layer_norm), or the first word of that when not generic (adamw_update -> adamw), is part of the test's name."""
     for suffix in ("_forward", "_backward"):
         if name.endswith(suffix):
             name = name[: -len(suffix)]
@@ -85,8 +83,8 @@ def all_calls(root=ROOT, folder="transformer"):
 
 @lru_cache(maxsize=256)
 def _tables_and_uses(text):
-    """({function name: [(table, line)]} for module-level assignments that hold functions,
-    {name: {line: function}} for every mention of a name inside a function)."""
+    """({function name: [(table, line)]} for module-level assignments that hold functions, {name: {line:
+    function}} for every mention of a name inside a function)."""
     tree = ast.parse(text)
     tables = {}
     for node in tree.body:
@@ -104,8 +102,8 @@ def _tables_and_uses(text):
 
 
 def called_through(name, root=ROOT, folder="transformer"):
-    """[(table Place, [Places of the functions that use the table])] for each module-level
-    table (a dict or tuple assigned at top level) that holds the function `name`."""
+    """[(table Place, [Places of the functions that use the table])] for each module-level table (a dict or
+    tuple assigned at top level) that holds the function `name`."""
     files = sorted((Path(root) / folder).glob("*.py"))
     stamps = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files)
     return _tables_index(str(root), stamps).get(name, [])
@@ -128,13 +126,9 @@ def _tables_index(root, stamps):
 
 
 def all_test_mentions(root=ROOT, folder="tests", checking=False):
-    """{name: [Place of the first mention in each test function]} over the test files.
-
-    checking=True keeps only the tests that check the function rather than use
-    it to set something up: the name is part of an assert (or of a
-    `pytest.raises` block), or the test is named after it (its name without
-    _forward/_backward).
-    """
+    """{name: [Place of the first mention in each test function]} over the test files. checking=True keeps only
+    the tests that check the function rather than use it to set something up: the name is part of an assert (or
+    of a `pytest.raises` block), or the test is named after it (_named_after)."""
     found = {}
     for path in sorted((Path(root) / folder).rglob("test_*.py"), key=lambda p: p.name):  # tests/unit, tests/site
         rel = path.relative_to(root).as_posix()
@@ -146,16 +140,12 @@ def all_test_mentions(root=ROOT, folder="tests", checking=False):
 
 
 def called_by(name, root=ROOT, folder="transformer"):
-    """Every call of `name` in the folder's .py files, with its enclosing function.
-
-    A call inside a nested function is reported once, for the innermost function.
-    """
+    """Every call of `name` in the folder's .py files, with its innermost enclosing function."""
     return all_calls(root, folder).get(name, [])
 
 
 def test_mentions(name, root=ROOT, folder="tests", checking=False):
-    """Each test function that calls or references `name`, at its first line doing so
-    (checking=True: only those that check it, see all_test_mentions)."""
+    """Each test function that mentions `name`, at its first line doing so (checking=True: see all_test_mentions)."""
     return all_test_mentions(root, folder, checking).get(name, [])
 
 

@@ -1,8 +1,6 @@
 """What the site build and the tools share: the project root, the versions a result depends on, markdown
-tables, and the cached-artifact pattern (a key, a computation, a stamp).
-
-A leaf module: it imports nothing from the project, so `site_scripts` and `tools` can both use it without
-importing each other. (`transformer` uses none of it: the model knows nothing of the site.)
+tables, and the cached-artifact pattern (a key, a computation, a stamp). A leaf module: it imports nothing from
+the project, so `site_scripts` and `tools` can both use it without importing each other.
 """
 
 import hashlib
@@ -21,8 +19,7 @@ def mode():
 
 
 def package_version(name):
-    """An installed package's version, read from its metadata (nothing is imported), or "none": an absent
-    package (no torch means no cross-check rows) is part of a key too."""
+    """An installed package's version, read from its metadata (nothing is imported), or "none" (a key too)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -40,9 +37,8 @@ def numpy_version():
 
 
 def verdict_text(passed, on_floor, floor_reason):
-    """A verdict in the pages' words, for the cross-check's rows and the gradient checks alike: **FAIL**, pass,
-    or pass on the absolute floor and why (a tensor that is ~0 in exact arithmetic, whose relative gap is
-    only rounding noise)."""
+    """**FAIL**, pass, or pass on the absolute floor and why (a tensor that is ~0 in exact arithmetic, whose
+    relative gap is only rounding noise): the words of the cross-check's rows and of the gradient checks."""
     if not passed:
         return "**FAIL**"
     return f"pass ({floor_reason})" if on_floor else "pass"
@@ -78,23 +74,17 @@ def is_current(stamp: Path, key: str) -> bool:
     return stamp.exists() and stamp.read_text() == key
 
 
-def write_atomically(path: Path, text: str):
-    """A file is whole or absent, never half-written: write beside it, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text)
-    partial.replace(path)
-
-
 def cached_json(path: Path, key: str, compute, force=False):
     """The JSON result stored at `path` if it was computed under `key`, else `compute()`, stored with the key.
-
-    For a result kept in one file (the cross-check and mutation reports); pages and notebooks, whose result
-    is several files, keep their key in a stamp beside them (is_current)."""
+    For a result kept in one file (the cross-check and mutation reports); pages and notebooks keep theirs in a
+    stamp (is_current)."""
     if not force and path.exists():
         stored = json.loads(path.read_text())
         if stored.get("key") == key:
             return stored["value"]
     value = json.loads(json.dumps(compute()))  # the same types as a reloaded one
-    write_atomically(path, json.dumps({"key": key, "value": value}, sort_keys=True))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")  # written beside it, then renamed: whole or absent
+    partial.write_text(json.dumps({"key": key, "value": value}, sort_keys=True))
+    partial.replace(path)
     return value

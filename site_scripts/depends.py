@@ -1,14 +1,12 @@
 """Which transformer functions a page generator uses, read from the source.
 
-A page's cache key hashes the source of exactly the code its numbers can come
-from, so editing one function reruns only the pages that reach it. The unit
-is a top-level function or class of a transformer module; each module also
-has a unit "<module>" holding everything outside its functions (imports,
-constants, tables such as PRESETS), which comes along with any unit of that
-module. From a unit we follow every name it mentions that resolves to
-another unit: a function of the same module, a name imported from a sibling
-module (`from .layernorm import layer_norm_forward`, also inside a function),
-or an attribute of an imported sibling module.
+A page's cache key hashes the source of exactly the code its numbers can come from, so editing one function
+reruns only the pages that reach it. The units of a transformer module are its top-level functions and classes
+(named by their names), its top-level assignments (named "<NAME>" after the first name assigned, so a table such
+as PRESETS is followed only where it is used), and "<module>", the rest (docstring, imports, module-level checks),
+which comes along with any unit of the module. From a unit we follow every name it mentions that resolves to
+another unit: a function of the same module, a name imported from a sibling module (`from .layernorm import
+layer_norm_forward`, also inside a function), or an attribute of an imported sibling module.
 
     python -m site_scripts.depends layernorm    # the units a page reaches
 """
@@ -24,13 +22,7 @@ MODULE = "<module>"
 
 
 class Source:
-    """One parsed file: its units and, for each, the (module, unit) pairs it mentions.
-
-    Units: each top-level function or class (named by its name), each top-level
-    assignment (named "<NAME>" after the first name it assigns, so a table such
-    as PRESETS is followed only where it is used), and "<module>", the rest
-    (docstring, imports, module-level checks), which comes with any unit.
-    """
+    """One parsed file: its units (see above) and, for each, the (module, unit) pairs it mentions."""
 
     def __init__(self, text, package_module=None, root=ROOT):
         self.tree = ast.parse(text)
@@ -54,9 +46,9 @@ class Source:
                     for name in names:
                         self.unit_of.setdefault(name, unit)
         self.helpers, self._mentions = [], {}  # helpers: the site_scripts and tools files it imports
-        # Imports at module level are seen by every unit; an import inside a
-        # function only by that function (see _find_mentions).
-        self.names, self.modules = self._imports([n for n in self.tree.body if n not in self.nodes.values()])
+        self.module_level = [n for n in self.tree.body if n not in self.nodes.values()]  # the unit "<module>"
+        # Imports at module level are seen by every unit; an import inside a function only by that function.
+        self.names, self.modules = self._imports(self.module_level)
         for node in self.defs.values():
             self._imports([node])  # records the site_scripts helpers a page imports inside a function
 
@@ -78,9 +70,6 @@ class Source:
         """The top-level functions and classes, by name."""
         return {name: node for name, node in self.nodes.items() if not name.startswith("<")}
 
-    def _is_module(self, name):
-        return (self.root / "transformer" / f"{name}.py").exists()
-
     def _import_from(self, node, names, modules):
         relative_to_transformer = self.package_module is not None and node.level == 1
         if relative_to_transformer or (node.level == 0 and (node.module or "").startswith("transformer")):
@@ -88,7 +77,7 @@ class Source:
             for alias in node.names:
                 local = alias.asname or alias.name
                 if base is None:
-                    if self._is_module(alias.name):
+                    if (self.root / "transformer" / f"{alias.name}.py").exists():
                         modules[local] = alias.name
                 else:
                     names[local] = (base, alias.name)
@@ -109,10 +98,6 @@ class Source:
             return [f"tools/{node.module.split('.', 1)[1]}.py"]
         return []
 
-    def resolve(self, name):
-        """The unit holding a global name of this module ("<module>" when none does)."""
-        return self.unit_of.get(name, MODULE)
-
     def first_line(self, unit):
         node = self.nodes.get(unit)
         return 0 if node is None else min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
@@ -127,16 +112,9 @@ class Source:
 
     def mentions(self, unit):
         """(module, unit) pairs the unit refers to (computed once per unit)."""
-        if unit not in self._mentions:
-            self._mentions[unit] = self._find_mentions(unit)
-        return self._mentions[unit]
-
-    def _find_mentions(self, unit):
-        if unit == MODULE:
-            units = set(self.nodes.values())
-            nodes = [n for n in self.tree.body if n not in units]
-        else:
-            nodes = [self.nodes[unit]]
+        if unit in self._mentions:
+            return self._mentions[unit]
+        nodes = self.module_level if unit == MODULE else [self.nodes[unit]]
         local_names, local_modules = self._imports(nodes)
         names, modules = {**self.names, **local_names}, {**self.modules, **local_modules}
         # What a function imports for itself it means to use, even where no name shows it (code it
@@ -154,6 +132,7 @@ class Source:
                 elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                     if node.value.id in modules:
                         found.add((modules[node.value.id], node.attr))
+        self._mentions[unit] = found
         return found
 
 
@@ -188,7 +167,7 @@ def closure(seeds, root=ROOT):
             continue
         source = module_source(module, root)
         if unit != MODULE and unit not in source.nodes:
-            unit = source.resolve(unit)  # a name imported from the module: the unit that assigns it
+            unit = source.unit_of.get(unit, MODULE)  # a name imported from the module: the unit that assigns it
             if (module, unit) in seen:
                 continue
         seen.add((module, unit))
@@ -227,15 +206,10 @@ def page_units(page_path, root=ROOT):
     return closure(seeds, root)
 
 
-def unit_line(module, unit, root=ROOT):
-    """The first line of a unit (0 for "<module>"): listings print it, so it belongs in a key."""
-    return module_source(module, root).first_line(unit)
-
-
 def units_text(units, root=ROOT):
-    """The source and first line of the units, in a fixed order, for hashing."""
-    return "\n\0".join(f"{m}:{u}@{unit_line(m, u, root)}\n{module_source(m, root).unit_source(u)}"
-                        for m, u in sorted(units))
+    """The source and first line of the units (listings print the line, so it belongs in a key), for hashing."""
+    sources = {m: module_source(m, root) for m, _ in units}
+    return "\n\0".join(f"{m}:{u}@{sources[m].first_line(u)}\n{sources[m].unit_source(u)}" for m, u in sorted(units))
 
 
 def main():

@@ -1,20 +1,16 @@
 """Execute the experiment notebooks and render each as a page of the site.
 
-A notebook is notebooks/<name>.py in jupytext's percent format. It is run by
-nbclient in a fresh kernel started in the repository root, and only when its
-key changed. The key hashes the notebook's source, the transformer functions
-and classes it can reach (site_scripts/depends.py), the keys of the notebooks
-it depends on (a line `# depends-on: <name>`), the mode, the versions of
-Python, numpy, matplotlib and torch, and the corpus it reads.
+A notebook is notebooks/<name>.py in jupytext's percent format, run by nbclient in a fresh kernel started in the
+repository root, and only when its key changed: a hash of its source, the transformer functions and classes it can
+reach (site_scripts/depends.py), the keys of the notebooks it depends on (a line `# depends-on: <name>`), the mode,
+the versions of Python, numpy, matplotlib, torch, jupytext and nbclient, and the corpus it reads.
 
-Mode: SITE_QUICK=1 in the environment selects the quick mode, which the
-notebooks read to shorten their long runs (the tests use it); each mode keeps
-its own outputs, and a quick page says at its top that it shows a quick run.
+SITE_QUICK=1 in the environment selects the quick mode, which the notebooks read to shorten their long runs (the
+tests use it); each mode keeps its own outputs, and a quick page says at its top that it shows a quick run.
 
-Output: build/notebooks/<mode>/<name>.md and its figures in
-build/notebooks/<mode>/<name>/; the mkdocs hook adds them to the site as
-experiments/<name>.md. A cell that fails stops the build with the notebook's
-name, the cell's number and first line, and the error.
+Output: build/notebooks/<mode>/<name>.md and its figures in build/notebooks/<mode>/<name>/, which the mkdocs hook
+adds to the site as experiments/<name>.md. A failing cell stops the build with the notebook's name, the cell's
+number and first line, and the error.
 
     python -m site_scripts.notebooks [--only NAME ...] [--force]
 """
@@ -27,6 +23,7 @@ import platform
 import re
 import sys
 import time
+from graphlib import CycleError, TopologicalSorter
 
 from . import depends
 from .common import QUICK_ENV, ROOT, hash_parts, is_current, mode, package_version, write_if_changed
@@ -53,21 +50,15 @@ def dependencies(name, folder=NOTEBOOKS):
 
 def in_order(folder=NOTEBOOKS):
     """Every notebook after the ones it depends on."""
-    done = []
-
-    def visit(name, path=()):
-        if name in path:
-            raise NotebookError(f"notebooks depend on each other in a circle: {' -> '.join(path + (name,))}")
-        if name not in done:
-            for dep in dependencies(name, folder):
-                if not (folder / f"{dep}.py").exists():
-                    raise NotebookError(f"notebook {name} depends on {dep}, which notebooks/ does not hold")
-                visit(dep, path + (name,))
-            done.append(name)
-
-    for name in names(folder):
-        visit(name)
-    return done
+    graph = {name: dependencies(name, folder) for name in names(folder)}
+    for name, deps in graph.items():
+        for dep in deps:
+            if not (folder / f"{dep}.py").exists():
+                raise NotebookError(f"notebook {name} depends on {dep}, which notebooks/ does not hold")
+    try:
+        return list(TopologicalSorter(graph).static_order())
+    except CycleError as e:  # its cycle lists each notebook before the one that depends on it
+        raise NotebookError(f"notebooks depend on each other in a circle: {' -> '.join(reversed(e.args[1]))}") from None
 
 
 def notebook_key(name, run_mode, folder=NOTEBOOKS, repo_url=""):
@@ -91,38 +82,26 @@ def execute(name, run_mode, folder=NOTEBOOKS):
 
     nb = jupytext.read(folder / f"{name}.py")
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    env = {QUICK_ENV: "1" if run_mode == "quick" else "0", "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0",
+    # The kernel's environment: this process's, and the mode and settings that make its runs repeatable.
+    env = {**os.environ, QUICK_ENV: "1" if run_mode == "quick" else "0", "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the kernel inherits this process's environment
+    failed = []  # (number counted from 1, cell) of the cell that raised, as nbclient's on_cell_error hook names it
     # The kernel listens on 127.0.0.1 only; its notice about unencrypted local sockets is noise in the build log.
     client = NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}},
-                            extra_arguments=["--IPKernelApp.log_level=ERROR"])
+                            extra_arguments=["--IPKernelApp.log_level=ERROR"],
+                            on_cell_error=lambda cell, cell_index, execute_reply: failed.append((cell_index + 1, cell)))
     try:
-        client.execute()
+        client.execute(env=env)  # jupyter_client starts the kernel's process with it
     except CellExecutionError as e:
-        index, cell = _failed_cell(nb)
-        first = cell.source.strip().splitlines()[0] if cell is not None and cell.source.strip() else ""
+        index, cell = failed[-1]
+        first = cell.source.strip().splitlines()[0] if cell.source.strip() else ""
         error = f"{e.ename}: {e.evalue}" if getattr(e, "ename", None) else str(e).strip().splitlines()[-1]
         raise NotebookError(f"notebook notebooks/{name}.py failed in cell {index} ({first!r}): {error}") from None
     except CellTimeoutError:
         raise NotebookError(f"notebook notebooks/{name}.py: a cell ran longer than {TIMEOUT_S} s") from None
     except DeadKernelError as e:
         raise NotebookError(f"notebook notebooks/{name}.py: its kernel died ({e})") from None
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return nb
-
-
-def _failed_cell(nb):
-    for index, cell in enumerate(nb.cells, start=1):
-        if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
-            return index, cell
-    return "?", None
 
 
 def render(nb, name, run_mode, repo_url=REPO_URL):

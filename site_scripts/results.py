@@ -1,9 +1,9 @@
 """The device cross-check, computed once per change of the code behind it, and the pages' rows of it.
 
-The cross-check takes seconds and every component page shows its own rows of it, so its report is
-cached in build/cache/, keyed by the source of the functions `run_crosscheck` reaches and the torch
-version. A page that shows its rows depends on those functions (site_scripts/build.py adds them to
-its key), so it reruns whenever the report could change.
+The cross-check takes seconds and every component page shows its own rows of it, so its report is cached in
+build/cache/, keyed by the source of the functions `run_crosscheck` reaches and the numpy and torch versions. A
+page that shows its rows depends on those functions (site_scripts/build.py adds them to its key), so it reruns
+whenever the report could change.
 """
 
 from fnmatch import fnmatchcase
@@ -13,19 +13,15 @@ from transformer.crosscheck import Row, run_crosscheck
 from . import depends
 from .common import CACHE, cached_json, hash_parts, md_table, numpy_version, torch_version, verdict_text
 from .registry import Steps
+from .sections import page_link
 
 _memo = {}
 
 
-def crosscheck_key():
-    return hash_parts(depends.units_text(depends.closure({("crosscheck", "run_crosscheck")})), numpy_version(),
-                      torch_version())
-
-
 def crosscheck_report():
-    """The report of `python -m transformer crosscheck` (all devices present, default settings), its
-    rows read back as Row records."""
-    key = crosscheck_key()
+    """The report of `python -m transformer crosscheck` (all devices present, default settings), rows as Rows."""
+    key = hash_parts(depends.units_text(depends.closure({("crosscheck", "run_crosscheck")})), numpy_version(),
+                     torch_version())
     if key not in _memo:
         report = dict(cached_json(CACHE / "crosscheck.json", key, run_crosscheck))
         report["rows"] = [Row(**r) for r in report["rows"]]
@@ -33,27 +29,18 @@ def crosscheck_report():
     return _memo[key]
 
 
-def result_text(row):
-    """pass, pass on the absolute floor (a tensor that is ~0), or FAIL."""
-    return verdict_text(row.passed, row.on_floor, "gap below the absolute tolerance")
-
-
-def tolerance_text(row):
-    return f"{row.tol_rel:g} / {row.tol_abs:.0e}"
-
-
 def device_label(report, device):
     d = next(d for d in report["devices"] if d["device"] == device)
     return f"{device} ({d['dtype']})"
 
 
-def row_cells(report, r):
-    """Device | Check | Tensor | Max abs gap | Max rel gap | Tolerance | Result, as table cells."""
-    return [device_label(report, r.device), r.label, f"`{r.tensor}`", f"{r.max_abs:.2e}", f"{r.max_rel:.2e}",
-            tolerance_text(r), result_text(r)]
-
-
 ROW_HEADER = ["Device", "Check", "Tensor", "Max abs gap", "Max rel gap", "Tolerance (rel / abs)", "Result"]
+
+
+def row_cells(report, r):
+    """A row of the cross-check as the cells of ROW_HEADER."""
+    return [device_label(report, r.device), r.label, f"`{r.tensor}`", f"{r.max_abs:.2e}", f"{r.max_rel:.2e}",
+            f"{r.tol_rel:g} / {r.tol_abs:.0e}", verdict_text(r.passed, r.on_floor, "gap below the absolute tolerance")]
 
 
 def missing_md(report):
@@ -65,8 +52,6 @@ def devices_md(page, rows):
     """The page's rows of the cross-check, as its registry entry selects them (Rows or Steps)."""
     if isinstance(rows, Steps):
         return steps_md(page, rows)
-    from .sections import page_link
-
     report = crosscheck_report()
     picked = [r for r in report["rows"] if any(fnmatchcase(r.tensor, p) for p in rows.select.get(r.check, ()))]
     if not picked:
@@ -97,8 +82,6 @@ def devices_md(page, rows):
 
 def steps_md(page, steps):
     """One row per device and step of `steps.check`: how many tensors, the worst gap."""
-    from .sections import page_link
-
     report = crosscheck_report()
     groups = {}
     for r in report["rows"]:

@@ -10,7 +10,8 @@ def crosscheck_text(rows):
     if isinstance(rows, Steps):
         return f"each {rows.check}"
     if isinstance(rows, Rows):
-        return "; ".join(f"{check}: " + ", ".join(f"`{p}`" for p in patterns) for check, patterns in rows.select.items())
+        return "; ".join(f"{check}: " + ", ".join(f"`{p}`" for p in patterns)
+                         for check, patterns in rows.select.items())
     return "—"
 
 

@@ -1,10 +1,10 @@
-"""Generator of the Bad inputs page: every mistake of the catalogue (tools/bad_input_cases.py)
-run through the real library and the real command line at build time, with the exact messages, exit
-statuses and what happened to the files. The checks that keep a wrong result off the page are in
-tools/refusals.py.
+"""Generator of the Bad inputs page: every mistake of the catalogue (tools/bad_input_cases.py) run through the
+real library and the real command line at build time, with the exact messages, exit statuses and what happened to
+the files. The checks that keep a wrong result off the page are in tools/refusals.py.
 """
 
 import ast
+from collections import Counter
 import shutil
 import tempfile
 from pathlib import Path
@@ -89,11 +89,9 @@ def cases_md(results, namespace, tests):
 
 
 def summary_md(results):
-    rows, classes = [], {}
+    rows, classes = [], Counter(library.raised for library, _ in results.values() if library)
     for case in CASES:
         library, command = results[case.slug]
-        if library:
-            classes[library.raised] = classes.get(library.raised, 0) + 1
         files = "unchanged" + (f"; created {', '.join(command.created)}" if command.created else "") \
             if command else "—"
         rows.append([f"[{case.title}](#{case.slug})", f"`{library.raised}`" if library else "—",

@@ -72,9 +72,8 @@ def refusals_md(path):
         except CheckpointError as e:
             message = "`" + str(e).replace(str(folder) + "/", "") + "`"
         cases.append([label, message])
-    return ("Each of these was written and then loaded at build time; the message is the real one "
-            "(with the temporary folder's name removed):\n\n" + sections.md_table(["Given", "`load_checkpoint` says"],
-                                                                                 cases))
+    return ("Each of these was written and then loaded at build time; the message is the real one (with the "
+            "temporary folder's name removed):\n\n" + sections.md_table(["Given", "`load_checkpoint` says"], cases))
 
 
 def generate(context):

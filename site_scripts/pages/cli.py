@@ -2,37 +2,22 @@
 
 import argparse
 import os
+from unittest import mock
 
-from transformer.cli import (
-    EXIT_CHECK_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_USER_ERROR,
-    build_parser,
-)
+from transformer.cli import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_USER_ERROR, build_parser
 
 from .. import sections
 
 PAGE = "cli"
 
 
-def help_texts():
+def help_md():
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    yield "python -m transformer", parser.format_help()
-    for name, command in sub.choices.items():
-        yield f"python -m transformer {name}", command.format_help()
-
-
-def help_md():
-    old = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "80"  # argparse wraps to the terminal: fix the width so pages do not vary
-    try:
-        parts = [f"### `{title} --help`\n\n```text\n{text.rstrip()}\n```\n" for title, text in help_texts()]
-    finally:
-        if old is None:
-            del os.environ["COLUMNS"]
-        else:
-            os.environ["COLUMNS"] = old
+    commands = {"python -m transformer": parser, **{f"python -m transformer {n}": c for n, c in sub.choices.items()}}
+    with mock.patch.dict(os.environ, COLUMNS="80"):  # argparse wraps to the terminal: fixed, so pages do not vary
+        parts = [f"### `{title} --help`\n\n```text\n{command.format_help().rstrip()}\n```\n"
+                 for title, command in commands.items()]
     return "\n".join(parts)
 
 

@@ -17,10 +17,6 @@ def dataflow_md():
     ex = default_run()
     cfg, trace, L = ex.cfg, ex.trace, ex.cfg.num_layers
     B, T = ex.ids.shape
-
-    def link(page):
-        return PAGE_PATHS[page].replace(".md", "/")  # mermaid links are followed as built URLs
-
     nodes = [
         ("text", '"text"', "tokenizer"),
         ("ids", f'"ids {shape((B, T))}"', "tokenizer"),
@@ -43,7 +39,8 @@ def dataflow_md():
               "    ln1 --> att --> res1 --> ln2 --> ffn --> res2", "  end",
               "  emb -. residual .-> res1", "  res1 -. residual .-> res2",
               "  res2 --> lnf --> head --> loss"]
-    lines += [f'  click {name} href "{link(page)}"' for name, _, page in nodes]
+    lines += [f'  click {name} href "{PAGE_PATHS[page].replace(".md", "/")}"'  # mermaid follows built URLs
+              for name, _, page in nodes]
     lines.append("```")
     return ("\n".join(lines) + f"\n\nShapes from a real forward pass at the default config ({sizes(cfg)}) on a "
             f"batch of B = {B} sequences of T = {T} tokens; each box opens the page that explains it.\n")

@@ -1,22 +1,16 @@
 """Generator of the "Are the checks good enough?" page: the report of tools/mutants.py.
 
-The report is the cached result of running every check against every mutant
-(tools/mutants.py); it is rerun whenever the package, the tests or the tool
-change, so the page always describes the code it is built with. In quick mode
-(SITE_QUICK=1, the test build) only the mutants of QUICK run, and the page says so.
+The report is the cached result of running every check against every mutant; it is rerun whenever the package,
+the tests or the tool change, so the page always describes the code it is built with. In quick mode (SITE_QUICK=1,
+the test build) only the mutants of QUICK run, and the page says so.
 """
 
 from tools import mutants as tool
 
 from .. import sections
-from ..common import ROOT
-from ..common import mode
+from ..common import ROOT, mode
 
 PAGE = "mutants"
-
-
-def quick():
-    return mode() == "quick"
 
 
 def anchor(name):
@@ -41,15 +35,13 @@ def summary_md(report, total):
     caught = [r for r in records if r["caught_by"]]
     unseen = [r for r in records if not r["caught_by"] and r["uncatchable"]]
     gaps = [r for r in records if r["gap"]]
-    text = ""
-    if quick():
-        text += (f'!!! warning "Quick run"\n    This build ran {len(records)} of the {total} mutants (SITE_QUICK=1, '
-                 "as the test suite builds the site). `scripts/site` runs them all.\n\n")
-    text += (f"**{len(caught)} of {len(records)} mutants caught** by at least one check. "
-             f"{len(unseen)} {'is' if len(unseen) == 1 else 'are'} invisible to every check by nature (below, "
-             f"with the reason), and **{len(gaps)} survived** as a gap. The unchanged code passed all "
-             f"{len(report['checks'])} checks first, in the same run, so every catch below is the mutant's doing.\n")
-    return text
+    banner = (f'!!! warning "Quick run"\n    This build ran {len(records)} of the {total} mutants (SITE_QUICK=1, '
+              "as the test suite builds the site). `scripts/site` runs them all.\n\n") if mode() == "quick" else ""
+    return banner + (f"**{len(caught)} of {len(records)} mutants caught** by at least one check. "
+                     f"{len(unseen)} {'is' if len(unseen) == 1 else 'are'} invisible to every check by nature (below, "
+                     f"with the reason), and **{len(gaps)} survived** as a gap. The unchanged code passed all "
+                     f"{len(report['checks'])} checks first, in the same run, so every catch below is the mutant's "
+                     "doing.\n")
 
 
 def checks_md(report):
@@ -71,12 +63,11 @@ def matrix_md(report):
     rows = []
     for r in report["mutants"]:
         cells = ["caught" if r["results"][c]["caught"] else "—" for c in titles]
+        name = f"[{r['name']}](#{anchor(r['name'])})"
         if r["gap"]:
             name = f"[**{r['name']}**](#{anchor(r['name'])}) (gap)"
         elif not r["caught_by"]:
-            name = f"[{r['name']}](#{anchor(r['name'])}) (invisible)"
-        else:
-            name = f"[{r['name']}](#{anchor(r['name'])})"
+            name += " (invisible)"
         page = mutant_page(r)
         rows.append([name, f"[{sections.page_title(page)}]({sections.page_link(PAGE, page)})", *cells])
     return sections.md_table(header, rows)
@@ -149,9 +140,9 @@ def run_md(report, total):
 
 
 def generate(context):
-    report = tool.report(quick=quick())
-    total = len(tool.MUTANTS)
+    report = tool.report(quick=mode() == "quick")
+    total, seed = len(tool.MUTANTS), tool.TRAINING[tool.TRAINING.index("--seed") + 1]
     return {"summary": summary_md(report, total), "checks": checks_md(report), "matrix": matrix_md(report),
             "invisible": invisible_md(report), "gaps": gaps_md(report),
             "details": details_md(report, context["repo_url"]), "run": run_md(report, total),
-            "provenance": sections.provenance_md(PAGE, {"training run": tool.TRAINING[tool.TRAINING.index("--seed") + 1]})}
+            "provenance": sections.provenance_md(PAGE, {"training run": seed})}
