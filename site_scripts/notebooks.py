@@ -88,7 +88,7 @@ def execute(name, run_mode, folder=NOTEBOOKS):
     failed = []  # (number counted from 1, cell) of the cell that raised, as nbclient's on_cell_error hook names it
     # The kernel listens on 127.0.0.1 only; its notice about unencrypted local sockets is noise in the build log.
     client = NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}},
-                            extra_arguments=["--IPKernelApp.log_level=ERROR"],
+                            extra_arguments=["--IPKernelApp.log_level=ERROR"], coalesce_streams=True,
                             on_cell_error=lambda cell, cell_index, execute_reply: failed.append((cell_index + 1, cell)))
     try:
         client.execute(env=env)  # jupyter_client starts the kernel's process with it

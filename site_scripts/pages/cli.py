@@ -1,8 +1,7 @@
 """Generator of the Command line page: the real --help of every command, and the exit codes."""
 
 import argparse
-import os
-from unittest import mock
+import functools
 
 from transformer.cli import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_USER_ERROR, build_parser
 
@@ -15,9 +14,11 @@ def help_md():
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     commands = {"python -m transformer": parser, **{f"python -m transformer {n}": c for n, c in sub.choices.items()}}
-    with mock.patch.dict(os.environ, COLUMNS="80"):  # argparse wraps to the terminal: fixed, so pages do not vary
-        parts = [f"### `{title} --help`\n\n```text\n{command.format_help().rstrip()}\n```\n"
-                 for title, command in commands.items()]
+    parts = []
+    for title, command in commands.items():
+        # argparse wraps to the terminal (78 columns in one of 80); fixed, the page is the same wherever built.
+        command.formatter_class = functools.partial(command.formatter_class, width=78)
+        parts.append(f"### `{title} --help`\n\n```text\n{command.format_help().rstrip()}\n```\n")
     return "\n".join(parts)
 
 
