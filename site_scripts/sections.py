@@ -257,7 +257,8 @@ def gradcheck_table(rows):
         raise RuntimeError(f"one table, one dtype and step: got {sorted(settings)}")
     (dtype, h), = settings
     return (md_table(["Gradient", "Shape", "Largest gap", "Relative gap", "Result"], [row.cells() for row in rows])
-            + f"\nIn {dtype}, with step Δ = {h:g} (the [fake loss f](../{NOTATION}#fake-loss) is what is differentiated). "
+            + f"\nIn {dtype}, with step Δ = {h:g} (the [fake loss f](../{NOTATION}#fake-loss) is what is "
+              "differentiated). "
               f"The relative gap is max |analytic − numeric| divided by the larger "
               f"of max |analytic| and max |numeric|. Pass: relative gap below {REL_TOL:g}, or largest gap below "
               f"{ABS_FLOOR:g} (the thresholds of `transformer/gradcheck.py`).\n")

@@ -8,7 +8,8 @@ from site_scripts.common import ROOT
 
 def test_a_symbol_table_takes_meaning_and_shape_from_the_notation_page():
     text = sections.symbols_md([("W", "w", (4, 5), "`b0.ff1_w`"), (r"\partial\ell/\partial W", "dw", (4, 5))], "a note")
-    assert "| \\(W\\) | a linear layer's weights, stored (in, out); here `b0.ff1_w` | `w` | (n_in, n_out) | `(4, 5)` |" in text
+    assert ("| \\(W\\) | a linear layer's weights, stored (in, out); here `b0.ff1_w` | `w` | (n_in, n_out) "
+            "| `(4, 5)` |") in text
     assert ("| \\(\\partial\\ell/\\partial W\\) | the gradient of \\(\\ell\\) with respect to a linear layer's weights, "
             "stored (in, out) | `dw` | (n_in, n_out) |") in text
 
