@@ -31,11 +31,11 @@ class Backward:
 
 
 def tiny_backward():
-    """Names of `steps`, in order: `dlogits` (∂ℓ/∂Z), `dlnf` (∂ℓ/∂X_f, from the head), then for each block l
-    from the last: `b{l}.dout` (∂ℓ/∂X^(l+1)), `b{l}.dhidden` (∂ℓ/∂φ(G), from W_2),
-    `b{l}.dpre` (∂ℓ/∂G),
-    `b{l}.dln2` (∂ℓ/∂U_2, from W_1), `b{l}.dmid` (∂ℓ/∂M: the residual's dY plus LN2's), `b{l}.dln1`
-    (∂ℓ/∂U_1, from attention), and `b{l}.din` (∂ℓ/∂X^(l): dM plus LN1's); last `dembedding` (= b0.din)."""
+    """Names of `steps`, in order: `dlogits` (∂ℓ/∂Z), `dlnf` (∂ℓ/∂X_f, from the head), then for each
+    block l from the last: `b{l}.dout` (∂ℓ/∂X^(l+1)), `b{l}.dhidden` (∂ℓ/∂φ(G), from W_2), `b{l}.dpre`
+    (∂ℓ/∂G), `b{l}.dln2` (∂ℓ/∂U_2, from W_1), `b{l}.dmid` (∂ℓ/∂M: the residual's dY plus LN2's),
+    `b{l}.dln1` (∂ℓ/∂U_1, from attention), and `b{l}.din` (∂ℓ/∂X^(l): dM plus LN1's); last `dembedding`
+    (= b0.din)."""
     ex = tiny()
     logits, (_, emb_cache, block_caches, lnf_cache, head_cache) = forward(ex.params, ex.ids, ex.cfg)
     loss, xent_cache = cross_entropy_forward(logits, np.array([TINY_TARGETS]))
