@@ -52,7 +52,7 @@ def relu_backward(dy, cache):
         Gradient with respect to the input.
     """
     y = cache
-    dx = dy * (y > 0)  # eq:relu-grad  (the boolean mask multiplies as 0 or 1)
+    dx = dy * (y > 0)  # eq:relu-grad eq:act-diagonal eq:relu-deriv  (the boolean mask multiplies as 0 or 1)
     return dx
 
 
@@ -74,7 +74,7 @@ def gelu_forward(x):
         - x, the input: the density term x phi(x) is recomputed from it;
         - phi_cdf, Phi(x) shaped like x: computed once here and reused by the backward.
     """
-    phi_cdf = 0.5 * (1.0 + _erf(x * _INV_SQRT2)).astype(x.dtype, copy=False)
+    phi_cdf = 0.5 * (1.0 + _erf(x * _INV_SQRT2)).astype(x.dtype, copy=False)  # eq:gelu
     y = x * phi_cdf  # eq:gelu
     cache = (x, phi_cdf)
     return y, cache
@@ -96,8 +96,8 @@ def gelu_backward(dy, cache):
         Gradient with respect to the input.
     """
     x, phi_cdf = cache
-    phi_pdf = _INV_SQRT_2PI * np.exp(-0.5 * x * x)
-    dx = dy * (phi_cdf + x * phi_pdf)  # eq:gelu-grad
+    phi_pdf = _INV_SQRT_2PI * np.exp(-0.5 * x * x)  # eq:gelu-density
+    dx = dy * (phi_cdf + x * phi_pdf)  # eq:gelu-grad eq:act-diagonal eq:gelu-product
     return dx
 
 

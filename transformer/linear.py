@@ -25,8 +25,8 @@ def linear_forward(x, w, b):
     """
     # One 2-D matmul over all rows (every position of every sequence) is
     # faster in numpy than a stacked (B, T, in) @ (in, out) product.
-    y = x.reshape(-1, x.shape[-1]) @ w  # eq:linear
-    y += b  # eq:linear
+    y = x.reshape(-1, x.shape[-1]) @ w  # eq:linear eq:linear-entry
+    y += b  # eq:linear eq:linear-entry
     cache = (x, w)
     return y.reshape(*x.shape[:-1], w.shape[1]), cache
 
@@ -53,9 +53,9 @@ def linear_backward(dy, cache):
     x, w = cache
     # Flatten the leading dimensions: every row (every position of every
     # sequence) adds its outer product x_row^T dy_row into dw in one matmul.
-    x2 = x.reshape(-1, x.shape[-1])
-    dy2 = dy.reshape(-1, dy.shape[-1])
-    dx = (dy2 @ w.T).reshape(x.shape)  # eq:linear-grad
-    dw = x2.T @ dy2  # eq:linear-grad
-    db = dy2.sum(axis=0)  # eq:linear-grad
+    x2 = x.reshape(-1, x.shape[-1])  # eq:linear-flatten
+    dy2 = dy.reshape(-1, dy.shape[-1])  # eq:linear-flatten
+    dx = (dy2 @ w.T).reshape(x.shape)  # eq:linear-grad eq:linear-grad-a
+    dw = x2.T @ dy2  # eq:linear-grad eq:linear-grad-w eq:linear-flatten
+    db = dy2.sum(axis=0)  # eq:linear-grad eq:linear-grad-b eq:linear-flatten
     return dx, dw, db

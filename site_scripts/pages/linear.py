@@ -1,30 +1,245 @@
 """Generator of the Linear / ReLU / GELU / Initialisation page's fragments."""
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
-from transformer.activations import gelu_backward, gelu_forward, relu_backward, relu_forward
+from transformer.activations import (ACTIVATION_FUNCTIONS, gelu_backward, gelu_forward, relu_backward,
+                                     relu_forward)
+from transformer.gradcheck import REL_TOL, check_passes, relative_gap
 from transformer.linear import linear_backward, linear_forward
 
 from .. import sections
-from ..examples import H_STEP, SEED, TINY_IDS, default_note, default_run, illustrative, tiny, weighted_sum
+from ..common import verdict_text
+from ..examples import (H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, tiny,
+                        tiny_backward, weighted_sum)
+
+ACT_NAMES = {"relu": "ReLU", "gelu": "GELU"}  # how the page writes each activation
+
+
+def agreement(mine, reference):
+    """(largest gap, verdict) of an array against the one it must equal, by the gradient checks' pass rule."""
+    gap = float(np.abs(np.asarray(mine) - np.asarray(reference)).max())
+    rel = relative_gap(np.asarray(mine, dtype=float), np.asarray(reference, dtype=float))
+    return gap, verdict_text(check_passes(gap, rel), rel >= REL_TOL, "both are 0 up to rounding")
+
+
+def num(v, decimals=4, bracket=True):
+    """A number for written-out arithmetic; a negative one in parentheses (unless bracket is False), so that
+    `a·(−b)` reads right; one that rounds to 0 without a sign."""
+    text = f"{v:.{decimals}f}"
+    if float(text) == 0:
+        return f"{0:.{decimals}f}"
+    text = text.replace("-", "−")
+    return f"({text})" if bracket and v < 0 else text
+
+
+def dot_text(xs, ys):
+    """x₀·y₀ + x₁·y₁ + ... with the numbers themselves."""
+    return " + ".join(f"{num(x)}·{num(y)}" for x, y in zip(xs, ys, strict=True))
+
+
+@dataclass(frozen=True)
+class FFNLayer:
+    """The first feed-forward layer of the tiny model's last block, forward and real backward."""
+    name: str  # the parameter prefix, e.g. b1.ff1
+    activation: str
+    a: np.ndarray  # A = U_2, (T, d)
+    w: np.ndarray  # W = W_1, (d, F)
+    b: np.ndarray  # b = b_1, (F,)
+    g: np.ndarray  # G = A W + b, (T, F)
+    dphi: np.ndarray  # ∂ℓ/∂φ(G), from the replay (T, F)
+    dg: np.ndarray  # ∂ℓ/∂G = ∂ℓ/∂φ(G) ⊙ φ'(G), computed here
+    da: np.ndarray  # ∂ℓ/∂A = ∂ℓ/∂G Wᵀ, computed here
+    dw: np.ndarray  # ∂ℓ/∂W = Aᵀ ∂ℓ/∂G, computed here
+    db: np.ndarray  # ∂ℓ/∂b, computed here
+    replay: dict  # the replay's arrays for dg, da, dw, db
+
+
+def ffn_layer():
+    ex, back = tiny(), tiny_backward()
+    block = f"b{ex.cfg.num_layers - 1}"
+    name = f"{block}.ff1"
+    a, w, b = ex.trace[f"{block}.ln2"][0], ex.params[f"{name}_w"], ex.params[f"{name}_b"]
+    g, _ = linear_forward(a, w, b)
+    dphi = back.steps[f"{block}.dhidden"][0]
+    if ex.cfg.activation == "relu":
+        dg = np.where(g > 0, dphi, 0.0)  # the mask [G > 0], from G itself (np.where: no −0 entries)
+    else:
+        forward, backward = ACTIVATION_FUNCTIONS[ex.cfg.activation]
+        dg = backward(dphi, forward(g)[1])
+    replay = {"dg": back.steps[f"{block}.dpre"][0], "da": back.steps[f"{block}.dln2"][0],
+              "dw": back.grads[f"{name}_w"], "db": back.grads[f"{name}_b"]}
+    return FFNLayer(name, ex.cfg.activation, a, w, b, g, dphi, dg, dg @ w.T, a.T @ dg, dg.sum(axis=0), replay)
+
+
+def forward_md(layer):
+    act = ACTIVATION_FUNCTIONS
+    relu, gelu = act["relu"][0](layer.g)[0], act["gelu"][0](layer.g)[0]
+    block = layer.name.split(".")[0]
+    bias = ("its bias \\(b\\) is zero at initialisation" if not layer.b.any()
+            else f"its bias \\(b\\) is {np.array2string(layer.b, precision=4)}")
+    g00 = layer.a[0] @ layer.w[:, 0] + layer.b[0]
+    return "\n".join([
+        f"The input \\(A\\) is \\(U_2\\), the last block's LN2 output (`{block}.ln2`), and the layer is "
+        f"\\(W = W_1\\) (`{layer.name}_w`); {bias}.\n",
+        sections.array_md("A = U₂", layer.a, row_label="position t"),
+        sections.array_md(f"W = W₁ ({layer.name}_w)", layer.w, row_label="input unit i"),
+        sections.array_md("G = A W + b", layer.g, row_label="position t"),
+        "Follow one number: \\(G_{0,0} = \\sum_i A_{0,i} W_{i,0} + b_0\\) = "
+        f"{dot_text(layer.a[0], layer.w[:, 0])} + {num(layer.b[0])} = **{num(g00, bracket=False)}**, the first "
+        "entry of the table above.\n",
+        sections.array_md("ReLU(G)", relu, row_label="position t"),
+        sections.array_md("GELU(G)", gelu, row_label="position t"),
+        f"ReLU zeroes {int((relu == 0).sum())} of {relu.size} entries; GELU keeps a small negative output for "
+        f"negative entries (smallest {gelu.min():.4f}) and is close to the identity for large positive ones. The "
+        f"tiny model uses {ACT_NAMES[layer.activation]}.\n",
+    ])
+
+
+def backward_md(layer):
+    closed = [i for i in range(layer.g.shape[1]) if not (layer.g[:, i] > 0).any()]
+    col = next((i for i in range(layer.dg.shape[1]) if np.all(layer.dg[:, i] != 0)), 0)
+    block, act = layer.name.split(".")[0], ACT_NAMES[layer.activation]
+    mask = "[G > 0]" if layer.activation == "relu" else f"{act}′(G)"
+    checks = [("G", f"∂ℓ/∂{act}(G) ⊙ {act}′(G)", f"steps['{block}.dpre']", layer.dg, "dg"),
+              ("A", "∂ℓ/∂G Wᵀ", f"steps['{block}.dln2']", layer.da, "da"),
+              ("W", "Aᵀ ∂ℓ/∂G", f"grads['{layer.name}_w']", layer.dw, "dw"),
+              ("W", "Σ_t A_tᵀ ∂ℓ/∂G_t, a loop over the rows", f"grads['{layer.name}_w']",
+               sum(np.outer(a_t, dg_t) for a_t, dg_t in zip(layer.a, layer.dg, strict=True)), "dw"),
+              ("b", "column sums of ∂ℓ/∂G", f"grads['{layer.name}_b']", layer.db, "db")]
+    rows = [[f"\\(\\partial\\ell/\\partial {symbol}\\)", how, f"`{key}`", *fmt(agreement(mine, layer.replay[k]))]
+            for symbol, how, key, mine, k in checks]
+    return "\n".join([
+        f"The tiny model's real backward (\\(\\ell = \\mathcal{{L}}\\), the mean cross-entropy against targets "
+        f"`{TINY_TARGETS}`, replayed call by call) reaches this layer from \\(W_2\\) with "
+        f"\\(\\partial\\ell/\\partial\\phi(G)\\) (`{block}.dhidden`). The page computes the rest from the arrays "
+        f"shown here, in the order the backward does.\n",
+        sections.array_md(f"∂ℓ/∂{act}(G) (from the replay)", layer.dphi, row_label="position t"),
+        sections.array_md(f"∂ℓ/∂G = ∂ℓ/∂{act}(G) ⊙ {mask}", layer.dg, row_label="position t"),
+        sections.array_md("∂ℓ/∂A = ∂ℓ/∂G Wᵀ", layer.da, row_label="position t"),
+        sections.array_md("∂ℓ/∂W = Aᵀ ∂ℓ/∂G", layer.dw, row_label="input unit i"),
+        sections.array_md("∂ℓ/∂b (column sums)", layer.db),
+        arithmetic_md(layer, col),
+        (f"Columns {', '.join(map(str, closed))} of \\(\\partial\\ell/\\partial W\\) and the same entries of "
+         f"\\(\\partial\\ell/\\partial b\\) are exactly 0: \\(G \\le 0\\) in those columns at every position, so "
+         "ReLU passes no gradient to those hidden units in this example.\n" if closed and layer.activation == "relu"
+         else ""),
+        "Each array against the replay of the model's own backward (`examples.tiny_backward`):\n",
+        sections.md_table(["Gradient", "Computed here as", "Replay's array", "Largest gap", "Result"], rows),
+        f"\n\\(\\partial\\ell/\\partial A = \\partial\\ell/\\partial U_2\\) goes on into LN2's backward (the "
+        f"[LayerNorm]({sections.page_link('linear', 'layernorm')}) page); \\(\\partial\\ell/\\partial W\\) and "
+        f"\\(\\partial\\ell/\\partial b\\) are the gradients the optimizer receives for `{layer.name}_w` and "
+        f"`{layer.name}_b`.\n",
+    ])
+
+
+def fmt(gap_verdict):
+    gap, verdict = gap_verdict
+    return [f"{gap:.1e}", verdict]
+
+
+def arithmetic_md(layer, col):
+    """One entry of each gradient, its sum written out with the numbers of the tables above."""
+    dw = layer.a[:, 0] @ layer.dg[:, col]
+    da = layer.dg[0] @ layer.w[0]
+    db = layer.dg[:, col].sum()
+    return "\n".join([
+        "Follow the numbers back (each sum is of the unrounded arrays; the terms are shown to 4 decimals):\n",
+        f"- \\(\\partial\\ell/\\partial W_{{0,{col}}} = \\sum_t A_{{t,0}}\\,\\partial\\ell/\\partial G_{{t,{col}}}\\)"
+        f" = {dot_text(layer.a[:, 0], layer.dg[:, col])} = **{num(dw, bracket=False)}**: every position adds its "
+        "share, the sum the code does by flattening the rows.",
+        f"- \\(\\partial\\ell/\\partial A_{{0,0}} = \\sum_{{i'}} \\partial\\ell/\\partial G_{{0,i'}}\\,W_{{0,i'}}\\) = "
+        f"{dot_text(layer.dg[0], layer.w[0])} = **{num(da, bracket=False)}**: row 0 of "
+        "\\(\\partial\\ell/\\partial G\\) against row 0 of \\(W\\), which is column 0 of \\(W^\\top\\).",
+        f"- \\(\\partial\\ell/\\partial b_{{{col}}} = \\sum_t \\partial\\ell/\\partial G_{{t,{col}}}\\) = "
+        + " + ".join(num(v) for v in layer.dg[:, col]) + f" = **{num(db, bracket=False)}**.\n",
+    ])
 
 
 def example_md():
-    ex = tiny()
-    u, params = ex.trace["b0.ln2"][0], ex.params
-    z, _ = linear_forward(u, params["b0.ff1_w"], params["b0.ff1_b"])
-    r, _ = relu_forward(z)
-    g, _ = gelu_forward(z)
+    layer = ffn_layer()
     return "\n".join([
-        illustrative(f"U: block 0's LN2 output for ids `{TINY_IDS}`, fed to the first feed-forward layer "
-                     "`b0.ff1_w` (biases are zero at initialisation)."),
-        sections.array_md("U", u, row_label="position"),
-        sections.array_md("b0.ff1_w", params["b0.ff1_w"], row_label="input unit"),
-        sections.array_md("Z = U W + b", z, row_label="position"),
-        sections.array_md("ReLU(Z)", r, row_label="position"),
-        sections.array_md("GELU(Z)", g, row_label="position"),
-        f"ReLU zeroes {int((r == 0).sum())} of {r.size} entries; GELU keeps a small negative output for "
-        f"negative inputs (smallest {g.min():.4f}) and is close to the identity for large positive ones.\n",
+        illustrative(f"The first feed-forward layer of the last block, `{layer.name}`, for ids `{TINY_IDS}`: the "
+                     "forward, then the real gradient of the loss flowing back through it."),
+        "### Forward\n",
+        forward_md(layer),
+        "### Backward, with the real loss gradient\n",
+        backward_md(layer),
+    ])
+
+
+def relu_rows():
+    points = np.array([-1.0, -0.5 * H_STEP, 0.0, 0.5 * H_STEP, 1.0])
+    code = relu_backward(np.ones_like(points), relu_forward(points)[1])
+    numeric = (relu_forward(points + H_STEP)[0] - relu_forward(points - H_STEP)[0]) / (2 * H_STEP)
+    rows = []
+    for x, c, n in zip(points, code, numeric, strict=True):
+        if abs(c - n) < 1e-9:
+            verdict = "agree"
+        elif abs(x) < H_STEP:
+            verdict = "differ: the step Δ straddles the corner at 0"
+        else:
+            verdict = "**FAIL**"
+        rows.append([f"{x:g}", f"{c:g}", f"{n:.4f}", verdict])
+    return rows
+
+
+def gelu_table():
+    """GELU′ at a few points: its two terms by the formula (with math.erf, not the code), the code's backward
+    with upstream gradient 1 (so that it returns the derivative itself), central differences of the code's
+    forward."""
+    points = np.linspace(-3.0, 3.0, 7)
+    cdf = np.array([0.5 * (1 + math.erf(x / math.sqrt(2))) for x in points])
+    density = points * np.exp(-points ** 2 / 2) / math.sqrt(2 * math.pi)
+    code = gelu_backward(np.ones_like(points), gelu_forward(points)[1])
+    numeric = (gelu_forward(points + H_STEP)[0] - gelu_forward(points - H_STEP)[0]) / (2 * H_STEP)
+    rows = [[f"{x:g}", f"{c:.6f}", f"{d:.6f}", f"{c + d:.6f}", f"{k:.6f}", f"{n:.6f}", f"{abs(k - n):.1e}"]
+            for x, c, d, k, n in zip(points, cdf, density, code, numeric, strict=True)]
+    formula_gap, formula_verdict = agreement(code, cdf + density)
+    numeric_gap, numeric_verdict = agreement(code, numeric)
+    return rows, (formula_gap, formula_verdict), (numeric_gap, numeric_verdict)
+
+
+def gelu_root():
+    """Where GELU′ = Φ + Gφ crosses 0 (bisection on the code's derivative between −3, where it is negative,
+    and 0), and where it is lowest on a grid from −3 to 0."""
+    def slope(x):
+        x = np.atleast_1d(np.asarray(x, dtype=float))
+        return gelu_backward(np.ones_like(x), gelu_forward(x)[1])
+    lo, hi = -3.0, 0.0
+    if not slope(lo)[0] < 0 < slope(hi)[0]:
+        raise RuntimeError("GELU′ does not change sign between −3 and 0: the bisection has no root to find")
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if slope(mid)[0] < 0 else (lo, mid)
+    grid = np.linspace(-3.0, 0.0, 300_001)
+    values = slope(grid)
+    return lo, float(grid[values.argmin()]), float(values.min()), float(grid[1] - grid[0])
+
+
+def activation_checks_md():
+    rows, (fgap, fverdict), (ngap, nverdict) = gelu_table()
+    root, low, low_slope, step = gelu_root()
+    return "\n".join([
+        "**ReLU′**: the code's derivative (`relu_backward` with upstream gradient 1) against central differences "
+        "with step Δ:\n",
+        sections.md_table(["G", "code: [G > 0]", "(ReLU(G+Δ) − ReLU(G−Δ)) / 2Δ", "Verdict"], relu_rows()),
+        f"\nWherever \\(|G| \\ge \\Delta\\) the two agree. At 0 the central difference sees half of each side, 1/2, "
+        "and within Δ of 0 it sees a mix, whatever the code chose: this is why no finite-difference check can "
+        "confirm the convention, and why the gradient check below keeps ReLU's inputs away from 0.\n",
+        "**GELU′ = Φ(G) + G φ(G)**: the two terms of the product rule computed from the formula (with `math.erf`, "
+        "not the code), the code's derivative (`gelu_backward` with upstream gradient 1), and central differences "
+        "of `gelu_forward`:\n",
+        sections.md_table(["G", "Φ(G)", "G φ(G)", "Φ + G φ", "code", "central difference", "|code − central|"],
+                          rows),
+        f"\nCode against the formula: largest gap {fgap:.1e}, {fverdict}. Code against central differences: "
+        f"largest gap {ngap:.1e}, {nverdict} (the difference's own error, about Δ² times the third derivative, "
+        f"is the floor here; Δ = {H_STEP:g}). GELU′ crosses 0 at G = {root:.4f} (bisection on the code's "
+        f"derivative): left of it, raising G lowers the output a little. It is lowest, {low_slope:.4f}, at "
+        f"G = {low:.4f} on a grid of step {step:.0e}, against −√2 = {-math.sqrt(2):.4f} from the derivation "
+        "(GELU″ = φ(G) (2 − G²) is 0 there).\n",
     ])
 
 
@@ -43,17 +258,25 @@ def xavier_md():
 
 def symbols_md():
     ex = default_run()
-    p, u = ex.params, ex.trace["b0.ln2"]
-    z, cache = linear_forward(u, p["b0.ff1_w"], p["b0.ff1_b"])
-    _, dw, _ = linear_backward(np.ones_like(z), cache)
+    block = f"b{ex.cfg.num_layers - 1}"
+    p, u = ex.params, ex.trace[f"{block}.ln2"]
+    g, cache = linear_forward(u, p[f"{block}.ff1_w"], p[f"{block}.ff1_b"])
+    r = np.random.default_rng(SEED).standard_normal(g.shape)  # an upstream gradient, for the recorded shapes
+    da, dw, db = linear_backward(r, cache)
     rows = [
-        (r"A", "x", u.shape, "block 0's LN2 output"),
-        (r"W", "w", p["b0.ff1_w"].shape, "`b0.ff1_w`"),
-        (r"b", "b", p["b0.ff1_b"].shape),
-        (r"Y", "y", z.shape),
+        (r"A", "x", u.shape, f"the last block's LN2 output \\(U_2\\) (`{block}.ln2`)"),
+        (r"W", "w", p[f"{block}.ff1_w"].shape, f"\\(W_1\\), `{block}.ff1_w`"),
+        (r"b", "b", p[f"{block}.ff1_b"].shape, f"\\(b_1\\), `{block}.ff1_b`"),
+        (r"Y", "y", g.shape, "the pre-activation \\(G\\)"),
+        (r"G", "x (activations.py)", g.shape),
+        (r"\partial\ell/\partial Y", "dy", r.shape, "the upstream gradient"),
+        (r"\partial\ell/\partial A", "dx", da.shape),
         (r"\partial\ell/\partial W", "dw", dw.shape, "every row's outer product, summed"),
-        (r"\Phi, \varphi", "phi_cdf, phi_pdf", z.shape),
+        (r"\partial\ell/\partial b", "db", db.shape, "the column sums of \\(\\partial\\ell/\\partial Y\\)"),
+        (r"\phi", "relu_forward, gelu_forward", g.shape),
+        (r"\Phi, \varphi", "phi_cdf, phi_pdf", g.shape),
         (r"a", "limit", "see the table below"),
+        (r"\Delta", "h", f"{H_STEP:g}"),
     ]
     return sections.symbols_md(rows, default_note())
 
@@ -71,10 +294,13 @@ def gradcheck_md():
     dz = rng.standard_normal(z.shape)
     for name, fwd, bwd in [("relu", relu_forward, relu_backward), ("gelu", gelu_forward, gelu_backward)]:
         rows += sections.gradcheck_rows(weighted_sum(dz, fwd, z), [(f"{name}: dx", bwd(dz, fwd(z)[1]), z)], H_STEP)
-    return (f"f = Σ Y ⊙ dY for random inputs and dY (seed {SEED}). The ReLU inputs are kept at least 0.1 "
-            "away from 0: there the function has a corner and central differences with step h see an average "
-            "of both slopes.\n\n" + sections.gradcheck_table(rows))
+    return ("Each function \\(F\\) is checked through the [fake loss](../reference/notation.md#fake-loss) "
+            f"\\(f = \\sum F(x) \\odot R\\), with random inputs and a random \\(R\\) (seed {SEED}), so that the "
+            "backward is called with upstream gradient \\(R\\). The ReLU inputs are kept at least 0.1 away from 0: "
+            "there the function has a corner and central differences with step Δ see an average of both slopes "
+            "([above](#the-activations-derivatives-checked)).\n\n" + sections.gradcheck_table(rows))
 
 
 def generate(context):
-    return {"symbols": symbols_md(), "example": example_md(), "xavier": xavier_md(), "gradcheck": gradcheck_md()}
+    return {"symbols": symbols_md(), "example": example_md(), "xavier": xavier_md(), "gradcheck": gradcheck_md(),
+            "activation_checks": activation_checks_md()}
