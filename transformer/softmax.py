@@ -21,8 +21,8 @@ def softmax_forward(x):
     cache : p
         What `softmax_backward` needs: the probabilities p themselves (the same array as the output).
     """
-    p = x - x.max(axis=-1, keepdims=True)
-    np.exp(p, out=p)  # in place: saves allocating (and page-faulting) a copy
+    p = x - x.max(axis=-1, keepdims=True)  # eq:softmax eq:softmax-shift
+    np.exp(p, out=p)  # eq:softmax  in place: saves allocating (and page-faulting) a copy
     p /= p.sum(axis=-1, keepdims=True)  # eq:softmax
     cache = p
     return p, cache
@@ -44,9 +44,9 @@ def softmax_backward(dp, cache):
         Gradient with respect to the scores.
     """
     p = cache
-    row_dot = np.einsum("...i,...i->...", dp, p)[..., None]  # sum_j dp_j p_j, no temporary
-    dx = dp - row_dot
-    dx *= p  # eq:softmax-grad
+    row_dot = np.einsum("...i,...i->...", dp, p)[..., None]  # eq:softmax-vjp  sum_j dp_j p_j, no temporary
+    dx = dp - row_dot  # eq:softmax-vjp eq:softmax-jacobian
+    dx *= p  # eq:softmax-grad eq:softmax-vjp eq:softmax-jacobian
     return dx
 
 
@@ -78,9 +78,9 @@ def cross_entropy_forward(logits, targets):
     V = logits.shape[-1]
     z = logits.reshape(-1, V)
     t = targets.reshape(-1)
-    z = z - z.max(axis=-1, keepdims=True)
-    log_sum_exp = np.log(np.exp(z).sum(axis=-1))
-    log_probs_target = z[np.arange(t.size), t] - log_sum_exp
+    z = z - z.max(axis=-1, keepdims=True)  # eq:softmax-shift
+    log_sum_exp = np.log(np.exp(z).sum(axis=-1))  # eq:xent eq:xent-row eq:softmax-log
+    log_probs_target = z[np.arange(t.size), t] - log_sum_exp  # eq:xent eq:xent-row eq:softmax-log
     loss = -log_probs_target.mean()  # eq:xent
     cache = (z, log_sum_exp, t, logits.shape)
     return float(loss), cache
@@ -105,7 +105,7 @@ def cross_entropy_backward(dloss, cache):
     """
     z, log_sum_exp, t, shape = cache
     n = t.size
-    probs = np.exp(z - log_sum_exp[:, None])
-    probs[np.arange(n), t] -= 1.0
-    dlogits = probs * (dloss / n)  # eq:xent-grad
+    probs = np.exp(z - log_sum_exp[:, None])  # eq:lse-grad eq:xent-row-grad
+    probs[np.arange(n), t] -= 1.0  # eq:xent-row-grad
+    dlogits = probs * (dloss / n)  # eq:xent-grad eq:xent-slow
     return dlogits.reshape(shape)

@@ -2,51 +2,275 @@
 
 import numpy as np
 
+from transformer.gradcheck import REL_TOL, check_passes, relative_gap
 from transformer.softmax import cross_entropy_backward, cross_entropy_forward, softmax_backward, softmax_forward
 
 from .. import sections
-from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, tiny
+from ..common import md_table, verdict_text
+from ..examples import (H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, tiny,
+                        tiny_backward)
+
+ROW = 0  # the position of the tiny example whose row of logits the Jacobian check uses
+SHIFTS = (0.0, 100.0, 1000.0)  # constants added to that row to show what subtracting the maximum prevents
+SCALE = 1000.0  # the tiny logits times this: a model confident enough for p_y to underflow to 0
+
+
+def agreement(mine, reference):
+    """(largest gap, verdict) of an array against the one it must equal, by the gradient checks' pass rule."""
+    mine, reference = np.asarray(mine, dtype=float), np.asarray(reference, dtype=float)
+    gap = float(np.abs(mine - reference).max())
+    rel = relative_gap(mine, reference)
+    return gap, verdict_text(check_passes(gap, rel), rel >= REL_TOL, "both are 0 up to rounding")
+
+
+def num(v, decimals=4, bracket=True):
+    """A number for written-out arithmetic; a negative one in parentheses (unless bracket is False)."""
+    text = f"{v:.{decimals}f}"
+    if float(text) == 0:
+        return f"{0:.{decimals}f}"
+    text = text.replace("-", "−")
+    return f"({text})" if bracket and v < 0 else text
+
+
+def softmax(z):
+    return softmax_forward(np.array(z, dtype=float))[0]  # a copy: softmax_forward may work in place
+
+
+def formula_jacobian(p):
+    """∂p_j/∂z_j' = p_j([j = j'] − p_j'), written from the derivation."""
+    return np.diag(p) - np.outer(p, p)
+
+
+def code_jacobian(p):
+    """The Jacobian from the code's backward: softmax_backward with the unit upstream gradient e_j gives
+    Σ_j' [j' = j] ∂p_j'/∂z = row j."""
+    n = p.size
+    return softmax_backward(np.eye(n), np.tile(p, (n, 1)))
+
+
+def numeric_jacobian(z):
+    """Column j' by central differences of the code's forward: (p(z + Δ e_j') − p(z − Δ e_j')) / 2Δ."""
+    steps = np.eye(z.size) * H_STEP
+    return np.stack([(softmax(z + e) - softmax(z - e)) / (2 * H_STEP) for e in steps], axis=1)
+
+
+def jacobian_checks(z, target, n, jacobian=formula_jacobian):
+    """Rows (what, largest gap, verdict) of the Jacobian steps of the derivation, for one row z of logits whose
+    target is `target` among n positions; `jacobian` is the formula under test (a test plants a wrong one)."""
+    p = softmax(z)
+    formula, numeric = jacobian(p), numeric_jacobian(z)
+    dp = -np.eye(z.size)[target] / (n * p[target])  # the log's backward, the slow route's upstream gradient
+    checks = [
+        ("the formula diag(p) − p pᵀ against central differences of the code's softmax", formula, numeric),
+        ("the code's softmax_backward with unit upstream gradients against the formula", code_jacobian(p), formula),
+        ("each row's sum Σ_j′ ∂p_j/∂z_j′ (the shift step) against 0", formula.sum(axis=1), np.zeros(z.size)),
+        ("softmax_backward(∂ℓ/∂p) against the matrix product (∂p/∂z)ᵀ ∂ℓ/∂p, for the slow route's "
+         "∂ℓ/∂p = −e_y/(N p_y)", softmax_backward(dp, p), formula.T @ dp),
+    ]
+    return formula, numeric, [[what, *agreement(mine, reference)] for what, mine, reference in checks]
+
+
+def shift_rows(z):
+    """What subtracting the maximum prevents: the code against a softmax without the shift, for z + c."""
+    p, rows = softmax(z), []
+    for c in SHIFTS:
+        with np.errstate(over="ignore", invalid="ignore"):
+            e = np.exp(z + c)
+            naive = e / e.sum()
+        gap = agreement(softmax(z + c), p)[0]
+        naive_text = f"{np.abs(naive - p).max():.1e}" if np.all(np.isfinite(naive)) else "not a number (exp overflowed)"
+        rows.append([f"{c:g}", f"{gap:.1e}", naive_text])
+    return rows
+
+
+def jacobian_md():
+    ex = tiny()
+    z = ex.trace["logits"][0][ROW]
+    formula, numeric, rows = jacobian_checks(z, TINY_TARGETS[ROW], len(TINY_TARGETS))
+    limit = np.log(np.finfo(np.float64).max)
+    p = softmax(z)
+    top = int(np.argmax(np.diag(formula)))
+    return "\n".join([
+        f"**Checked on the tiny model.** Row {ROW} of its real logits \\(z\\) (ids `{TINY_IDS}`, position {ROW}; "
+        "the table of all rows is in the [tiny example](#tiny-numerical-example)). The Jacobian by the formula, "
+        "then column by column by central differences of `softmax_forward` with step Δ (row j, column j′):\n",
+        sections.array_md("∂p/∂z = diag(p) − p pᵀ", formula, row_label="j"),
+        sections.array_md("central differences (p(z + Δe_j′) − p(z − Δe_j′)) / 2Δ", numeric, row_label="j"),
+        md_table(["Check", "Largest gap", "Result"], [[what, f"{gap:.1e}", verdict] for what, gap, verdict in rows]),
+        f"\nThe diagonal is positive and everything off it negative, as \\(p_j(1 - p_j)\\) and "
+        f"\\(-p_j p_{{j'}}\\) say. The largest, {formula[top, top]:.4f}, is that of entry {top}, whose probability "
+        f"{p[top]:.4f} is the closest to 1/2, where \\(p(1 - p)\\) peaks. Pass: relative gap below {REL_TOL:g} "
+        "(the gradient checks' rule); a sum that is 0 passes on the absolute floor.\n",
+        f"**The shift, checked.** The code's softmax of \\(z + c\\) against its softmax of \\(z\\), and a softmax "
+        f"written without the shift; `exp` overflows float64 above {limit:.2f}:\n",
+        md_table(["c", "code: largest gap to p", "without the shift: largest gap to p"], shift_rows(z)),
+    ])
+
+
+def slow_route(z, targets):
+    """The loss and its gradient the slow way: log of the softmax, the log's backward, the softmax backward."""
+    n = targets.size
+    p = softmax(z)
+    onehot = np.eye(z.shape[-1])[targets]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        loss = -np.log(p[np.arange(n), targets]).mean()
+        dp = -onehot / (n * p)  # the log's backward: ∂(−log p_y / N)/∂p_j = −[j = y] / (N p_y)
+        return float(loss), softmax_backward(dp, p)
+
+
+def fused_route(z, targets):
+    loss, cache = cross_entropy_forward(z, targets)
+    return loss, cross_entropy_backward(1.0, cache)
+
+
+def fused_rows(z, targets, fused=fused_route):
+    """(what, largest gap, verdict) of the fused loss and gradient against the slow route."""
+    loss, grad = fused(z, targets)
+    slow_loss, slow_grad = slow_route(z, targets)
+    return [["𝓛: log-sum-exp form against −mean log p_y", *agreement(loss, slow_loss)],
+            ["∂𝓛/∂Z: (P − e_y)/N against the log's backward then softmax_backward",
+             *agreement(grad, slow_grad)]]
+
+
+def confident_rows(z, targets):
+    rows = []
+    for name, route in [("fused (the code)", fused_route), ("slow (log of softmax)", slow_route)]:
+        loss, grad = route(z, targets)
+        finite = bool(np.all(np.isfinite(grad)))
+        rows.append([name, f"{loss:.2f}", "yes" if finite else "no: " + ("not a number" if np.isnan(grad).any()
+                                                                          else "infinite"),
+                     f"{np.abs(grad).max():.4f}" if finite else "–"])
+    return rows
+
+
+def fused_md():
+    ex = tiny()
+    z, targets = ex.trace["logits"][0], np.array(TINY_TARGETS)
+    rows = fused_rows(z, targets)
+    big = SCALE * z
+    p_big = softmax(big)[np.arange(targets.size), targets]
+    return "\n".join([
+        f"**Checked on the tiny model.** All {targets.size} rows of its logits, targets `{TINY_TARGETS}`: the "
+        "fused loss and gradient of the code against the slow route composed from the code's own "
+        "`softmax_forward` and `softmax_backward`:\n",
+        md_table(["Check", "Largest gap", "Result"], [[what, f"{gap:.1e}", verdict] for what, gap, verdict in rows]),
+        f"\n**Why fused, shown.** The same logits times {SCALE:g}: a model as sure as that, and wrong, gives its "
+        f"targets \\(p_y\\) = {', '.join(f'{v:.1e}' for v in p_big)} in float64, exactly 0 at "
+        f"{int((p_big == 0).sum())} of {targets.size} positions.\n",
+        md_table(["Route", "𝓛", "Gradient finite?", "Largest |∂𝓛/∂Z|"], confident_rows(big, targets)),
+        "\nThe fused route still gives the exact loss (a log-sum-exp minus a logit) and a gradient no larger than "
+        "1/N; the slow route takes log 0 and divides by 0.\n",
+    ])
+
+
+def forward_md(ex, z, p, loss):
+    """The forward part of the tiny example, and what its loss means against log n_V."""
+    n_v, targets = ex.cfg.vocab_size, np.array(TINY_TARGETS)
+    per_position = -np.log(p[np.arange(targets.size), targets])
+    lse = np.log(np.exp(z).sum(axis=-1))
+    over_targets = lse - z.mean(axis=-1)  # a row's loss averaged over all n_V possible targets
+    t, y = 0, TINY_TARGETS[0]
+    shifted = z[t] - z[t].max()
+    exps = [f"e^{{{num(v, bracket=False)}}}" for v in shifted]
+    return "\n".join([
+        sections.array_md("logits Z", z, row_label="position t"),
+        sections.array_md("P = softmax(Z), row by row", p, row_label="position t"),
+        f"Follow one number, with \\(z\\) the row of position {t}: \\(P_{{{t},{y}}} = e^{{z_{y} - \\max z}} / "
+        f"\\sum_j e^{{z_j - \\max z}}\\) = \\({exps[y]} / ({' + '.join(exps)})\\) = {np.exp(shifted[y]):.4f} / "
+        f"{np.exp(shifted).sum():.4f} = **{p[t, y]:.4f}**, position {t}'s probability of its target {y}.\n",
+        md_table(["position t", "target y", "P[t, y]", "−log P[t, y]"],
+                 [[t, y, f"{p[t, y]:.4f}", f"{per_position[t]:.4f}"] for t, y in enumerate(targets)]),
+        f"\nThe loss is their mean, **𝓛 = {loss:.4f}**, against log n_V = {np.log(n_v):.4f} for a uniform guess "
+        f"over n_V = {n_v} tokens. A row's loss averaged over all n_V possible targets is "
+        f"log Σ_j e^{{z_j}} − mean_j z_j, here {', '.join(f'{v:.4f}' for v in over_targets)}; it is never "
+        "below log n_V (the log of a mean of e^{z_j} is at least the mean of the z_j, with equality only for a "
+        "constant row), and the more an untrained head spreads a row, the higher it is. "
+        + ("So an untrained model whose targets have nothing to do with its logits starts above log n_V. "
+           if over_targets.mean() > np.log(n_v) else "")
+        + (f"These targets cost more still ({loss:.4f} against the rows' average {over_targets.mean():.4f}): "
+           "the untrained model happens to give them less than its average probability.\n"
+           if loss > over_targets.mean() else
+           f"These targets cost less ({loss:.4f} against the rows' average {over_targets.mean():.4f}): the "
+           "untrained model happens to give them more than its average probability.\n"),
+    ])
+
+
+def backward_md(ex, z, p):
+    """The real dlogits of the tiny example, computed here from P and e_y and followed into the head."""
+    back, targets = tiny_backward(), np.array(TINY_TARGETS)
+    n, onehot = targets.size, np.eye(ex.cfg.vocab_size)[targets]
+    dz = (p - onehot) / n
+    t = 1
+    y, other = targets[t], (targets[t] + 1) % ex.cfg.vocab_size
+    xf, dxf = ex.trace["lnf"][0], dz @ ex.params["head_w"].T
+    dw00 = xf[:, 0] @ dz[:, 0]
+    return "\n".join([
+        "The real backward starts here: \\(\\ell = \\mathcal{L}\\), so \\(\\partial\\ell/\\partial\\mathcal{L} = 1\\) "
+        f"and \\(\\partial\\ell/\\partial Z = (P - e_y)/N\\) with N = {n} positions. The page computes it from "
+        "P above and the one-hot targets:\n",
+        sections.array_md("e_y (one-hot targets)", onehot, row_label="position t"),
+        sections.array_md("∂ℓ/∂Z = (P − e_y) / N", dz, row_label="position t"),
+        f"Follow two numbers of row {t} (target {y}): \\(\\partial\\ell/\\partial Z_{{{t},{y}}}\\) = "
+        f"({p[t, y]:.4f} − 1) / {n} = **{num(dz[t, y], bracket=False)}**, the target's logit, pushed up by "
+        f"gradient descent; \\(\\partial\\ell/\\partial Z_{{{t},{other}}}\\) = ({p[t, other]:.4f} − 0) / {n} = "
+        f"**{num(dz[t, other], bracket=False)}**, another entry, pushed down in proportion to its probability. "
+        f"Each row sums to 0 up to rounding (largest |sum| {np.abs(dz.sum(axis=-1)).max():.1e}): the "
+        "probabilities sum to 1 and the one-hot target takes 1 away.\n",
+        md_table(["Gradient", "Computed here as", "Replay's array", "Largest gap", "Result"], [
+            ["\\(\\partial\\ell/\\partial Z\\)", "(P − e_y) / N", "`steps['dlogits']`",
+             *fmt(agreement(dz, back.steps["dlogits"][0]))],
+            ["\\(\\partial\\ell/\\partial X_f\\)", "∂ℓ/∂Z W_hᵀ (the head's backward)", "`steps['dlnf']`",
+             *fmt(agreement(dxf, back.steps["dlnf"][0]))],
+            ["\\(\\partial\\ell/\\partial W_h\\)", "X_fᵀ ∂ℓ/∂Z", "`grads['head_w']`",
+             *fmt(agreement(xf.T @ dz, back.grads["head_w"]))]]),
+        f"\nFollow it into the head, whose backward is the [Linear page's]"
+        f"({sections.page_link('softmax', 'linear', 'eq-linear-grad')}) with \\(A = X_f\\), the final LayerNorm's "
+        f"output `lnf`: \\(\\partial\\ell/\\partial W_{{h,0,0}} = "
+        f"\\sum_t X_{{f,t,0}}\\,\\partial\\ell/\\partial Z_{{t,0}}\\) = "
+        + " + ".join(f"{num(a)}·{num(d)}" for a, d in zip(xf[:, 0], dz[:, 0], strict=True))
+        + f" = **{num(dw00, bracket=False)}**, the entry `grad head_w[0, 0]` that the "
+          f"[AdamW page]({sections.page_link('softmax', 'optim')}) feeds to the optimizer.\n",
+    ])
+
+
+def fmt(gap_verdict):
+    gap, verdict = gap_verdict
+    return [f"{gap:.1e}", verdict]
 
 
 def example_md():
     ex = tiny()
-    cfg, z = ex.cfg, ex.trace["logits"][0]
-    p, _ = softmax_forward(z.copy())
-    targets = np.array(TINY_TARGETS)
-    loss, cache = cross_entropy_forward(z, targets)
-    dz = cross_entropy_backward(1.0, cache)
-    per_position = -np.log(p[np.arange(len(targets)), targets])
+    z = ex.trace["logits"][0]
+    p = softmax(z)
+    loss, _ = cross_entropy_forward(z, np.array(TINY_TARGETS))
     return "\n".join([
         illustrative(f"The tiny model's logits for ids `{TINY_IDS}`, with targets `{TINY_TARGETS}`."),
-        sections.array_md("logits z", z, row_label="position"),
-        sections.array_md("p = softmax(z)", p, row_label="position"),
-        sections.md_table(["position", "target", "p[target]", "−log p[target]"],
-                          [[t, y, f"{p[t, y]:.4f}", f"{per_position[t]:.4f}"] for t, y in enumerate(targets)]),
-        f"The loss is their mean, **{loss:.4f}**; a uniform guess over V = {cfg.vocab_size} tokens would give "
-        f"log V = {np.log(cfg.vocab_size):.4f}. "
-        + ("The untrained model does worse than uniform: its Xavier-initialised head already spreads the logits "
-           f"(standard deviation {z.std():.2f} here), so it is confident at random, and confidence in the wrong "
-           "token costs more than no opinion at all.\n" if loss > np.log(cfg.vocab_size) else
-           "The untrained model is close to that uniform guess.\n"),
-        sections.array_md("dz = (p − onehot(y)) / N", dz, row_label="position"),
-        f"Each row of `dz` sums to {np.abs(dz.sum(axis=-1)).max():.1e} (0 up to rounding): the probabilities sum to "
-        "1 and the one-hot target takes 1 away.\n",
+        "### Forward\n",
+        forward_md(ex, z, p, loss),
+        "### Backward, with the real loss gradient\n",
+        backward_md(ex, z, p),
     ])
 
 
 def symbols_md():
     z = default_run().trace["logits"]
-    targets = np.zeros(z.shape[:-1], dtype=np.int64)
+    targets = np.random.default_rng(SEED).integers(0, z.shape[-1], z.shape[:-1])
     p, _ = softmax_forward(z.copy())
     _, cache = cross_entropy_forward(z, targets)
     dz = cross_entropy_backward(1.0, cache)
     rows = [
         (r"Z", "logits", z.shape),
+        (r"z", "logits[w, t], a row of z in the cache", z.shape[-1:]),
         (r"P", "p, probs", p.shape),
-        (r"y", "targets", targets.shape),
+        (r"p", "p (one row)", p.shape[-1:]),
+        (r"y", "targets, t", targets.shape, "random ids, to record the shapes"),
+        (r"e_y", "probs[arange(n), t] -= 1", p.shape, "never stored: 1 is subtracted at each target"),
         (r"N", "n = t.size", f"{targets.size}"),
+        (r"n_V", "V = logits.shape[-1]", f"{z.shape[-1]}"),
         (r"\mathcal{L}", "loss", "a float"),
+        (r"\partial\ell/\partial p", "dp", p.shape),
         (r"\partial\ell/\partial Z", "dlogits", dz.shape, "with \\(\\ell = \\mathcal{L}\\)"),
+        (r"\Delta", "h", f"{H_STEP:g}"),
     ]
     return sections.symbols_md(rows, default_note())
 
@@ -54,17 +278,20 @@ def symbols_md():
 def gradcheck_md():
     rng = np.random.default_rng(SEED)
     z = rng.standard_normal((2, 3, 5))
-    dp = rng.standard_normal(z.shape)
-    analytic = softmax_backward(dp, softmax_forward(z.copy())[1])
-    rows = sections.gradcheck_rows(lambda: float(np.sum(softmax_forward(z.copy())[0] * dp)),
+    r = rng.standard_normal(z.shape)
+    analytic = softmax_backward(r, softmax_forward(z.copy())[1])
+    rows = sections.gradcheck_rows(lambda: float(np.sum(softmax_forward(z.copy())[0] * r)),
                                    [("softmax: dz", analytic, z)], H_STEP)
     targets = rng.integers(0, 5, (2, 3))
     analytic = cross_entropy_backward(1.0, cross_entropy_forward(z, targets)[1])
     rows += sections.gradcheck_rows(lambda: cross_entropy_forward(z, targets)[0],
                                     [("cross-entropy: dlogits", analytic, z)], H_STEP)
-    return (f"Softmax: f = Σ p ⊙ dp for random z (2 × 3 × 5) and dp; cross-entropy: f = the loss itself, random "
-            f"targets (seed {SEED}).\n\n" + sections.gradcheck_table(rows))
+    return ("Softmax through the [fake loss](../reference/notation.md#fake-loss) "
+            f"\\(f = \\sum \\operatorname{{softmax}}(z) \\odot R\\), for random logits of shape {z.shape} and a random "
+            "\\(R\\); the cross-entropy is a scalar already, so there \\(\\ell = \\mathcal{L}\\) itself is "
+            f"differentiated, with random targets (seed {SEED}).\n\n" + sections.gradcheck_table(rows))
 
 
 def generate(context):
-    return {"symbols": symbols_md(), "example": example_md(), "gradcheck": gradcheck_md()}
+    return {"symbols": symbols_md(), "example": example_md(), "gradcheck": gradcheck_md(),
+            "jacobian": jacobian_md(), "fused": fused_md()}
