@@ -13,7 +13,8 @@ from transformer.linear import linear_backward, linear_forward
 from .. import sections
 from ..common import verdict_text
 from ..examples import (H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, tiny,
-                        tiny_backward, weighted_sum)
+                        weighted_sum)
+from ..tiny_backward import tiny_backward
 
 ACT_NAMES = {"relu": "ReLU", "gelu": "GELU"}  # how the page writes each activation
 

@@ -7,8 +7,8 @@ from transformer.softmax import cross_entropy_backward, cross_entropy_forward, s
 
 from .. import sections
 from ..common import md_table, verdict_text
-from ..examples import (H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, tiny,
-                        tiny_backward)
+from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, tiny
+from ..tiny_backward import tiny_backward
 
 ROW = 0  # the position of the tiny example whose row of logits the Jacobian check uses
 SHIFTS = (0.0, 100.0, 1000.0)  # constants added to that row to show what subtracting the maximum prevents

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from site_scripts.examples import TINY_TARGETS, tiny, tiny_backward
+from site_scripts.examples import TINY_TARGETS, tiny
+from site_scripts.tiny_backward import tiny_backward
 from site_scripts.pages import linear, softmax
 
 
