@@ -312,8 +312,8 @@ def train_val_split(ids: np.ndarray, seq_len: int, source="corpus"):
             f"{source} has {len(ids)} tokens; windows of {seq_len} tokens need at least {need} "
             f"(the {TRAIN_FRACTION:.0%} training split must hold {seq_len + 1})"
         )
-    cut = int(len(ids) * TRAIN_FRACTION)
-    return ids[:cut], ids[cut:]
+    cut = int(len(ids) * TRAIN_FRACTION)  # eq:train-split
+    return ids[:cut], ids[cut:]  # eq:train-split
 
 
 def sample_batch(data: np.ndarray, batch_size: int, seq_len: int, rng: np.random.Generator):
@@ -337,9 +337,9 @@ def sample_batch(data: np.ndarray, batch_size: int, seq_len: int, rng: np.random
     y : ndarray of shape (B, T)
         The targets: x shifted by one token.
     """
-    starts = rng.integers(0, len(data) - seq_len, size=batch_size)
+    starts = rng.integers(0, len(data) - seq_len, size=batch_size)  # eq:next-token
     offsets = np.arange(seq_len)
-    x = data[starts[:, None] + offsets]  # (B, T)
+    x = data[starts[:, None] + offsets]  # eq:next-token  (B, T)
     y = data[starts[:, None] + offsets + 1]  # eq:next-token  (B, T) the next token of each input
     return x, y
 

@@ -88,9 +88,9 @@ def decode_step(params, token, cache: KVCache, cfg):
     for layer in range(cfg.num_layers):
         p = block_params(params, layer)
         a, _ = layer_norm_forward(x, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
-        q, _ = linear_forward(a, p["wq"], p["bq"])
-        k, _ = linear_forward(a, p["wk"], p["bk"])
-        v, _ = linear_forward(a, p["wv"], p["bv"])
+        q, _ = linear_forward(a, p["wq"], p["bq"])  # eq:kv-project
+        k, _ = linear_forward(a, p["wk"], p["bk"])  # eq:kv-project
+        v, _ = linear_forward(a, p["wv"], p["bv"])  # eq:kv-project
         keys, values = cache.keys[layer], cache.values[layer]
         keys[:, pos], values[:, pos] = k.reshape(H, dh), v.reshape(H, dh)  # eq:kv-append
         q = q.reshape(H, 1, dh) * (1.0 / math.sqrt(dh))

@@ -41,7 +41,7 @@ def check_passes(abs_gap, rel_gap) -> bool:
     bool
         True when rel_gap is below REL_TOL or abs_gap is below ABS_FLOOR.
     """
-    return rel_gap < REL_TOL or abs_gap < ABS_FLOOR
+    return rel_gap < REL_TOL or abs_gap < ABS_FLOOR  # eq:gradcheck-pass
 
 
 def numerical_grad(f, x, h=1e-5):
@@ -66,9 +66,9 @@ def numerical_grad(f, x, h=1e-5):
     for i in range(flat_x.size):
         original = flat_x[i]
         try:
-            flat_x[i] = original + h
+            flat_x[i] = original + h  # eq:central-diff
             f_plus = f()
-            flat_x[i] = original - h
+            flat_x[i] = original - h  # eq:central-diff
             f_minus = f()
         finally:
             flat_x[i] = original
@@ -94,9 +94,9 @@ def relative_gap(analytic, numeric):
     float
         The gap; 0 when both arrays are all zero.
     """
-    scale = max(np.abs(analytic).max(), np.abs(numeric).max())
-    gap = np.abs(analytic - numeric).max()
-    return 0.0 if scale == 0 else gap / scale
+    scale = max(np.abs(analytic).max(), np.abs(numeric).max())  # eq:rel-gap
+    gap = np.abs(analytic - numeric).max()  # eq:rel-gap
+    return 0.0 if scale == 0 else gap / scale  # eq:rel-gap
 
 
 def gradcheck_model(cfg: ModelConfig, ids, targets, seed=0, h=1e-5, perturb=0.0):

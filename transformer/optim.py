@@ -124,11 +124,11 @@ def lr_at(step, peak_lr, warmup_steps, total_steps, min_lr=0.0):
     float
         The learning rate.
     """
-    if step < warmup_steps:
+    if step < warmup_steps:  # eq:lr-schedule
         return peak_lr * (step + 1) / warmup_steps  # eq:lr-warmup
-    if step >= total_steps:
-        return min_lr
-    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    if step >= total_steps:  # eq:lr-schedule
+        return min_lr  # eq:lr-schedule
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)  # eq:lr-cosine
     return min_lr + 0.5 * (peak_lr - min_lr) * (1.0 + math.cos(math.pi * progress))  # eq:lr-cosine
 
 
@@ -145,7 +145,7 @@ def global_norm(grads) -> float:
     float
         The norm.
     """
-    return math.sqrt(sum(float(np.vdot(g, g)) for g in grads.values()))
+    return math.sqrt(sum(float(np.vdot(g, g)) for g in grads.values()))  # eq:global-norm
 
 
 def clip_grads(grads, max_norm):
@@ -168,7 +168,7 @@ def clip_grads(grads, max_norm):
         The global norm before clipping.
     """
     norm = global_norm(grads)
-    if max_norm is None or norm <= max_norm:
+    if max_norm is None or norm <= max_norm:  # eq:clip
         return grads, norm
     scale = max_norm / (norm + 1e-6)  # eq:clip
     return {k: g * scale for k, g in grads.items()}, norm

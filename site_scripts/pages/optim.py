@@ -24,41 +24,77 @@ def example_md():
     names = ["head_w", "lnf_g"]
     before = {k: params[k].copy() for k in names}
     adamw_update(params, grads, state, opt.lr, opt)
-    parts = [illustrative(f"One AdamW step (lr = {opt.lr:g}, β1 = {opt.beta1}, β2 = {opt.beta2}, ε = {opt.eps:g}, "
-                          f"weight decay {opt.weight_decay}) on the tiny model's gradients for ids `{TINY_IDS}`, "
-                          f"targets `{TINY_TARGETS}`.")]
+    parts = [illustrative(f"One AdamW update (\\(n = {state['step']}\\), \\(\\eta_s = {opt.lr:g}\\), "
+                          f"\\(\\beta_1 = {opt.beta1}\\), \\(\\beta_2 = {opt.beta2}\\), "
+                          f"\\(\\epsilon_{{\\mathrm{{A}}}} = {opt.eps:g}\\), \\(\\lambda = {opt.weight_decay}\\)) "
+                          f"on the tiny model's gradients for ids `{TINY_IDS}`, targets `{TINY_TARGETS}`.")]
     for k in names:
         change = params[k] - before[k]
         parts.append(f"**`{k}`** (decayed: {'yes' if is_decayed(k) else 'no'})\n")
-        parts.append(sections.array_md(f"grad {k}", grads[k]))
+        parts.append(sections.array_md(f"g of {k}", grads[k]))
         parts.append(sections.array_md(f"change of {k}", change))
-    sign_ok = np.all(np.sign(-grads["lnf_g"]) == np.sign(params["lnf_g"] - before["lnf_g"]))
-    parts.append(f"On the first step m̂ = g and v̂ = g², so every entry moves by about lr · sign(g) (largest "
-                 f"|change| of `lnf_g`: {np.abs(params['lnf_g'] - before['lnf_g']).max():.6f}; every entry "
-                 f"moved against its gradient: {'yes' if sign_ok else 'no'}). `head_w` also shrinks by "
-                 f"lr · λ = {opt.lr * opt.weight_decay:g} of itself before that.\n")
+    change = params["lnf_g"] - before["lnf_g"]
+    sign_ok = np.all(np.sign(-grads["lnf_g"]) == np.sign(change))
+    parts.append(f"On the first update \\(\\hat m = g\\) and \\(\\hat v = g \\odot g\\), so every entry moves by "
+                 f"\\(\\eta_s\\, g/(|g| + \\epsilon_{{\\mathrm{{A}}}})\\), about \\(\\eta_s\\) against the sign of its "
+                 f"gradient whatever the gradient's size (largest |change| of `lnf_g`: {np.abs(change).max():.6f}, "
+                 f"smallest {np.abs(change).min():.6f}; every entry moved against its gradient: "
+                 f"{'yes' if sign_ok else 'no'}). `head_w` is decayed as well: before that step it was multiplied by "
+                 f"\\(1 - \\eta_s\\lambda\\) = {1 - opt.lr * opt.weight_decay:g}, losing "
+                 f"\\(\\eta_s\\lambda\\) = {opt.lr * opt.weight_decay:g} of itself at this \\(\\eta_s\\).\n")
     return "\n".join(parts)
+
+
+def schedule_branch(s, tc):
+    """Which branch of eq-lr-schedule `lr_at` takes at step s, tested in its order."""
+    return "warm-up" if s < tc.warmup else "floor" if s >= tc.steps else "cosine"
 
 
 def schedule_md():
     tc = TrainConfig()
     marks = sorted({0, 1, tc.warmup // 2, tc.warmup - 1, tc.warmup, tc.steps // 4, tc.steps // 2,
-                    3 * tc.steps // 4, tc.steps - 1, tc.steps})
-    rows = [[s, f"{lr_at(s, tc.lr, tc.warmup, tc.steps, tc.min_lr):.6f}"] for s in marks]
-    return (f"`lr_at(step, {tc.lr:g}, {tc.warmup}, {tc.steps}, {tc.min_lr:g})`, the training defaults "
-            "(peak, warm-up steps, total steps, floor):\n\n" + sections.md_table(["step (0-based)", "learning rate"],
-                                                                                rows))
+                    3 * tc.steps // 4, tc.steps - 1, tc.steps, tc.steps + 1})
+    rates = {s: lr_at(s, tc.lr, tc.warmup, tc.steps, tc.min_lr) for s in marks}
+    rows = [[s, schedule_branch(s, tc), f"{rates[s]:.6f}", f"{rates[s] * tc.weight_decay:.2e}"] for s in marks]
+    decay = [lr_at(s, tc.lr, tc.warmup, tc.steps, tc.min_lr) * tc.weight_decay for s in range(tc.steps)]
+    return (f"`lr_at(s, {tc.lr:g}, {tc.warmup}, {tc.steps}, {tc.min_lr:g})` at the training defaults "
+            f"(\\(\\eta_{{\\max}}\\), \\(N_w\\), \\(N_s\\), \\(\\eta_{{\\min}}\\)), with the branch of the "
+            f"[whole schedule](#eq-lr-schedule) it takes and the fraction \\(\\eta_s\\lambda\\) "
+            f"(\\(\\lambda = {tc.weight_decay}\\)) that weight decay removes from a decayed parameter at that step:\n\n"
+            + sections.md_table(["\\(s\\) (from 0)", "branch", "\\(\\eta_s\\)", "\\(\\eta_s\\lambda\\)"], rows)
+            + f"\nOver the {tc.steps} steps of a default run the decay fraction ranges from {min(decay):.2e} (step "
+              f"{int(np.argmin(decay))}) to {max(decay):.2e} (step {int(np.argmax(decay))}), a factor of "
+              f"{max(decay) / min(decay):.0f}: the shrinking follows the schedule. A decayed parameter that received "
+              f"no gradient at all would keep {np.prod([1 - f for f in decay]):.4f} of itself after the whole run.\n")
 
 
 def clip_md():
     grads = tiny_grads()[1]
-    norm = global_norm(grads)
-    limit = round(norm / 2, 3)
+    norm, default = global_norm(grads), TrainConfig().grad_clip
+    limit = round(norm / 2, 3)  # half the norm, so that clipping has work to do
+    rows = []
+    for rho, why in [(limit, "this example: half of \\(\\lVert g \\rVert\\), rounded to 3 decimals"),
+                     (default, "the training default, `TrainConfig().grad_clip`"),
+                     (round(2 * norm, 3), "twice \\(\\lVert g \\rVert\\), rounded")]:
+        clipped, reported = clip_grads(grads, rho)
+        after = global_norm(clipped)
+        acted = clipped is not grads
+        rows.append([f"{rho:g}", why, "yes" if acted else "no (the same arrays back)", f"{after / norm:.6f}",
+                     f"{after:.7f}", f"{rho - after:.1e}" if acted else "(not clipped)"])
     clipped, reported = clip_grads(grads, limit)
-    after = global_norm(clipped)
-    return (f"The tiny example's gradients have global norm {norm:.6f}. Clipped to {limit:g}, `clip_grads` returns "
-            f"the norm it found ({reported:.6f}) and gradients of norm {after:.6f}, every one scaled by the same "
-            f"factor {after / norm:.6f}, so the direction of the whole update is unchanged.\n")
+    factor = {k: float(np.median(clipped[k][grads[k] != 0] / grads[k][grads[k] != 0])) for k in grads}
+    spread = max(factor.values()) - min(factor.values())
+    return (f"The tiny example's gradients (all {len(grads)} arrays) have global norm "
+            f"\\(\\lVert g \\rVert\\) = {norm:.6f}; `clip_grads` returns that norm ({reported:.6f}) whatever it "
+            "does, and the training loop logs it as `grad_norm`. The threshold \\(\\rho\\) is a setting, not a "
+            f"property of the gradients: the first row's {limit:g} is chosen by this page only so that clipping has "
+            "work to do. Three thresholds on the same gradients:\n\n"
+            + sections.md_table(["\\(\\rho\\)", "where it comes from", "clipped?", "factor",
+                                 "\\(\\lVert g \\rVert\\) after", "\\(\\rho\\) − norm after"], rows)
+            + f"\nWhen clipping acts, the factor is \\(\\rho/(\\lVert g \\rVert + 10^{{-6}})\\) and the same for "
+              f"every array (over the {len(grads)} arrays at \\(\\rho\\) = {limit:g}, the per-array factors differ by "
+              f"{spread:.1e}), so the direction of the whole update is unchanged; the \\(10^{{-6}}\\) leaves the norm "
+              "after a little below \\(\\rho\\). Above the norm, nothing is scaled.\n")
 
 
 def decay_md():
@@ -87,8 +123,9 @@ def symbols_md():
         (r"\beta_1, \beta_2", "cfg.beta1, cfg.beta2", f"{opt.beta1}, {opt.beta2}"),
         (r"\epsilon_{\mathrm{A}}", "cfg.eps", f"{opt.eps:g}"),
         (r"\lambda", "cfg.weight_decay", f"{opt.weight_decay}"),
+        (r"\eta_{\max}, \eta_{\min}", "peak_lr, min_lr", f"{tc.lr:g}, {tc.min_lr:g}"),
         (r"N_s, N_w", "total_steps, warmup_steps", f"{tc.steps}, {tc.warmup}"),
-        (r"\rho", "max_norm", f"{tc.grad_clip}"),
+        (r"\rho", "max_norm", f"{tc.grad_clip}", "the training default"),
     ]
     return sections.symbols_md(rows, default_note(batch=False) + " (θ shown for `head_w`) and the AdamW and "
                                "training defaults")

@@ -28,23 +28,37 @@ def example_md():
         rng = np.random.default_rng(SEED)
         counts = np.bincount([sample_next(logits, temperature, top_k, rng) for _ in range(DRAWS)],
                              minlength=cfg.vocab_size) / DRAWS
-        rows.append([f"τ = {temperature:g}" + (f", top-k {top_k}" if top_k else ""),
+        rows.append([f"\\(\\tau\\) = {temperature:g}" + (f", \\(k_{{\\mathrm{{top}}}}\\) = {top_k}" if top_k else ""),
                      " ".join(f"{p:.3f}" for p in probs), " ".join(f"{c:.3f}" for c in counts),
                      f"{np.abs(probs - counts).max():.3f}"])
     return "\n".join([
         illustrative(f"The tiny model's logits for the token after ids `{TINY_IDS}`."),
-        sections.array_md("logits (last position)", logits),
+        sections.array_md("z (logits of the last position)", logits),
         f"The probabilities each setting gives, and the frequencies of {DRAWS} draws by `sample_next` "
         f"(seed {SEED}); with {DRAWS} draws a frequency lies within about ±{2 / np.sqrt(DRAWS):.3f} of its "
         "probability:\n",
-        sections.md_table(["Setting", "P(token 0 .. V−1)", "Frequencies", "Largest difference"], rows),
-        "Lower temperatures sharpen the distribution, higher ones flatten it; top-k removes all but the k "
-        "most likely tokens; τ = 0 always takes the argmax.\n",
+        sections.md_table(["Setting", f"\\(p_j\\), \\(j\\) = 0 … {cfg.vocab_size - 1}", "Frequencies",
+                           "Largest difference"], rows),
+        "Lower temperatures sharpen the distribution, higher ones flatten it; top-k removes all but the "
+        "\\(k_{\\mathrm{top}}\\) most likely tokens; \\(\\tau\\) = 0 always takes the argmax.\n",
         f"`generate(params, cfg, {TINY_IDS}, 8, temperature=1.0, seed={SEED})` continues the ids with "
         f"`{generate_text(params, cfg, TINY_IDS, 8, temperature=1.0, seed=SEED)}` (the window slides once the text "
-        f"is longer than T_max = {cfg.context_len}).\n",
+        f"is longer than \\(T_{{\\max}}\\) = {cfg.context_len}).\n",
     ])
 
 
+def symbols_md():
+    ex = tiny()
+    logits = ex.trace["logits"][0, -1]
+    rows = [
+        (r"z", "logits", logits.shape, "the next position's"),
+        (r"j", "token = sample_next(...)", "index", "the drawn token"),
+        (r"\tau", "temperature", "float, ≥ 0"),
+        (r"k_{\mathrm{top}}", "top_k", "int in [1, n_V], or None for all"),
+        (r"p", "probs", softmax_forward(logits)[0].shape, "what the token is drawn from"),
+    ]
+    return sections.symbols_md(rows, "the tiny model's last position")
+
+
 def generate(context):
-    return {"example": example_md()}
+    return {"symbols": symbols_md(), "example": example_md()}

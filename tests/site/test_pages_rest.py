@@ -1,0 +1,136 @@
+"""The claims of the Optim, Training loop, KV cache, Sampling and Gradient checking pages, and of the why_ffn and
+Shakespeare notebooks, read as a test would: each generated sentence reads the arrays it interprets, and the
+checks the pages show can fail."""
+
+import re
+
+import numpy as np
+import pytest
+
+from site_scripts.common import ROOT
+from site_scripts.pages import gradcheck, kvcache, optim, sampling, training
+from site_scripts.sections import GradRow
+from transformer.config import PRESETS
+from transformer.gradcheck import ABS_FLOOR, REL_TOL
+from transformer.model import init_params
+from transformer.optim import global_norm, lr_at
+from transformer.train import TrainConfig
+
+
+# ---------------------------------------------------------------- optim
+
+def test_the_clipping_threshold_of_the_example_is_half_the_norm_and_the_default_is_named():
+    text = optim.clip_md()
+    norm = global_norm(optim.tiny_grads()[1])
+    assert f"| {round(norm / 2, 3):g} | this example: half of" in text
+    assert f"| {TrainConfig().grad_clip:g} | the training default, `TrainConfig().grad_clip` |" in text
+    assert "no (the same arrays back)" in text  # the threshold above the norm leaves the gradients alone
+
+
+def test_the_decay_fraction_is_the_schedules_rate_times_lambda_and_is_not_fixed():
+    tc, text = TrainConfig(), optim.schedule_md()
+    for s in (0, tc.warmup, tc.steps):
+        rate = lr_at(s, tc.lr, tc.warmup, tc.steps, tc.min_lr)
+        assert f"| {s} | {optim.schedule_branch(s, tc)} | {rate:.6f} | {rate * tc.weight_decay:.2e} |" in text
+    low, high = re.search(r"ranges from (\S+) \(step \d+\) to (\S+) \(step", text).groups()
+    assert float(high) / float(low) > 10
+
+
+def test_the_whole_schedule_is_continuous_where_its_branches_meet():
+    """The page says so; a warm-up ending below the peak or a cosine missing the floor would break it."""
+    tc = TrainConfig()
+    at = lambda s: lr_at(s, tc.lr, tc.warmup, tc.steps, tc.min_lr)  # noqa: E731
+    assert at(tc.warmup - 1) == pytest.approx(tc.lr) and at(tc.warmup) == pytest.approx(tc.lr)
+    assert at(tc.steps - 1) == pytest.approx(tc.min_lr, rel=1e-3) and at(tc.steps) == tc.min_lr
+    assert [optim.schedule_branch(s, tc) for s in (tc.warmup - 1, tc.warmup, tc.steps)] == ["warm-up", "cosine",
+                                                                                           "floor"]
+
+
+# ---------------------------------------------------------------- training
+
+def test_the_first_loss_is_recomputed_from_the_runs_own_start_and_splits_exactly():
+    text = training.run_md()
+    first = float(re.search(r"The first step's loss, (\S+), is above", text)[1])
+    gap = float(re.search(r"difference to `metrics.jsonl`: (\S+)\)", text)[1])
+    assert gap < 1e-12
+    cfg, tc = training.run_config()
+    loss, spread, lead, _ = training.first_batch_loss_parts(cfg, tc)
+    assert spread >= 0 and loss == pytest.approx(first, abs=1e-4)
+    assert np.log(cfg.vocab_size) + spread - lead == pytest.approx(loss, abs=1e-12)
+
+
+def test_a_first_batch_from_another_start_does_not_reproduce_the_recorded_loss():
+    """Negative control: the match above is not automatic."""
+    cfg, tc = training.run_config()
+    other = training.first_batch_loss_parts(cfg, tc.__class__(**{**tc.__dict__, "seed": tc.seed + 1}))[0]
+    assert abs(other - training.first_batch_loss_parts(cfg, tc)[0]) > 1e-6
+
+
+# ---------------------------------------------------------------- kv cache
+
+def test_the_attention_counts_read_off_the_arrays_are_linear_with_the_cache_and_quadratic_without():
+    cfg = PRESETS["tiny"]
+    counts = kvcache.attention_counts(init_params(cfg, seed=0), cfg)
+    assert counts == [(2 * (t + 1) * cfg.emb_dim, 2 * (t + 1) ** 2 * cfg.emb_dim) for t in range(cfg.context_len)]
+
+
+def test_the_cost_sentence_refuses_counts_that_contradict_it(monkeypatch):
+    real = kvcache.attention_counts
+    monkeypatch.setattr(kvcache, "attention_counts", lambda p, c: [(a, a) for a, _ in real(p, c)])
+    with pytest.raises(RuntimeError, match="not 2"):
+        kvcache.cost_md()
+
+
+# ---------------------------------------------------------------- sampling
+
+def test_the_sampling_symbols_are_the_notation_pages():
+    text = sampling.symbols_md()
+    for symbol in (r"\(\tau\)", r"\(k_{\mathrm{top}}\)", r"\(j\)", r"\(z\)", r"\(p\)"):
+        assert f"| {symbol} |" in text
+
+
+# ---------------------------------------------------------------- gradient checking
+
+def test_the_verdict_says_when_the_floor_alone_decides():
+    assert gradcheck.verdict(1e-10, 1.0) == "pass, **on the floor alone**"
+    assert gradcheck.verdict(1e-10, REL_TOL / 10) == "pass"
+    assert gradcheck.verdict(10 * ABS_FLOOR, 10 * REL_TOL) == "**fails**"
+
+
+def test_a_backward_without_the_gain_passes_at_initialisation_and_fails_once_the_gain_is_moved():
+    lines = gradcheck.gain_forgotten_md().splitlines()
+    rows = [line for line in lines if line.startswith("|") and "the gain left out" in line]
+    assert rows[0].endswith("| pass |") and rows[1].endswith("| **fails** |")
+
+
+def test_the_floor_lets_a_flipped_gradient_through_once_it_is_tiny():
+    rows = [line for line in gradcheck.floor_blind_md().splitlines() if line.startswith("|") and "sign flipped" in line]
+    assert rows[0].endswith("| **fails** |") and rows[1].endswith("| pass, **on the floor alone** |")
+
+
+def test_the_floor_paragraph_names_every_row_small_enough_for_the_floor_to_matter():
+    """A planted tiny, wrong gradient (gap under the floor, relative gap 2) is listed as floor-decided."""
+    rows = [GradRow("big", (4,), 1e-10, 1e-10, "float64", 1e-5), GradRow("planted", (4,), 5e-10, 2.0, "float64", 1e-5)]
+    text = gradcheck.floor_md(rows)
+    assert "decides 1 of the 2 rows: `planted`" in text and "1 rows are that small (`planted`)" in text
+
+
+# ---------------------------------------------------------------- notebooks and Home
+
+def test_why_ffn_no_longer_claims_a_hyperplane_in_the_input_and_tabulates_its_settings():
+    source = (ROOT / "notebooks" / "why_ffn.py").read_text()
+    assert "must be separated by a\n# single hyperplane" not in source and "single hyperplane" not in source
+    assert 'table(["setting", "value", "what it sets"]' in source
+    for name in ("D", "F", "HEADS", "STEPS", "SEEDS", "RATES"):
+        assert f'["`{name}`"' in source
+
+
+def test_the_shakespeare_notebook_quotes_only_what_a_reader_can_find():
+    source = (ROOT / "notebooks" / "shakespeare.py").read_text()
+    assert "1.84" not in source and "this project's plan" not in source
+    assert "https://github.com/karpathy/nanoGPT" in source and "quoted, not rerun" in source
+
+
+def test_home_no_longer_says_nothing_is_typed_by_hand():
+    home = (ROOT / "docs" / "index.md").read_text()
+    assert "Nothing is\ntyped in by hand" not in home and "quoted" in home
