@@ -1,6 +1,6 @@
 """Generator of the Embeddings page's fragments (see site_scripts/build.py).
 
-The backward example scatters the tiny model's real gradient of the embedding output (examples.tiny_backward's
+The backward example scatters the tiny model's real gradient of the embedding output (tiny_backward()'s
 `dembedding`). `repeated_check` and `order_gaps` take what they test as arguments, so that
 tests/site/test_pages_ln.py can show each one fails on a planted mistake.
 """
@@ -14,8 +14,8 @@ from transformer.model import forward
 
 from .. import sections
 from ..common import md_table, verdict_text
-from ..examples import (H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, tiny,
-                        tiny_backward, weighted_sum)
+from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, tiny, weighted_sum
+from ..tiny_backward import tiny_backward
 
 # Two results that are equal in exact arithmetic but summed in another order differ by float64 rounding,
 # about 1e-16 of their size; below this fraction of the size they count as equal.
@@ -77,13 +77,13 @@ def repeated_md():
     last = right.positions[-1]
     return "\n".join([
         f"Token {right.token} stands at positions {right.positions} of ids `{TINY_IDS}`; ∂ℓ/∂X^(0) is the tiny "
-        f"model's real gradient (`dembedding` of `examples.tiny_backward`).\n",
+        f"model's real gradient (`dembedding` of `site_scripts/tiny_backward.py`).\n",
         md_table(["", *range(dx.shape[1])], rows),
         f"`np.add.at` gives the sum: largest gap {gap_text(right.gap)}, {verdict_text(right.passed, False, '')}. "
         f"The fancy-index assignment gives position {last}'s row alone (the last write): its gap to the sum is "
-        f"{wrong.gap:.4f}, the largest entry of the rows it dropped, and the same check says "
-        f"{verdict_text(wrong.passed, False, '')}. The [mutation run](../verification/mutants.md) plants this "
-        "mistake in the model's code (`embedding-grad-fancy-index`) and reports which tests catch it.\n",
+        f"{wrong.gap:.4f}, the largest entry of the rows it dropped, and the same check "
+        f"{'passes (wrongly)' if wrong.passed else 'fails on it'}. The [mutation run](../verification/mutants.md) "
+        "plants this mistake in the model's code (`embedding-grad-fancy-index`) and reports which tests catch it.\n",
     ])
 
 
@@ -204,7 +204,7 @@ def example_md():
         sections.array_md("X^(0) = E_tok[id] + E_pos[:T]", x, row_label="position t"),
         "Backward. The upstream gradient is the tiny model's real one, the gradient of the mean cross-entropy "
         f"against the targets `{TINY_TARGETS}` that reaches the embedding output (`dembedding` of "
-        "`examples.tiny_backward`: block 0's ∂ℓ/∂M plus its LN1's share, worked out on the "
+        "`site_scripts/tiny_backward.py`: block 0's ∂ℓ/∂M plus its LN1's share, worked out on the "
         "[LayerNorm](layernorm.md#tiny-numerical-example) page):\n",
         sections.array_md("∂ℓ/∂X^(0)", dx, row_label="position t"),
         sections.array_md("∂ℓ/∂E_tok", dtok, row_label="token id j"),

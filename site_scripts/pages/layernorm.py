@@ -1,7 +1,7 @@
 """Generator of the LayerNorm page's fragments (see site_scripts/build.py).
 
 The backward examples follow the tiny model's real loss gradient at block 0's LN1: as initialised (from
-examples.tiny_backward) and with every gain and shift moved (replayed here by `ln1_upstream`). The checks of
+tiny_backward()) and with every gain and shift moved (replayed here by `ln1_upstream`). The checks of
 the derivation's steps (`jacobian_check`, `row_identities`) take the backward as an argument, so that
 tests/site/test_pages_ln.py can show that each one fails on a planted mistake.
 """
@@ -12,7 +12,7 @@ import numpy as np
 
 from transformer.attention import attention_backward
 from transformer.block import ACTIVATION_FUNCTIONS, block_backward
-from transformer.gradcheck import check_passes, relative_gap
+from transformer.gradcheck import REL_TOL, check_passes, relative_gap
 from transformer.layernorm import layer_norm_backward, layer_norm_forward
 from transformer.linear import linear_backward
 from transformer.model import forward, loss_and_grads
@@ -21,7 +21,8 @@ from transformer.softmax import cross_entropy_backward, cross_entropy_forward
 from .. import sections
 from ..common import md_table, verdict_text
 from ..examples import (H_STEP, SEED, TINY_IDS, TINY_TARGETS, biases_moved, collapsed, default_note, default_run,
-                        illustrative, tiny, tiny_backward, weighted_sum)
+                        illustrative, tiny, weighted_sum)
+from ..tiny_backward import tiny_backward
 
 # A sum that is zero in exact arithmetic comes out of float64 as rounding: about 1e-16 of the size of the
 # terms summed. A missing term of the backward leaves a sum of the size of the terms themselves. Below this
@@ -45,7 +46,7 @@ def num(v):
 def ln1_upstream(params, cfg, ids, targets):
     """The tiny model's real backward (mean cross-entropy against targets) from the loss down to block 0's
     attention, by the model's own functions: (block 0's LN1 input X^(0), the gradient dℓ/dU_1 that
-    attention hands to LN1, LN1's cache). With the initial parameters it is examples.tiny_backward's
+    attention hands to LN1, LN1's cache). With the initial parameters it is tiny_backward()'s
     `b0.dln1`; this copy exists to replay other parameters (it could be shared in examples.py)."""
     trace = {}
     logits, (_, _, blocks, lnf_cache, head_cache) = forward(params, ids, cfg, trace)
@@ -188,9 +189,9 @@ def jacobian_md():
         sections.array_md("central differences", check.numeric, row_label="i'"),
         f"The formula against central differences: {check.of_formula.text()}. The code against central "
         "differences (`layer_norm_backward` called with the upstream gradient \\(e_{i'}\\) returns row i' of the "
-        f"matrix): {check.of_code.text()}. In float64 with step Δ = {H_STEP:g}; a pass is the gradient checks' rule "
-        "(a relative gap below 1e-6), and gaps of this size are the central differences' own error, far below "
-        "any missing term. Each row of the matrix sums to zero (the largest row sum is "
+        f"matrix): {check.of_code.text()}. In float64 with step Δ = {H_STEP:g}; a pass is the gradient checks' "
+        f"rule (a relative gap below {REL_TOL:g}), and gaps of this size are the central differences' own error, "
+        "far below what a missing term leaves. Each row of the matrix sums to zero (the largest row sum is "
         f"{row_sums:.0e}, rounding): adding the same number to every \\(x_i\\) changes no \\(u_{{i'}}\\), as "
         "[below](#two-directions-that-get-no-gradient).\n",
     ])
@@ -208,8 +209,8 @@ def identities_md():
         md_table(["position t", "Σ_i ∂ℓ/∂x_i", "Σ_i |∂ℓ/∂x_i|", "Σ_i x̂_i ∂ℓ/∂x_i", "ε_LN r³ Σ_i δ_i x̂_i",
                   "ε_LN r²"], cells),
         f"**Row sums.** The largest is {worst_sum:.0e} of the size Σ|∂ℓ/∂x_i| of what was summed: zero in exact "
-        "arithmetic, so what is left is float64's rounding (about 1e-16 of the terms). A sum counts as zero below "
-        f"{ROUNDING_TOL:g} of the terms' size: {verdict_text(ids.sums_pass, False, '')}.\n",
+        f"arithmetic, so what is left is float64's rounding (its unit is {np.finfo(np.float64).eps:.1e}). A sum "
+        f"counts as zero below {ROUNDING_TOL:g} of the terms' size: {verdict_text(ids.sums_pass, False, '')}.\n",
         f"**Against x̂.** Each row's Σ x̂_i ∂ℓ/∂x_i is its predicted ε_LN r³ Σ δ_i x̂_i to within {worst_dot:.0e} of "
         f"the terms' size: {verdict_text(ids.dots_pass, False, '')}. It is not zero: of the direct term's component "
         "along x̂, r Σ δ_i x̂_i, the variance term cancels all but the fraction ε_LN r² of the last column, from "
@@ -336,7 +337,7 @@ def example_md():
         forward_md(c),
         backward_md(c, "the tiny model's real one: the gradient of the mean cross-entropy against the targets "
                        f"`{TINY_TARGETS}` that block 0's attention hands back to LN1 (`b0.dln1` of "
-                       "`examples.tiny_backward`)"),
+                       "`site_scripts/tiny_backward.py`)"),
         follow_md(c),
         collapsed("The same LayerNorm with its gain and shift moved (u ≠ x̂)", "\n".join([
             f"Every 1-D parameter of the tiny model moved by 0.1 × N(0, 1) (`examples.biases_moved`, seed {SEED}). "

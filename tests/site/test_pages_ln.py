@@ -6,8 +6,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from site_scripts.examples import TINY_IDS, TINY_TARGETS, tiny, tiny_backward
+from site_scripts.examples import TINY_IDS, TINY_TARGETS, tiny
 from site_scripts.pages import embeddings, layernorm
+from site_scripts.tiny_backward import tiny_backward
 from transformer.embedding import embedding_backward
 from transformer.model import loss_and_grads
 
