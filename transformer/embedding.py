@@ -27,7 +27,7 @@ def embedding_forward(ids, tok_emb, pos_emb):
         - pos_shape, (T_max, d): the shape of pos_emb, likewise.
     """
     T = ids.shape[-1]
-    x = tok_emb[ids] + pos_emb[:T]  # eq:embed  (B, T, d)
+    x = tok_emb[ids] + pos_emb[:T]  # eq:embed eq:embed-onehot  (B, T, d)
     cache = (ids, tok_emb.shape, pos_emb.shape)
     return x, cache
 
@@ -54,8 +54,8 @@ def embedding_backward(dx, cache):
     dtok_emb = np.zeros(tok_shape, dtype=dx.dtype)
     # np.add.at accumulates: a token id that occurs k times receives k
     # contributions. Plain `dtok_emb[ids] += dx` would keep only the last one.
-    np.add.at(dtok_emb, ids.reshape(-1), dx.reshape(-1, d))  # eq:embed-grad
+    np.add.at(dtok_emb, ids.reshape(-1), dx.reshape(-1, d))  # eq:embed-grad eq:embed-grad-tok
     T = ids.shape[-1]
     dpos_emb = np.zeros(pos_shape, dtype=dx.dtype)
-    dpos_emb[:T] = dx.reshape(-1, T, d).sum(axis=0)  # each position is used once per sequence
+    dpos_emb[:T] = dx.reshape(-1, T, d).sum(axis=0)  # eq:embed-grad-pos  each position is used once per sequence
     return dtok_emb, dpos_emb

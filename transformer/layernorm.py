@@ -69,13 +69,13 @@ def layer_norm_backward(dy, cache):
     xhat, rstd, g = cache
     d = xhat.shape[-1]
     dxhat = dy * g
-    mean_dxhat = dxhat.mean(axis=-1, keepdims=True)
-    mean_dxhat_xhat = np.einsum("...i,...i->...", dxhat, xhat)[..., None] / d
-    dx = dxhat  # eq:ln-grad  term 1: x_i -> xhat_i directly
-    dx -= mean_dxhat  # eq:ln-grad  term 2: through the mean
-    dx -= xhat * mean_dxhat_xhat  # eq:ln-grad  term 3: through the variance
-    dx *= rstd  # eq:ln-grad
+    mean_dxhat = dxhat.mean(axis=-1, keepdims=True)  # eq:ln-dxhat
+    mean_dxhat_xhat = np.einsum("...i,...i->...", dxhat, xhat)[..., None] / d  # eq:ln-dxhat
+    dx = dxhat  # eq:ln-grad eq:ln-terms eq:ln-paths  term 1: x_i -> xhat_i directly
+    dx -= mean_dxhat  # eq:ln-grad eq:ln-terms eq:ln-paths eq:ln-dmean  term 2: through the mean
+    dx -= xhat * mean_dxhat_xhat  # eq:ln-grad eq:ln-terms eq:ln-paths eq:ln-dvar  term 3: through the variance
+    dx *= rstd  # eq:ln-grad eq:ln-terms eq:ln-paths
     dy2, xhat2 = dy.reshape(-1, d), xhat.reshape(-1, d)
-    dg = np.einsum("ni,ni->i", dy2, xhat2)  # eq:ln-grad-params  sum over every row of dy * xhat
-    db = dy2.sum(axis=0)  # eq:ln-grad-params
+    dg = np.einsum("ni,ni->i", dy2, xhat2)  # eq:ln-grad-params eq:ln-dgain  sum over every row of dy * xhat
+    db = dy2.sum(axis=0)  # eq:ln-grad-params eq:ln-dshift
     return dx, dg, db
