@@ -161,18 +161,19 @@ def attention_backward(dy, cache):
     q_scaled, k, v, att, att_cache, qkv_cache, o_cache = cache
     num_heads = k.shape[1]
     scale = 1.0 / math.sqrt(k.shape[-1])
-    dheads, dwo, dbo = linear_backward(dy, o_cache)
-    dheads = split_heads(dheads, num_heads)  # (B, H, T, dh)
+    dheads, dwo, dbo = linear_backward(dy, o_cache)  # eq:attn-grad-out
+    dheads = split_heads(dheads, num_heads)  # eq:attn-grad-merge  (B, H, T, dh)
     datt = dheads @ v.transpose(0, 1, 3, 2)  # eq:attn-grad-mix  (B, H, T, T)
     dv = att.transpose(0, 1, 3, 2) @ dheads  # eq:attn-grad-mix  (B, H, T, dh)
-    dscores = softmax_backward(datt, att_cache)  # masked entries have att = 0, so get 0
+    # The masked entries have att = 0, so their dscores are exactly 0.
+    dscores = softmax_backward(datt, att_cache)  # eq:attn-grad-softmax eq:attn-softmax-jacobian eq:attn-grad-masked
     dq = (dscores @ k) * scale  # eq:attn-grad-qk  (B, H, T, dh)
     dk = dscores.transpose(0, 1, 3, 2) @ q_scaled  # eq:attn-grad-qk  (B, H, T, dh)
-    dqkv = np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)  # (B, T, 3d)
+    dqkv = np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)  # eq:attn-grad-split (B, T, 3d)
     # x fed all three projections: the one matmul sums their contributions to dx.
-    dx, dw_qkv, db_qkv = linear_backward(dqkv, qkv_cache)
-    dwq, dwk, dwv = np.split(dw_qkv, 3, axis=1)
-    dbq, dbk, dbv = np.split(db_qkv, 3)
+    dx, dw_qkv, db_qkv = linear_backward(dqkv, qkv_cache)  # eq:attn-grad-input eq:attn-grad-params
+    dwq, dwk, dwv = np.split(dw_qkv, 3, axis=1)  # eq:attn-grad-params
+    dbq, dbk, dbv = np.split(db_qkv, 3)  # eq:attn-grad-params eq:attn-grad-key-bias
     grads = {"wq": dwq, "bq": dbq, "wk": dwk, "bk": dbk,
              "wv": dwv, "bv": dbv, "wo": dwo, "bo": dbo}
     return dx, grads

@@ -128,15 +128,15 @@ def block_backward(dy, cache):
     _, act_backward = ACTIVATION_FUNCTIONS[activation]
     # y = h + FFN(LN2(h)): the residual passes dy to h unchanged, and the
     # feed-forward branch adds its own gradient on top.
-    du, dff2_w, dff2_b = linear_backward(dy, ff2_cache)
-    du = act_backward(du, act_cache)
-    du, dff1_w, dff1_b = linear_backward(du, ff1_cache)
-    dh_ffn, dln2_g, dln2_b = layer_norm_backward(du, ln2_cache)
+    du, dff2_w, dff2_b = linear_backward(dy, ff2_cache)  # eq:block-grad-ff2
+    du = act_backward(du, act_cache)  # eq:block-grad-act
+    du, dff1_w, dff1_b = linear_backward(du, ff1_cache)  # eq:block-grad-ff1
+    dh_ffn, dln2_g, dln2_b = layer_norm_backward(du, ln2_cache)  # eq:block-grad-ln2
     dh = dy + dh_ffn  # eq:block-residual-grad
     # h = x + Attention(LN1(x)): the same pattern once more.
-    da, attn_grads = attention_backward(dh, attn_cache)
-    dx_attn, dln1_g, dln1_b = layer_norm_backward(da, ln1_cache)
-    dx = dh + dx_attn  # eq:block-residual-grad
+    da, attn_grads = attention_backward(dh, attn_cache)  # eq:block-grad-attn
+    dx_attn, dln1_g, dln1_b = layer_norm_backward(da, ln1_cache)  # eq:block-grad-ln1
+    dx = dh + dx_attn  # eq:block-residual-grad eq:block-grad-identity
     grads = {"ln1_g": dln1_g, "ln1_b": dln1_b, **attn_grads,
              "ln2_g": dln2_g, "ln2_b": dln2_b,
              "ff1_w": dff1_w, "ff1_b": dff1_b, "ff2_w": dff2_w, "ff2_b": dff2_b}
