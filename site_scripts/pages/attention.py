@@ -19,7 +19,8 @@ from transformer.softmax import softmax_backward
 from .. import sections
 from ..common import md_table
 from ..examples import (H_STEP, SEED, TINY_IDS, biases_moved, collapsed, default_note, default_run, illustrative,
-                        tiny, tiny_backward, weighted_sum)
+                        tiny, weighted_sum)
+from ..tiny_backward import tiny_backward
 
 FAKE_LOSS = "../reference/notation.md#fake-loss"
 ROW, COL = 1, 0  # the entry whose arithmetic the example writes out: head 0, query t = 1, key t' = 0
@@ -308,7 +309,7 @@ def backward_md(fw, bw):
     gap = float(np.abs(bw.du1 - dln1).max())
     parts = ["### Backward\n",
              f"The upstream gradient is the tiny model's real one: the mean cross-entropy (loss "
-             f"{replay.loss:.4f}) of the next tokens, replayed call by call (`examples.tiny_backward`). Block 0's "
+             f"{replay.loss:.4f}) of the next tokens, replayed call by call (`site_scripts/tiny_backward.py`). Block 0's "
              "attention receives \\(\\partial\\ell/\\partial \\operatorname{Attn}(U_1) = \\partial\\ell/\\partial "
              "M\\) (`b0.dmid`: the residual \\(M = X + \\operatorname{Attn}(U_1)\\) hands it on unchanged). Each "
              "step below is recomputed from the [derivation](#derivation)'s equations, in the order "

@@ -16,7 +16,8 @@ from transformer.linear import linear_forward
 from .. import sections
 from ..common import md_table
 from ..examples import (H_STEP, SEED, TINY_IDS, biases_moved, collapsed, default_note, default_run, illustrative,
-                        tiny, tiny_backward, weighted_sum)
+                        tiny, weighted_sum)
+from ..tiny_backward import tiny_backward
 from .attention import (BACK, FAKE_LOSS, aligned, caught, gap_cells, grad, latex_table, number, products, tex,
                         verdict)
 
@@ -192,7 +193,7 @@ def backward_md(fw):
     gap = float(np.abs(dx - steps["b0.din"]).max())
     parts = ["### Backward\n",
              f"The upstream gradient is the tiny model's real one: the mean cross-entropy (loss {replay.loss:.4f}) "
-             "of the next tokens, replayed call by call (`examples.tiny_backward`); block 0 receives "
+             "of the next tokens, replayed call by call (`site_scripts/tiny_backward.py`); block 0 receives "
              "\\(\\partial\\ell/\\partial X^{(l+1)}\\) from block 1 (`b0.dout`). The gradients below are the replay's, "
              "in the order `block_backward` computes them, each under the replay's name.\n"]
     for symbol, how, name, cols in STEPS:

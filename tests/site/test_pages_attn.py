@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from site_scripts import sections
-from site_scripts.examples import H_STEP, tiny_backward
+from site_scripts.examples import H_STEP
+from site_scripts.tiny_backward import tiny_backward
 from site_scripts.pages import attention, block
 from transformer.gradcheck import check_passes, relative_gap
 
