@@ -1,6 +1,6 @@
 """Generator of the Full Model page's fragments: the forward's symbols, shapes, tiny example and traces,
 where the softmax of the logits happens, the cache, and the parameter keys and their count. The backward's
-fragments come from site_scripts/pages/model_backward.py."""
+fragments come from site_scripts/pages/_model_backward.py."""
 
 import ast
 import importlib
@@ -20,8 +20,8 @@ from transformer.train import TrainConfig, train_step
 from .. import code_facts, depends, sections
 from ..common import md_table, verdict_text
 from ..examples import SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, sizes, tiny, tiny_backward
-from . import model_backward
-from .model_backward import PAGE, calls_md, here
+from . import _model_backward as model_backward
+from ._model_backward import PAGE, calls_md, here
 
 # Distinct primes for each size: a shape computed with them reads back as symbols.
 SYMBOLIC = {101: "n_V", 103: "T_max", 107: "d", 109: "F"}
@@ -186,8 +186,9 @@ def softmax_where_md():
     if {c.function for c in others} != {"attention_forward", "decode_step"}:
         raise RuntimeError(f"softmax_forward is called by {others}: say what each call turns into probabilities")
     return (f"Row 0 of the tiny example's logits runs from {z[0].min():.4f} to {z[0].max():.4f} and sums to "
-            f"{z[0].sum():.4f}: scores, not a distribution. Its softmax sums to {p[0].sum():.4f}, and adding {shift:g} to "
-            f"every logit of a row changes no probability (largest change {np.abs(shifted - p).max():.1e}).\n\n"
+            f"{z[0].sum():.4f}: scores, not a distribution. Its softmax sums to {p[0].sum():.4f}, and adding "
+            f"{shift:g} to every logit of a row changes no probability (largest change "
+            f"{np.abs(shifted - p).max():.1e}).\n\n"
             f"- **In the loss.** `cross_entropy_forward` never forms P: it takes log P of the target from the "
             f"logits, as the target's logit minus a log-sum-exp ({code_link(cross_entropy_forward, lse)}), which "
             f"stays finite where log(softmax) would give log(0). `cross_entropy_backward` forms P itself, as "
@@ -334,8 +335,8 @@ def batch_average_md():
     scale = max(np.abs(g).max() for g in both.values())
     verdict = verdict_text(gap <= 1e-12 * scale, False, "")
     return (f"On the tiny model: the gradients of the batch of two windows, ids `{ids.tolist()}`, equal the mean of "
-            f"each window's own gradients to within {gap:.1e}, against a largest entry of {scale:.4f} (the check: a gap "
-            f"below 1e-12 times that entry; result: {verdict}).\n\n")
+            f"each window's own gradients to within {gap:.1e}, against a largest entry of {scale:.4f} (the check: "
+            f"a gap below 1e-12 times that entry; result: {verdict}).\n\n")
 
 
 

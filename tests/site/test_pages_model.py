@@ -10,7 +10,8 @@ import pytest
 
 from site_scripts import depends
 from site_scripts.examples import tiny, tiny_backward
-from site_scripts.pages import model, model_backward, optim
+from site_scripts.pages import _model_backward as model_backward
+from site_scripts.pages import model, optim
 
 NUMBER = r"-?\d+\.\d+"
 
@@ -98,3 +99,13 @@ def test_the_cache_table_has_the_fields_forward_builds_and_backward_unpacks():
     unpack = next(n for n in ast.walk(fn) if isinstance(n, ast.Assign) and ast.unparse(n.value) == "cache")
     assert [name for name, _ in fields] == [t.id for t in unpack.targets[0].elts]
     assert all(model.read_at(fn, name) for name, _ in fields)  # each field is read by the backward
+
+
+@pytest.mark.xfail(strict=True, reason="site_scripts/depends.py resolves `from ._model_backward import ...` in "
+                   "site_scripts/pages/model.py to site_scripts/_model_backward.py, which does not exist, so the helper "
+                   "(and the transformer code only it imports) is not part of the page's cache key")
+def test_the_model_pages_cache_key_covers_its_helper_module():
+    from site_scripts import build
+
+    sources = [p.name for p in build.page_sources("model")]
+    assert "_model_backward.py" in sources and ("gradcheck", "gradcheck_model") in build.page_units("model")

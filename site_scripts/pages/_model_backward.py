@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from transformer.block import block_forward, block_params
+from transformer.block import block_backward, block_forward, block_params
 from transformer.gradcheck import ABS_FLOOR, REL_TOL, check_passes, gradcheck_model, numerical_grad, relative_gap
 from transformer.layernorm import layer_norm_backward, layer_norm_forward
 from transformer.linear import linear_backward, linear_forward
@@ -88,6 +88,7 @@ def backward_md():
                         "`examples.tiny_backward()`'s: the real backward replayed call by call."), "",
            "The calls `backward` makes, in source order (the block call runs once per layer, last layer first):\n",
            calls_md("backward"), "The gradient each call hands to the next, in the order they are made:\n"]
+    out.append(loss_md(ex, bw))
     out += [f"**{symbol}**, {where}, {sections.shape_text(steps[key].shape)}\n\n"
             + sections.array_md(key, steps[key][0], row_label="position") for key, symbol, where in stream_labels(
                 ex.cfg.num_layers)]
@@ -101,6 +102,16 @@ def backward_md():
 
 D_X0, D_TOK, D_POS = (r"\(\partial\ell/\partial X^{(0)}\)", r"\(\partial\ell/\partial E_{\mathrm{tok}}\)",
                       r"\(\partial\ell/\partial E_{\mathrm{pos}}\)")
+
+
+def loss_md(ex, bw):
+    """What the tiny example's loss says, from the targets' probabilities the backward used."""
+    N, V = len(TINY_TARGETS), ex.cfg.vocab_size
+    target_p = N * bw.steps["dlogits"][0][np.arange(N), TINY_TARGETS] + 1  # (P - e_y)/N at the targets
+    return (f"The loss {bw.loss:.4f} is above log n_V = {np.log(V):.4f}, the loss of a uniform guess over the n_V "
+            f"tokens. The softmax of these random logits gives the targets the probabilities "
+            f"{listed(f'{q:.4f}' for q in target_p)}, whose geometric mean exp(−loss) = {np.exp(-bw.loss):.4f} is "
+            f"below the uniform 1/n_V = {1 / V:.4f}: the untrained model happens to favour other tokens.\n")
 
 
 def scatter_md(ex, bw):
@@ -421,8 +432,10 @@ def default_backward():
     _, emb_cache, block_caches, lnf_cache, head_cache = cache
     dz = cross_entropy_backward(1.0, cross_entropy_forward(logits, targets)[1])
     dxf, _, _ = linear_backward(dz, head_cache)
-    dx_last, _, _ = layer_norm_backward(dxf, lnf_cache)
-    return ex, targets, {"dz": dz, "dxf": dxf, "dx_last": dx_last}, backward(dz, cache)
+    dx = dx_last = layer_norm_backward(dxf, lnf_cache)[0]
+    for l in reversed(range(ex.cfg.num_layers)):
+        dx = block_backward(dx, block_caches[l])[0]
+    return ex, targets, {"dz": dz, "dxf": dxf, "dx_last": dx_last, "dx0": dx}, backward(dz, cache)
 
 
 def backward_symbols_md():
@@ -440,8 +453,8 @@ def backward_symbols_md():
         (r"\partial\ell/\partial X^{(L)}", "dx, from the final layer_norm_backward", d["dx_last"].shape),
         (r"\partial\ell/\partial \gamma", 'grads["lnf_g"]', grads["lnf_g"].shape, "the final LayerNorm's, `lnf_g`"),
         (r"\partial\ell/\partial \beta", 'grads["lnf_b"]', grads["lnf_b"].shape, "the final LayerNorm's, `lnf_b`"),
-        (r"\partial\ell/\partial X^{(l)}", "dx, from block_backward", d["dx_last"].shape),
-        (r"\partial\ell/\partial X^{(0)}", "dx, into embedding_backward", d["dx_last"].shape),
+        (r"\partial\ell/\partial X^{(l)}", "dx, from block_backward", d["dx0"].shape),
+        (r"\partial\ell/\partial X^{(0)}", "dx, into embedding_backward", d["dx0"].shape),
         (r"\partial\ell/\partial E_{\mathrm{tok}}", 'grads["tok_emb"]', grads["tok_emb"].shape),
         (r"\partial\ell/\partial E_{\mathrm{pos}}", 'grads["pos_emb"]', grads["pos_emb"].shape),
         (r"g", "grads[name]", "one per key", "every entry of `grads`, the optimizer's input"),
