@@ -17,8 +17,8 @@ from transformer.softmax import cross_entropy_backward, cross_entropy_forward
 
 from .. import depends, sections
 from ..common import md_table, verdict_text
-from ..examples import (H_STEP, SEED, TINY_IDS, TINY_TARGETS, collapsed, default_note, default_run, illustrative, tiny,
-                        tiny_backward)
+from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, collapsed, default_note, default_run, illustrative, tiny
+from ..tiny_backward import tiny_backward
 
 PAGE = "model"
 MODEL_PY = "transformer/model.py"
@@ -85,7 +85,8 @@ def backward_md():
     ex, bw = tiny(), tiny_backward()
     steps = bw.steps
     out = [illustrative(f"ids `{TINY_IDS}`, targets `{TINY_TARGETS}`, loss {bw.loss:.4f}. The arrays are "
-                        "`examples.tiny_backward()`'s: the real backward replayed call by call."), "",
+                        "`tiny_backward()`'s (`site_scripts/tiny_backward.py`): the real backward replayed call by "
+                        "call."), "",
            "The calls `backward` makes, in source order (the block call runs once per layer, last layer first):\n",
            calls_md("backward"), "The gradient each call hands to the next, in the order they are made:\n"]
     out.append(loss_md(ex, bw))

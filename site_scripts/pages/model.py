@@ -19,7 +19,8 @@ from transformer.train import TrainConfig, train_step
 
 from .. import code_facts, depends, sections
 from ..common import md_table, verdict_text
-from ..examples import SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, sizes, tiny, tiny_backward
+from ..examples import SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, sizes, tiny
+from ..tiny_backward import tiny_backward
 from . import _model_backward as model_backward
 from ._model_backward import PAGE, calls_md, here
 

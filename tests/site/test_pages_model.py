@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from site_scripts import depends
-from site_scripts.examples import tiny, tiny_backward
+from site_scripts.examples import tiny
 from site_scripts.pages import _model_backward as model_backward
 from site_scripts.pages import model, optim
+from site_scripts.tiny_backward import tiny_backward
 
 NUMBER = r"-?\d+\.\d+"
 
@@ -102,8 +103,8 @@ def test_the_cache_table_has_the_fields_forward_builds_and_backward_unpacks():
 
 
 @pytest.mark.xfail(strict=True, reason="site_scripts/depends.py resolves `from ._model_backward import ...` in "
-                   "site_scripts/pages/model.py to site_scripts/_model_backward.py, which does not exist, so the helper "
-                   "(and the transformer code only it imports) is not part of the page's cache key")
+                   "site_scripts/pages/model.py to site_scripts/_model_backward.py, which does not exist, so the "
+                   "helper (and the transformer code only it imports) is not part of the page's cache key")
 def test_the_model_pages_cache_key_covers_its_helper_module():
     from site_scripts import build
 
