@@ -129,7 +129,7 @@ def check_ids(ids, cfg: ModelConfig, what="ids"):
     if ids.ndim not in (1, 2):
         raise InputError(f"{what} must have shape (T,) or (B, T), got {ids.shape}")
     T = ids.shape[-1]
-    if T > cfg.context_len:
+    if T > cfg.context_len:  # eq:model-length
         raise InputError(
             f"sequence of {T} tokens is longer than the position table "
             f"(context_len={cfg.context_len})"
@@ -211,16 +211,16 @@ def forward(params, ids, cfg: ModelConfig, trace=None):
     single = np.ndim(ids) == 1
     ids = check_ids(ids, cfg)
     check_params(params, cfg)
-    x, emb_cache = embedding_forward(ids, params["tok_emb"], params["pos_emb"])
+    x, emb_cache = embedding_forward(ids, params["tok_emb"], params["pos_emb"])  # eq:model-embed
     block_caches, block_trace = [], None if trace is None else {}
     if trace is not None:
         trace["embedding"] = x
     for layer in range(cfg.num_layers):
-        x, block_cache = block_forward(x, block_params(params, layer), cfg, block_trace)
+        x, block_cache = block_forward(x, block_params(params, layer), cfg, block_trace)  # eq:model-blocks
         block_caches.append(block_cache)
         if trace is not None:
             trace.update({f"b{layer}.{name}": value for name, value in block_trace.items()})
-    x, lnf_cache = layer_norm_forward(x, params["lnf_g"], params["lnf_b"], cfg.ln_eps)
+    x, lnf_cache = layer_norm_forward(x, params["lnf_g"], params["lnf_b"], cfg.ln_eps)  # eq:model-lnf
     logits, head_cache = linear_forward(x, params["head_w"], params["head_b"])  # eq:head
     if trace is not None:
         trace.update({"lnf": x, "logits": logits})
@@ -247,12 +247,12 @@ def backward(dlogits, cache):
     if single:
         dlogits = dlogits[None]
     grads = {}
-    dx, grads["head_w"], grads["head_b"] = linear_backward(dlogits, head_cache)
-    dx, grads["lnf_g"], grads["lnf_b"] = layer_norm_backward(dx, lnf_cache)
-    for layer in reversed(range(len(block_caches))):
-        dx, block_grads = block_backward(dx, block_caches[layer])
-        grads.update({f"b{layer}.{name}": g for name, g in block_grads.items()})
-    grads["tok_emb"], grads["pos_emb"] = embedding_backward(dx, emb_cache)
+    dx, grads["head_w"], grads["head_b"] = linear_backward(dlogits, head_cache)  # eq:head-grads eq:head-index
+    dx, grads["lnf_g"], grads["lnf_b"] = layer_norm_backward(dx, lnf_cache)  # eq:model-lnf-grad
+    for layer in reversed(range(len(block_caches))):  # eq:model-blocks-grad eq:model-reverse
+        dx, block_grads = block_backward(dx, block_caches[layer])  # eq:model-blocks-grad eq:model-vjp
+        grads.update({f"b{layer}.{name}": g for name, g in block_grads.items()})  # eq:model-param-once
+    grads["tok_emb"], grads["pos_emb"] = embedding_backward(dx, emb_cache)  # eq:model-embed-grad eq:model-many-uses
     return grads
 
 
@@ -348,8 +348,8 @@ def loss_and_grads(params, ids, targets, cfg: ModelConfig):
         If params do not match cfg.
     """
     targets = check_targets(targets, ids, cfg)
-    logits, cache = forward(params, ids, cfg)
-    loss, xent_cache = cross_entropy_forward(logits, targets)
-    dlogits = cross_entropy_backward(1.0, xent_cache)
+    logits, cache = forward(params, ids, cfg)  # eq:model-composition
+    loss, xent_cache = cross_entropy_forward(logits, targets)  # eq:model-composition
+    dlogits = cross_entropy_backward(1.0, xent_cache)  # eq:model-dlogits eq:model-dlogits-mean
     grads = backward(dlogits, cache)
     return loss, {name: grads[name] for name in params}

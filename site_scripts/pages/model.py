@@ -1,23 +1,31 @@
-"""Generator of the Full Model page's fragments: call order, parameter keys,
-the scalar count and the gradient-flow diagram of loss_and_grads."""
+"""Generator of the Full Model page's fragments: the forward's symbols, shapes, tiny example and traces,
+where the softmax of the logits happens, the cache, and the parameter keys and their count. The backward's
+fragments come from site_scripts/pages/_model_backward.py."""
 
 import ast
+import importlib
+import inspect
+import re
 
 import numpy as np
 
+from transformer.block import BLOCK_KEYS
 from transformer.config import PRESETS, ModelConfig
-from transformer.gradcheck import gradcheck_model
-from transformer.model import init_params, loss_and_grads, param_count, param_shapes
-from transformer.optim import is_decayed
+from transformer.generate import sample_next
+from transformer.model import forward, init_params, loss_and_grads, param_count, param_shapes
+from transformer.optim import clip_grads, global_norm, is_decayed
+from transformer.softmax import cross_entropy_backward, cross_entropy_forward, softmax_forward
+from transformer.train import TrainConfig, train_step
 
-from .. import depends, sections
-from ..common import ROOT
-from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, illustrative, sizes, tiny
+from .. import code_facts, depends, sections
+from ..common import md_table, verdict_text
+from ..examples import SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, sizes, tiny
+from ..tiny_backward import tiny_backward
+from . import _model_backward as model_backward
+from ._model_backward import PAGE, calls_md, here
 
-PAGE = "model"
-MODEL_PY = "transformer/model.py"
 # Distinct primes for each size: a shape computed with them reads back as symbols.
-SYMBOLIC = {101: "V", 103: "T_max", 107: "d", 109: "F"}
+SYMBOLIC = {101: "n_V", 103: "T_max", 107: "d", 109: "F"}
 ROLES = {  # what each parameter is for (prose); a key missing here stops the build
     "tok_emb": "token embedding table", "pos_emb": "position embedding table",
     "ln1_g": "LN1 gain", "ln1_b": "LN1 shift", "wq": "query projection", "bq": "query bias",
@@ -29,47 +37,73 @@ ROLES = {  # what each parameter is for (prose); a key missing here stops the bu
 }
 
 
-def calls_md(function):
-    """Line | Function | Call: each call of a transformer function in a model.py function, in source order; the
-    line links to the function's listing on this page, the callee to its own listing."""
-    source, text = depends.module_source("model"), (ROOT / MODEL_PY).read_text()
-    found = []
-    for call in ast.walk(source.defs[function]):
-        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name):
-            name = call.func.id
-            target = source.names.get(name) or (("model", name) if name in source.defs else None)
-            if target:
-                found.append((call.lineno, target[0], target[1], ast.get_source_segment(text, call)))
-    rows = [[f"[{line}]({sections.page_link(PAGE, PAGE, sections.line_anchor(MODEL_PY, function, line))})",
-             f"[`{name}`]({sections.function_link(PAGE, f'transformer/{module}.py', name)})", f"`{code}`"]
-            for line, module, name, code in sorted(found)]
-    return sections.md_table(["Line", "Function", "Call"], rows)
-
-
-def forward_order_md():
-    trace = tiny().trace
-    out = [illustrative(f"ids `{TINY_IDS}`; the tensors are `forward(..., trace=...)`'s intermediates."), ""]
-    out.append("The calls `forward` makes, in source order (the block call runs once per layer):\n")
-    out.append(calls_md("forward"))
-    out.append("The tensors at each step, in the order they are computed:\n")
+def forward_md():
+    trace, p = tiny().trace, tiny().params
+    out = [illustrative(f"ids `{TINY_IDS}`; the tensors are `forward(..., trace=...)`'s intermediates."), "",
+           "The calls `forward` makes, in source order (the block call runs once per layer):\n", calls_md("forward"),
+           "The tensors at each step, in the order they are computed:\n"]
     for key, value in trace.items():
         v = value[0]
-        shown = v if v.ndim <= 2 else v[0]
         label = f"{key} {sections.shape_text(value.shape)}" + (", head 0" if v.ndim > 2 else "")
-        out.append(f"**{label}**\n\n" + sections.array_md(key, shown, row_label="position"))
+        out.append(f"**{label}**\n\n" + sections.array_md(key, v if v.ndim <= 2 else v[0], row_label="position"))
+    out.append("The head's parameters, which the last step multiplies by:\n")
+    out += [sections.array_md("head_w", p["head_w"], row_label="row"), sections.array_md("head_b", p["head_b"])]
     return "\n".join(out)
 
 
-def backward_order_md():
+def follow_forward_md():
+    """Z[0, 0] = Σ_i X_f[0, i] W_h[i, 0] + b_h[0], with the tiny example's numbers."""
     ex = tiny()
-    loss, grads = loss_and_grads(ex.params, ex.ids, np.array([TINY_TARGETS]), ex.cfg)
-    table = [[f"`{k}`", sections.shape_text(g.shape), f"{np.linalg.norm(g):.4f}", f"{np.abs(g).max():.4f}"]
-             for k, g in grads.items()]
-    return ("The calls `backward` makes, in source order; the block call runs once per layer, last layer first:\n\n"
-            + calls_md("backward")
-            + f"\nThe gradient dictionary `loss_and_grads` returns for the tiny example (targets `{TINY_TARGETS}`, "
-              f"loss {loss:.4f}): one entry per parameter, in the order of `params`.\n\n"
-            + sections.md_table(["Key", "Shape", "‖grad‖", "max |grad|"], table))
+    xf, w, b, z = ex.trace["lnf"][0][0], ex.params["head_w"][:, 0], ex.params["head_b"][0], ex.trace["logits"][0, 0, 0]
+    terms, printed = model_backward.products(zip(xf, w))
+    return ("One entry of [the head](#eq-head), by hand: row 0 of the `lnf` table against column 0 of `head_w`, "
+            "plus entry 0 of `head_b`:\n\n"
+            "$$\n\\begin{aligned}\nZ_{00} &= \\sum_i X_f[0,i]\\, W_h[i,0] + b_h[0] \\\\\n"
+            f"&= {terms} + ({b:.4f}) \\\\\n&= {z:.4f}\n\\end{{aligned}}\n$$\n\n"
+            f"{model_backward.by_hand(printed + round(float(b), 4), float(xf @ w + b))}, and entry (0, 0) of the "
+            f"`logits` table is that number: {z:.5f}.\n")
+
+
+def forward_symbols_md():
+    ex = default_run()
+    cfg, trace, p, L = ex.cfg, ex.trace, ex.params, ex.cfg.num_layers
+    rows = [
+        (r"\mathrm{id}", "ids", ex.ids.shape),
+        (r"T", "ids.shape[-1]", f"{ex.ids.shape[1]}"),
+        (r"T_{\max}", "cfg.context_len", f"{cfg.context_len}"),
+        (r"E_{\mathrm{tok}}", 'params["tok_emb"]', p["tok_emb"].shape),
+        (r"E_{\mathrm{pos}}", 'params["pos_emb"]', p["pos_emb"].shape),
+        (r"X^{(0)}", "x, from embedding_forward", trace["embedding"].shape),
+        (r"\operatorname{Block}_l", "block_forward(x, block_params(params, layer), cfg)", "(B, T, d) → (B, T, d)"),
+        (r"X^{(l)}", "x, in the loop over layers", trace["b0.out"].shape),
+        (r"L", "cfg.num_layers", f"{L}"),
+        (r"X^{(L)}", "x, into the final layer_norm_forward", trace[f"b{L - 1}.out"].shape),
+        (r"X_f", "x, from the final layer_norm_forward", trace["lnf"].shape),
+        (r"W_h", 'params["head_w"]', p["head_w"].shape),
+        (r"b_h", 'params["head_b"]', p["head_b"].shape),
+        (r"Z", "logits", trace["logits"].shape),
+        (r"n_V", "cfg.vocab_size", f"{cfg.vocab_size}"),
+        (r"d", "cfg.emb_dim", f"{cfg.emb_dim}"),
+    ]
+    return sections.symbols_md(rows, default_note())
+
+
+TRACE_SYMBOLS = {"embedding": "X^{(0)}", "ln1": "U_1", "attention": r"\alpha^{(h)}", "ln2": "U_2",
+                 "out": "X^{(l+1)}", "lnf": "X_f", "logits": "Z"}
+
+
+def forward_shapes_md():
+    """Every intermediate of a forward at the default config, its symbol and shape."""
+    ex, table = default_run(), sections.notation()
+    rows = []
+    for key, value in ex.trace.items():
+        symbol = TRACE_SYMBOLS[key.split(".")[-1]]
+        if key.endswith(".out"):
+            symbol = f"X^{{({int(key[1:key.index('.')]) + 1})}}"
+        rows.append([f"`{key}`", f"\\({symbol}\\)", table.get(symbol, table[TRACE_SYMBOLS["out"]])[1],
+                     sections.shape_text(value.shape)])
+    return ("Every tensor `forward` computes, in order, at " + default_note() + ":\n\n"
+            + md_table(["Traced as", "Symbol", "Shape", "At the default config"], rows))
 
 
 def symbolic_shape(shape):
@@ -111,86 +145,219 @@ def params_md():
     return {
         "param-kinds": sections.md_table(["Key", "Shape", "Default config", "Scalars", "Role", "Initialisation",
                                           "Decay"], rows)
-        + "\nThe symbolic shapes were read back from `param_shapes` called with distinct primes for V, T_max, d and "
+        + "\nThe symbolic shapes were read back from `param_shapes` called with distinct primes for n_V, T_max, d and "
           "F; `b{l}.` keys repeat for each block l = 0 .. L−1. Xavier means U(−a, a) with a = √(6 / (rows + "
           "columns)) ([the equation](" + sections.page_link(PAGE, "linear", "eq-xavier") + ")). Weight decay is "
           "`is_decayed(key)`.\n",
         "param-every": f"All {len(shapes)} keys at {default_note(batch=False)}, in the order of `param_shapes`:\n\n"
         + sections.md_table(["Key", "Shape", "Scalars", "Weight decay"], every)
         + f"\nTotal: **{total}** scalars.\n",
-        "param-count": sections.md_table(["Preset", "V", "T_max", "d", "L", "F", "`param_count`",
+        "param-count": sections.md_table(["Preset", "n_V", "T_max", "d", "L", "F", "`param_count`",
                                           "Scalars `init_params` made", "Check"], counts),
     }
 
 
-def flow_md():
-    """A mermaid diagram of loss_and_grads: one box per call, arrows for the values passed."""
-    source = depends.module_source("model")
-    fn = source.defs["loss_and_grads"]
-    made_by, nodes, edges, clicks = {}, [], [], []
-    for arg in fn.args.args:
-        nodes.append(f'  {arg.arg}(["{arg.arg}"])')
-        made_by[arg.arg] = arg.arg
-    for i, stmt in enumerate(fn.body):
-        call = stmt.value if isinstance(stmt, (ast.Assign, ast.Return)) else None
-        if isinstance(call, ast.Tuple):
-            call = call.elts[0] if isinstance(call.elts[0], ast.Call) else None
-        if not isinstance(call, ast.Call):
-            continue
-        name = call.func.id
-        module = source.names.get(name, ("model", name))[0]
-        node = f"c{i}"
-        nodes.append(f'  {node}["{name}<br/>line {stmt.lineno}"]')
-        here = sections.page_link(PAGE, PAGE, sections.line_anchor(MODEL_PY, "loss_and_grads", stmt.lineno))
-        clicks.append(f'  click {node} href "{_url(here)}" "line {stmt.lineno} of transformer/model.py"')
-        doc = f"d{i}"
-        nodes.append(f'  {doc}>"{name} explained"]')
-        edges.append(f"  {node} -.- {doc}")
-        explained = _url(sections.function_link(PAGE, f"transformer/{module}.py", name))
-        clicks.append(f'  click {doc} href "{explained}"')
-        used = [n.id for n in ast.walk(call) if isinstance(n, ast.Name) and n.id in made_by and n.id != name]
-        for var in dict.fromkeys(used):
-            edges.append(f"  {made_by[var]} -->|{var}| {node}")
-        if isinstance(stmt, ast.Assign):
-            for target in ast.walk(stmt.targets[0]):
-                if isinstance(target, ast.Name):
-                    made_by[target.id] = node
-        else:
-            nodes.append('  out(["loss, grads"])')
-            edges.append(f"  {node} --> out")
-    return ("```mermaid\nflowchart TD\n" + "\n".join(nodes + edges + clicks) + "\n```\n\n"
-            "Generated from the source of `loss_and_grads`: a box per call (click it for its line), the "
-            "arrows carry the variables passed on, and each flag opens the page that explains the function. "
-            "The gradient starts at `cross_entropy_backward` (dlogits) and flows through `backward`, which uses "
-            "the cache `forward` left.\n")
 
 
-def _url(md_link):
-    """mermaid links are followed by the browser, so they need the built URL, not the .md path."""
-    path, _, anchor = md_link.partition("#")
-    if path:
-        path = "../" + path.replace(".md", "/")  # pages are served as folders: model/x.md -> model/x/
-    return path + ("#" + anchor if anchor else "")
+# ---------------------------------------------------------------- the logits and the cache
+
+def line_with(function, text):
+    """The file's line number of the first line of `function` holding `text` (a line the page points at)."""
+    lines, start = inspect.getsourcelines(function)
+    found = next((start + i for i, line in enumerate(lines) if text in line), None)
+    if found is None:
+        raise LookupError(f"{function.__name__} has no line with {text!r}: the page's sentence about it is stale")
+    return found
 
 
-def gradcheck_md():
+def code_link(function, line):
+    path = inspect.getsourcefile(function).split("/transformer/")[-1]
+    return f"[`{path}:{line}`]({sections.function_link(PAGE, f'transformer/{path}', function.__name__, line)})"
+
+
+def softmax_where_md():
+    z = tiny().trace["logits"][0]
+    p, _ = softmax_forward(z.copy())
+    shift = 3.0
+    shifted, _ = softmax_forward(z + shift)
+    lse = line_with(cross_entropy_forward, "log_sum_exp = ")
+    probs = line_with(cross_entropy_backward, "probs = np.exp(")
+    sampler = line_with(sample_next, "softmax_forward(")
+    others = [c for c in code_facts.called_by("softmax_forward") if c.function != sample_next.__name__]
+    if {c.function for c in others} != {"attention_forward", "decode_step"}:
+        raise RuntimeError(f"softmax_forward is called by {others}: say what each call turns into probabilities")
+    return (f"Row 0 of the tiny example's logits runs from {z[0].min():.4f} to {z[0].max():.4f} and sums to "
+            f"{z[0].sum():.4f}: scores, not a distribution. Its softmax sums to {p[0].sum():.4f}, and adding "
+            f"{shift:g} to every logit of a row changes no probability (largest change "
+            f"{np.abs(shifted - p).max():.1e}).\n\n"
+            f"- **In the loss.** `cross_entropy_forward` never forms P: it takes log P of the target from the "
+            f"logits, as the target's logit minus a log-sum-exp ({code_link(cross_entropy_forward, lse)}), which "
+            f"stays finite where log(softmax) would give log(0). `cross_entropy_backward` forms P itself, as "
+            f"exp(logit − log-sum-exp) ({code_link(cross_entropy_backward, probs)}), to return (P − e_y)/N.\n"
+            f"- **In the sampler.** `sample_next` divides one position's logits by the temperature and calls "
+            f"`softmax_forward` on them ({code_link(sample_next, sampler)}) before drawing a token.\n\n"
+            "The other calls of `softmax_forward` ("
+            + ", ".join(f"`{c.function}`, `{c.path}:{c.line}`" for c in others) + ") "
+            "turn attention scores into attention weights; none is applied to the logits.\n")
+
+
+def cache_fields():
+    """The names of forward's cache tuple, as `forward` builds it, and each one's description from its docstring."""
+    fn = depends.module_source("model").defs["forward"]
+    built = next(n for n in ast.walk(fn) if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "cache")
+    described = dict(re.findall(r"^\s*- (\w+): (.+?);?\.?$", inspect.getdoc(forward), flags=re.M))
+    return built.lineno, [(e.id, described[e.id]) for e in built.value.elts]
+
+
+def made_at(fn, name):
+    """Lines of fn where `name` gets its value from a call, and that call's name (through `.append(x)` to x)."""
+    found = []
+    for node in ast.walk(fn):
+        assigned = node.targets[0] if isinstance(node, ast.Assign) else None
+        if assigned and name in {t.id for t in ast.walk(assigned) if isinstance(t, ast.Name)}:
+            value = node.value.elts[0] if isinstance(node.value, ast.Tuple) else node.value
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+                found.append((node.lineno, value.func.id))
+            elif isinstance(value, ast.Compare):
+                found.append((node.lineno, None))
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == f"{name}.append":
+            found += made_at(fn, node.args[0].id)
+    return sorted(found)
+
+
+def read_at(fn, name):
+    """(line, the smallest call holding it, else the line) for each place fn reads `name`, but the line that
+    unpacks the cache into it."""
+    text = (sections.ROOT / "transformer/model.py").read_text()
+    unpack = next(n.lineno for n in ast.walk(fn) if isinstance(n, ast.Assign) and ast.unparse(n.value) == "cache")
+    found = {}
+    for call in [fn, *(n for n in ast.walk(fn) if isinstance(n, ast.Call))]:
+        for n in ast.walk(call):
+            if isinstance(n, ast.Name) and n.id == name and n.lineno != unpack:
+                small = call is not fn and (n.lineno not in found or len(found[n.lineno]) > len(ast.unparse(call)))
+                found[n.lineno] = ast.get_source_segment(text, call) if small else found.get(
+                    n.lineno, text.splitlines()[n.lineno - 1].split("  #")[0].strip())
+    return sorted(found.items())
+
+
+def cache_md():
     ex = tiny()
-    report = gradcheck_model(ex.cfg, ex.ids, np.array([TINY_TARGETS]), seed=SEED, h=H_STEP, perturb=0.1)
-    shapes = param_shapes(ex.cfg)
-    rows = [sections.GradRow(name, shapes[name], gap, rel, "float64", H_STEP) for name, (gap, rel) in report.items()]
-    return (f"`gradcheck_model` on the tiny model: every one of the {len(rows)} gradients of the loss, from "
-            f"`loss_and_grads`, against central differences of `loss_fn` (ids `{TINY_IDS}`, targets "
-            f"`{TINY_TARGETS}`, 1-D parameters moved by 0.1 × N(0, 1) off their initial values, seeds {SEED} "
-            f"and {SEED + 1}).\n\n"
-            + sections.gradcheck_table(rows))
+    _, cache = forward(ex.params, ex.ids, ex.cfg)
+    source, (line, fields) = depends.module_source("model"), cache_fields()
+    fwd, bwd = source.defs["forward"], source.defs["backward"]
+    rows = []
+    for (name, holds), value in zip(fields, cache, strict=True):
+        made = made_at(fwd, name)
+        built = "; ".join(f"[{n}]({here('forward', n)})" + (f" `{c}`" if c else "") for n, c in made)
+        read = "; ".join(f"[{n}]({here('backward', n)}) `{code}`" for n, code in read_at(bwd, name))
+        rows.append([f"`{name}`", holds, built, contents(value, source, made[-1][1]), read])
+    calls = code_facts.called_by("forward")
+    return (f"`forward` returns its cache as one tuple ([line {line}]({here('forward', line)})); `backward` unpacks "
+            "it in the same order. The fields are read from that line, what each holds from `forward`'s docstring, "
+            "and the contents from the tiny example, named as the function that built them names its cache:\n\n"
+            + md_table(["Field", "Holds", "Built at", "On the tiny example", "Read by backward at"], rows)
+            + "\nEach function's page says what its own cache holds and why. Of the "
+              f"{len(calls)} calls of `forward` in `transformer/`, "
+            + "; ".join(f"`{c.function}` (`{c.path}:{c.line}`) {kept(c)}" for c in calls) + ".\n")
+
+
+def contents(value, source, builder):
+    """A cache field of the tiny example, by the names its builder's docstring gives the parts of its cache."""
+    if builder is None:
+        return f"`{value}`"
+    module, name = source.names[builder]
+    if isinstance(value, list):
+        return f"{len(value)} × `{type(value[0]).__name__}`: " + ", ".join(f"`{f}`" for f in value[0]._fields)
+    doc = inspect.getdoc(getattr(importlib.import_module(f"transformer.{module}"), name))
+    names = re.search(r"^cache : \((.+)\)$", doc, flags=re.M).group(1).split(", ")
+    return "; ".join(f"`{n}` " + (f"array {sections.shape_text(v.shape)}" if isinstance(v, np.ndarray) else f"`{v}`")
+                     for n, v in zip(names, value, strict=True))
+
+
+def kept(call):
+    """Whether a call of forward keeps the cache, read from its line."""
+    line = (sections.ROOT / call.path).read_text().splitlines()[call.line - 1]
+    if ", _ = forward(" in line or re.search(r"forward\(.*\)\[0\]", line):
+        return "throws it away"
+    return "keeps it for `backward`"
+
+
+# ---------------------------------------------------------------- the keys and the update
+
+def key_pattern_md():
+    """Where the block keys' prefix is written in the code, and what is outside the blocks."""
+    ex, bw = tiny(), tiny_backward()
+    places = []
+    for module, function in (("model", "param_shapes"), ("block", "block_params"), ("model", "backward")):
+        fn = depends.module_source(module).defs[function]
+        for node in ast.walk(fn):
+            if isinstance(node, ast.JoinedStr) and ast.unparse(node).startswith("f'b{"):
+                link = sections.function_link(PAGE, f"transformer/{module}.py", function, node.lineno)
+                places.append(f"[`{function}`, line {node.lineno}]({link}) (`{ast.unparse(node)}`)")
+    outside = [k for k in ex.params if "." not in k]
+    head, tok = ex.params["head_w"], ex.params["tok_emb"]
+    return (f"The prefix is written in {len(places)} places: {'; '.join(places)}. Inside the prefix, the "
+            f"{len(BLOCK_KEYS)} names of `BLOCK_KEYS`: {', '.join(f'`{k}`' for k in BLOCK_KEYS)}. Outside the "
+            f"blocks: {', '.join(f'`{k}`' for k in outside)}.\n\n"
+            f"In the tiny model `head_w` {sections.shape_text(head.shape)} and `tok_emb` "
+            f"{sections.shape_text(tok.shape)} are two arrays: they share no memory "
+            f"(`np.shares_memory`: {np.shares_memory(head, tok)}), `head_w` differs from `tok_emb` transposed by up "
+            f"to {np.abs(head - tok.T).max():.4f}, and each receives only its own gradient (those differ by up to "
+            f"{np.abs(bw.grads['head_w'] - bw.grads['tok_emb'].T).max():.4f}).\n")
+
+
+
+def update_md():
+    """How the gradients of one batch become one parameter update, read from train_step."""
+    tc, cfg = TrainConfig(), PRESETS["default"]
+    calls = {name: next(p for p in code_facts.called_by(name) if p.function == train_step.__name__)
+             for name in ("loss_and_grads", "clip_grads", "adamw_update")}
+    link = {n: f"[`train.py:{p.line}`]({sections.function_link(PAGE, p.path, 'train_step', p.line)})"
+            for n, p in calls.items()}
+    seq_len = tc.seq_len or cfg.context_len
+    return (f"`train_step` calls `loss_and_grads` on a batch of B = {tc.batch_size} windows of T = {seq_len} "
+            f"tokens ({link['loss_and_grads']}): one forward and one backward for the whole batch, so every "
+            f"gradient is already the average over the N = B·T = {tc.batch_size * seq_len} positions (the 1/N of "
+            f"[∂ℓ/∂Z](#eq-model-dlogits)). It then clips the gradients by their global norm to "
+            f"ρ = {tc.grad_clip} "
+            f"({link['clip_grads']}) and hands them to `adamw_update` ({link['adamw_update']}).\n\n"
+            + batch_average_md() + clip_example_md(tc.grad_clip))
+
+
+
+def batch_average_md():
+    ex, bw = tiny(), tiny_backward()
+    rng = np.random.default_rng(SEED)
+    other = rng.integers(0, ex.cfg.vocab_size, (2, len(TINY_IDS)))
+    ids, targets = np.stack([ex.ids[0], other[0]]), np.stack([np.array(TINY_TARGETS), other[1]])
+    _, second = loss_and_grads(ex.params, other[0], other[1], ex.cfg)
+    _, both = loss_and_grads(ex.params, ids, targets, ex.cfg)
+    gap = max(np.abs(both[k] - (bw.grads[k] + second[k]) / 2).max() for k in both)
+    scale = max(np.abs(g).max() for g in both.values())
+    verdict = verdict_text(gap <= 1e-12 * scale, False, "")
+    return (f"On the tiny model: the gradients of the batch of two windows, ids `{ids.tolist()}`, equal the mean of "
+            f"each window's own gradients to within {gap:.1e}, against a largest entry of {scale:.4f} (the check: "
+            f"a gap below 1e-12 times that entry; result: {verdict}).\n\n")
+
+
+
+def clip_example_md(rho):
+    grads = tiny_backward().grads
+    norm = global_norm(grads)
+    clipped, _ = clip_grads(grads, rho)
+    scale = global_norm(clipped) / norm
+    what = f"scales every gradient by the same {scale:.4f}" if norm > rho else "leaves them as they are"
+    return (f"The tiny example's gradients have global norm ‖g‖ = {norm:.4f}; at ρ = {rho}, `clip_grads` {what}. "
+            f"What AdamW then does with each gradient, and the clipping rule, are on the "
+            f"[AdamW / Learning rate / Clipping]({sections.page_link(PAGE, 'optim')}) page.\n")
+
+
 
 
 def generate(context):
     return {
-        "forward": forward_order_md(),
-        "backward": backward_order_md(),
-        **params_md(),
-        "flow": flow_md(),
-        "gradcheck": gradcheck_md(),
-        "sizes": f"At the default config: {sizes(PRESETS['default'])}.\n",
+        "forward": forward_md(), "follow-forward": follow_forward_md(), "forward-symbols": forward_symbols_md(),
+        "forward-shapes": forward_shapes_md(), "logits": softmax_where_md(), "cache": cache_md(), **params_md(),
+        "keys": key_pattern_md(), "update": update_md(),
+        "sizes": f"At the default config: {sizes(PRESETS['default'])}.\n", **model_backward.fragments(),
     }
