@@ -89,12 +89,13 @@ class Source:
 
     @staticmethod
     def _helper_files(node):
-        """The files a `from ... import` of site_scripts (relative) or of tools/ names, relative to the root."""
-        if node.level >= 1 and node.module:
-            return [f"site_scripts/{node.module.split('.')[-1]}.py"]
-        if node.level == 0 and node.module == "tools":
+        """What a `from ... import` of site_scripts or of tools/ names: a relative import as (level, module),
+        which reached_files resolves from the importing file's folder; tools/ as paths."""
+        if node.level >= 1 and node.module:  # (`from .. import sections`: a shared module, hashed whole)
+            return [(node.level, node.module)]
+        if node.module == "tools":
             return [f"tools/{alias.name}.py" for alias in node.names]
-        if node.level == 0 and (node.module or "").startswith("tools."):
+        if (node.module or "").startswith("tools."):
             return [f"tools/{node.module.split('.', 1)[1]}.py"]
         return []
 
@@ -192,8 +193,14 @@ def reached_files(page_path, root=ROOT):
         if path in done or not path.exists():
             continue
         done.append(path)
-        files += [root / helper for helper in _parse(read_text(path), None, root).helpers]
+        for helper in _parse(read_text(path), None, root).helpers:
+            files += [root / helper] if isinstance(helper, str) else _relative_files(path, *helper)
     return done
+
+
+def _relative_files(path, level, module):
+    """The file `from <level dots><module> import ...` in `path` means."""
+    return [Path(path).parents[level - 1].joinpath(*module.split(".")).with_suffix(".py")]
 
 
 def page_units(page_path, root=ROOT):

@@ -102,11 +102,9 @@ def test_the_cache_table_has_the_fields_forward_builds_and_backward_unpacks():
     assert all(model.read_at(fn, name) for name, _ in fields)  # each field is read by the backward
 
 
-@pytest.mark.xfail(strict=True, reason="site_scripts/depends.py resolves `from ._model_backward import ...` in "
-                   "site_scripts/pages/model.py to site_scripts/_model_backward.py, which does not exist, so the "
-                   "helper (and the transformer code only it imports) is not part of the page's cache key")
 def test_the_model_pages_cache_key_covers_its_helper_module():
     from site_scripts import build
 
     sources = [p.name for p in build.page_sources("model")]
     assert "_model_backward.py" in sources and ("gradcheck", "gradcheck_model") in build.page_units("model")
+    assert "attention.py" in [p.name for p in build.page_sources("block")]  # block's generator imports it
