@@ -21,6 +21,7 @@ Files are rewritten only when their content changes, so `mkdocs serve` does not 
 import argparse
 import importlib
 import json
+import re
 import sys
 import time
 
@@ -28,6 +29,7 @@ from . import depends, equations, registry
 from .common import ROOT, hash_parts, is_current, mode, numpy_version, torch_version, write_if_changed
 
 SNIPPETS = ROOT / "build" / "snippets"
+DERIVATION = re.compile(r"^## Derivation\b", flags=re.M)
 SHARED = ["build.py", "common.py", "depends.py", "equations.py", "examples.py", "markers.py", "code_facts.py",
           "registry.py", "sections.py"]
 
@@ -146,7 +148,8 @@ def made_fragments(name):
 
 
 def registry_problems(root=ROOT):
-    """What the registry names that is not there: a page's prose, a transformer unit, a file it reads.
+    """What the registry names that is not there: a page's prose, a transformer unit, a file it reads, the
+    derivation of a backward the page explains.
     (Its names are strings, so a typo would otherwise show as a function that nothing calls.)"""
     problems = []
     for page in registry.PAGES:
@@ -160,6 +163,9 @@ def registry_problems(root=ROOT):
         for read in page.reads:
             if ":" not in read and read not in ("transformer", "mode") and not (root / read).exists():
                 problems.append(f"{page.id}: it reads {read}, which is not there")
+        backward = sorted(name for _, name in page.units if name.endswith("backward"))
+        if backward and (root / prose).exists() and not DERIVATION.search((root / prose).read_text()):
+            problems.append(f"{page.id}: it explains {', '.join(backward)} but its prose has no '## Derivation'")
     return problems
 
 

@@ -232,7 +232,8 @@ class GradRow:
                            "a zero gradient: the gap is below the absolute floor")
 
     def cells(self):
-        return [f"`{self.label}`", shape_text(self.shape), f"{self.gap:.2e}", f"{self.rel:.2e}", self.result]
+        label = self.label if "`" in self.label or "\\(" in self.label else f"`{self.label}`"  # code, or maths
+        return [label, shape_text(self.shape), f"{self.gap:.2e}", f"{self.rel:.2e}", self.result]
 
 
 def gradcheck_rows(loss, checks, h, dtype="float64"):
@@ -248,8 +249,9 @@ def gradcheck_rows(loss, checks, h, dtype="float64"):
     return rows
 
 
-def gradcheck_table(rows):
-    """Rows of gradcheck_rows as a table; their dtype and step, shared by all, go in the caption."""
+def gradcheck_table(rows, differentiated=f"the [fake loss f](../{NOTATION}#fake-loss)"):
+    """Rows of gradcheck_rows as a table; their dtype and step, shared by all, and what was differentiated
+    (for a check of the whole model, the loss itself) go in the caption."""
     from transformer.gradcheck import ABS_FLOOR, REL_TOL
 
     settings = {(row.dtype, row.h) for row in rows}
@@ -257,11 +259,10 @@ def gradcheck_table(rows):
         raise RuntimeError(f"one table, one dtype and step: got {sorted(settings)}")
     (dtype, h), = settings
     return (md_table(["Gradient", "Shape", "Largest gap", "Relative gap", "Result"], [row.cells() for row in rows])
-            + f"\nIn {dtype}, with step Δ = {h:g} (the [fake loss f](../{NOTATION}#fake-loss) is what is "
-              "differentiated). "
-              f"The relative gap is max |analytic − numeric| divided by the larger "
-              f"of max |analytic| and max |numeric|. Pass: relative gap below {REL_TOL:g}, or largest gap below "
-              f"{ABS_FLOOR:g} (the thresholds of `transformer/gradcheck.py`).\n")
+            + f"\nIn {dtype}, with step Δ = {h:g}; \\(\\ell\\) is {differentiated}. The relative gap is "
+              "max |analytic − numeric| divided by the larger of max |analytic| and max |numeric|. Pass: relative "
+              f"gap below {REL_TOL:g}, or largest gap below {ABS_FLOOR:g} (the thresholds of "
+              "`transformer/gradcheck.py`).\n")
 
 
 # ---------------------------------------------------------------- where it is used, status, provenance

@@ -68,7 +68,7 @@ def layer_norm_backward(dy, cache):
     """
     xhat, rstd, g = cache
     d = xhat.shape[-1]
-    dxhat = dy * g
+    dxhat = dy * g  # eq:ln-dxhat
     mean_dxhat = dxhat.mean(axis=-1, keepdims=True)  # eq:ln-dxhat
     mean_dxhat_xhat = np.einsum("...i,...i->...", dxhat, xhat)[..., None] / d  # eq:ln-dxhat
     dx = dxhat  # eq:ln-grad eq:ln-terms eq:ln-paths  term 1: x_i -> xhat_i directly

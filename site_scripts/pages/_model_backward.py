@@ -22,13 +22,6 @@ from ..tiny_backward import tiny_backward
 
 PAGE = "model"
 MODEL_PY = "transformer/model.py"
-LOSS_NOTE = (f"In float64, with step Δ = {H_STEP:g}. Here ℓ is the loss itself (the tiny example's mean "
-             "cross-entropy), not a [fake loss](../reference/notation.md#fake-loss): it is already one number. "
-             "The relative gap is max |analytic − numeric| divided by the larger of max |analytic| and "
-             f"max |numeric|. Pass: relative gap below {REL_TOL:g}, or largest gap below {ABS_FLOOR:g} (the "
-             "thresholds of `transformer/gradcheck.py`).\n")
-
-
 def here(function, line):
     """A link to a line of a model.py function's listing on this page."""
     return sections.page_link(PAGE, PAGE, sections.line_anchor(MODEL_PY, function, line))
@@ -251,8 +244,7 @@ def chain_check_md(steps=None):
     rows = grad_rows(checks)
     return ("Each gradient the backward hands on, against central differences of the loss in that tensor (the "
             "rest of the forward rerun from it): this checks every [step of the chain rule](#eq-model-vjp), "
-            "call by call.\n\n" + md_table(["Gradient", "Shape", "Largest gap", "Relative gap", "Result"],
-                                           [[r.label] + r.cells()[1:] for r in rows]) + "\n" + LOSS_NOTE)
+            "call by call.\n\n" + sections.gradcheck_table(rows, "the loss itself"))
 
 
 def entry_text(v):
@@ -310,8 +302,8 @@ def gradcheck_md():
             f"`{TINY_TARGETS}`, seeds {SEED} and {SEED + 1}). Every 1-D parameter is first moved by 0.1 × N(0, 1) "
             "off its initial value: the gains start at exactly 1 and the biases at exactly 0, and a term multiplied "
             "by a gain of 1 or added as a bias of 0 could hide a mistake that the moved values expose.\n\n"
-            + md_table(["Gradient", "Shape", "Largest gap", "Relative gap", "Result"], [r.cells() for r in rows])
-            + "\n" + LOSS_NOTE + "\n"
+            + sections.gradcheck_table(rows, "the loss itself (the tiny example's mean cross-entropy), not a "
+                                             "[fake loss](../reference/notation.md#fake-loss)") + "\n"
             + (f"The rows {', '.join(f'`{r.label}`' for r in floor)} have a relative gap of "
                f"{', '.join(f'{r.rel:.2g}' for r in floor)} and pass on the absolute floor: their gradient is 0 "
                "in exact arithmetic, so both sides are rounding noise ([why](#zeros)); "

@@ -84,15 +84,6 @@ def floor_md(rows):
               "[last section](#can-the-check-fail).\n")
 
 
-def model_table(rows):
-    """The rows as a table, with a caption for a check of the loss itself (no fake loss)."""
-    return (sections.md_table(["Gradient", "Shape", "Largest gap", "Relative gap", "Result"], [r.cells() for r in rows])
-            + f"\nIn float64, with step \\(\\Delta\\) = {H_STEP:g}; \\(\\ell\\) is \\(\\mathcal{{L}}\\) itself. "
-              "The relative gap is max |analytic − numeric| divided by the larger of max |analytic| and max "
-              f"|numeric|. Pass: relative gap below {REL_TOL:g}, or largest gap below {ABS_FLOOR:g} (the thresholds of "
-              "`transformer/gradcheck.py`).\n")
-
-
 def model_md():
     cfg = PRESETS["tiny"].with_(activation="gelu")
     rng = np.random.default_rng(SEED)
@@ -111,7 +102,7 @@ def model_md():
             "that forgets to multiply by a gain, or uses an input where it should use input + bias, would then give "
             "the right numbers (the [last section](#can-the-check-fail) shows one). "
             f"**{passed} of {len(rows)}** gradients pass.\n\n"
-            + model_table(rows) + "\n" + floor_md(rows))
+            + sections.gradcheck_table(rows, "\\(\\mathcal{L}\\) itself") + "\n" + floor_md(rows))
 
 
 def gap_row(label, analytic, numeric):

@@ -127,7 +127,7 @@ def backward_md(layer):
          f"\\(\\partial\\ell/\\partial b\\) are exactly 0: \\(G \\le 0\\) in those columns at every position, so "
          "ReLU passes no gradient to those hidden units in this example.\n" if closed and layer.activation == "relu"
          else ""),
-        "Each array against the replay of the model's own backward (`examples.tiny_backward`):\n",
+        "Each array against the replay of the model's own backward (`site_scripts/tiny_backward.py`):\n",
         sections.md_table(["Gradient", "Computed here as", "Replay's array", "Largest gap", "Result"], rows),
         f"\n\\(\\partial\\ell/\\partial A = \\partial\\ell/\\partial U_2\\) goes on into LN2's backward (the "
         f"[LayerNorm]({sections.page_link('linear', 'layernorm')}) page); \\(\\partial\\ell/\\partial W\\) and "

@@ -193,7 +193,9 @@ def keys(root):
 def test_editing_one_function_reruns_exactly_the_pages_that_reach_it(source_copy):
     before = keys(source_copy)
     layernorm = source_copy / "transformer" / "layernorm.py"
-    layernorm.write_text(layernorm.read_text().replace("    dxhat = dy * g\n", "    dxhat = dy * g  # edited\n"))
+    text = layernorm.read_text()
+    assert "    dxhat = dy * g  # eq:ln-dxhat\n" in text  # the edit below must change the file
+    layernorm.write_text(text.replace("    dxhat = dy * g  # eq:ln-dxhat\n", "    dxhat = dy * g  # eq:ln-dxhat edited\n"))
     changed = {name for name, key in keys(source_copy).items() if key != before[name]}
     reaching = {name for name in build.page_names()
                 if ("layernorm", "layer_norm_backward") in build.page_units(name, source_copy)}
@@ -289,6 +291,16 @@ def test_a_registry_entry_that_names_what_is_not_there_stops_the_build(monkeypat
                                          "typo: it reads tools/nothing.py, which is not there"]
     with pytest.raises(RuntimeError, match="names what is not there"):
         build.generate_all(CONTEXT)
+
+
+def test_a_page_that_explains_a_backward_without_deriving_it_stops_the_build(monkeypatch):
+    """Negative control: the Tokenizer page's prose has no Derivation; give its entry a backward."""
+    entry = registry.BY_ID["tokenizer"]
+    explains = registry.Page(entry.id, entry.path, entry.title, entry.section,
+                             functions=entry.functions + ("softmax:softmax_backward",))
+    monkeypatch.setattr(registry, "PAGES", tuple(explains if p is entry else p for p in registry.PAGES))
+    assert build.registry_problems() == ["tokenizer: it explains softmax_backward but its prose has no "
+                                         "'## Derivation'"]
 
 
 def test_the_anatomy_renders_the_sections_whose_fragments_exist_and_refuses_a_mistyped_marker():
