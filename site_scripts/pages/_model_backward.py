@@ -195,7 +195,7 @@ def follow_backward_md():
             "\\frac{\\partial \\ell}{\\partial Z_{t0}} \\\\\n"
             f"&= {terms} \\\\\n&= {value:.4f}\n\\end{{aligned}}\n$$\n\n"
             f"{by_hand(printed, float(xf @ dz))}, and `grads['head_w'][0, 0]` is that number: {value:.5f}. The "
-            f"[AdamW page]({optim}) takes this same gradient for its first step: its `grad head_w` table starts with "
+            f"[AdamW page]({optim}) takes this same gradient for its first step: its `g of head_w` table starts with "
             f"{value:.4f} (a site test checks that the two agree).\n")
 
 

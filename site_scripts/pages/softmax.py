@@ -228,7 +228,7 @@ def backward_md(ex, z, p):
         f"output `lnf`: \\(\\partial\\ell/\\partial W_{{h,0,0}} = "
         f"\\sum_t X_{{f,t,0}}\\,\\partial\\ell/\\partial Z_{{t,0}}\\) = "
         + " + ".join(f"{num(a)}·{num(d)}" for a, d in zip(xf[:, 0], dz[:, 0], strict=True))
-        + f" = **{num(dw00, bracket=False)}**, the entry `grad head_w[0, 0]` that the "
+        + f" = **{num(dw00, bracket=False)}**, entry [0, 0] of the `g of head_w` table that the "
           f"[AdamW page]({sections.page_link('softmax', 'optim')}) feeds to the optimizer.\n",
     ])
 

@@ -19,7 +19,8 @@ NUMBER = r"-?\d+\.\d+"
 
 def first_entry(fragment, name):
     """Entry (0, 0) of the first table whose header names `name` and a gradient, as printed; None without one."""
-    for table in re.findall(r"^\| `?grad[^|\n]*" + re.escape(name) + r"[^|\n]*\|.*?(?=\n\n|\Z)", fragment, re.M | re.S):
+    header = r"^\| `?(?:grad|g of)[^|\n]*" + re.escape(name) + r"[^|\n]*\|.*?(?=\n\n|\Z)"
+    for table in re.findall(header, fragment, re.M | re.S):
         row = next(line for line in table.splitlines() if line.startswith("| 0 |"))
         return float(row.split("|")[2])
     return None
