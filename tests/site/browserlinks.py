@@ -58,6 +58,9 @@ def open_annotation(annotation):
     return links
 
 
+EQUATION_TITLES = ("H3", "H4", "P")  # a headline equation's heading, or a derivation step's bold title
+
+
 def annotation_link_problems(page, url):
     """Load the page at `url` and follow every equation link of every code annotation: each must
     show an equation (its heading, then its typeset formula) that the annotated line is marked with."""
@@ -76,8 +79,9 @@ def annotation_link_problems(page, url):
             where = follow(page, links.nth(j), fragment, keyboard=True)
             if where is None or where["hash"] != f"#{fragment}":
                 problems.append(f"{line_id}: the link to #{fragment} landed on {where and where['hash']}")
-            elif where["tag"] != "H3" or not re.match(r'<div class="arithmatex"><mjx-container', where["next"]):
-                problems.append(f"{line_id}: #{fragment} is not an equation's heading followed by its formula")
+            elif where["tag"] not in EQUATION_TITLES or not re.match(r'<div class="arithmatex"><mjx-container',
+                                                                     where["next"]):
+                problems.append(f"{line_id}: #{fragment} is not an equation's title followed by its formula")
             elif not marks(line_text, fragment[3:]):
                 problems.append(f"{line_id}: leads to #{fragment}, but the line has no # eq:{fragment[3:]}: "
                                 f"{line_text.strip()!r}")
@@ -97,7 +101,9 @@ def mermaid_clicks(page_html):
     found = []
     for source in re.findall(r'<pre class="mermaid"><code>(.*?)</code></pre>', page_html, flags=re.S):
         source = html.unescape(source)
-        labels = dict(re.findall(r'^\s*(\w+)\W*"([^"]*)"', source, flags=re.M))  # c1["forward<br/>line 345"]
+        # a box is defined as c1["forward<br/>line 345"] (or c1(["..."]), k1[("...")], d1>"..."]); an edge's label,
+        # c0 -->|"dx"| c1, is not a box's
+        labels = dict(re.findall(r'^\s*(\w+)[\[({>]+"([^"]*)"', source, flags=re.M))
         links = re.findall(r'^\s*click (\w+) href "([^"]+)"', source, flags=re.M)
         found += [(labels[box], href) for box, href in links]
     return found
