@@ -265,6 +265,33 @@ def gradcheck_table(rows, differentiated=f"the [fake loss f](../{NOTATION}#fake-
               "`transformer/gradcheck.py`).\n")
 
 
+# ---------------------------------------------------------------- numbers written out, and comparisons
+
+def agreement(mine, reference):
+    """(largest gap, verdict) of an array against the one it must equal, by the gradient checks' pass rule."""
+    from transformer.gradcheck import REL_TOL, check_passes, relative_gap
+
+    mine, reference = np.asarray(mine, dtype=float), np.asarray(reference, dtype=float)
+    gap = float(np.abs(mine - reference).max())
+    rel = relative_gap(mine, reference)
+    return gap, verdict_text(check_passes(gap, rel), rel >= REL_TOL, "both are 0 up to rounding")
+
+
+def num(v, decimals=4, bracket=True):
+    """A number for written-out arithmetic; a negative one in parentheses (unless bracket is False), so that
+    `a·(−b)` reads right; one that rounds to 0 without a sign."""
+    text = f"{v:.{decimals}f}"
+    if float(text) == 0:
+        return f"{0:.{decimals}f}"
+    text = text.replace("-", "−")
+    return f"({text})" if bracket and v < 0 else text
+
+
+def gap_text(gap):
+    """A gap as the pages print it; an exact 0 says so."""
+    return "0" if gap == 0 else f"{gap:.0e}"
+
+
 # ---------------------------------------------------------------- where it is used, status, provenance
 
 def used_md(names):

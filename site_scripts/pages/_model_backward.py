@@ -158,7 +158,7 @@ def dictionary_md():
            f"at every position: {ffn}. Their pre-activation is not positive at any of the {T} positions, so "
            f"{ex.cfg.activation} passes them no gradient: their entries of `ff1_b`, their columns of `ff1_w` and their "
            "rows of `ff2_w` are exactly 0. " if ffn else "")
-    return (f"The gradient dictionary `loss_and_grads` returns for the tiny example: one entry per parameter, in "
+    return ("The gradient dictionary `loss_and_grads` returns for the tiny example: one entry per parameter, in "
             "the order of `params`.\n\n"
             + md_table(["Key", "Shape", "‖grad‖", "max |grad|", "Entries exactly 0"], rows)
             + f"\nEvery exact zero has a reason. Rows {listed(unused)} of `tok_emb`: no id of `{TINY_IDS}` reads "

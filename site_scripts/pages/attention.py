@@ -225,7 +225,7 @@ def aligned(lines):
 def forward_md(fw):
     ex = tiny()
     y, _ = attention_forward(fw.u1[None], fw.p, fw.num_heads)
-    upper = fw.alpha[:, *np.triu_indices(len(fw.u1), 1)]
+    upper = fw.alpha[(slice(None), *np.triu_indices(len(fw.u1), 1))]
     parts = [illustrative(f"Block 0 of the tiny model on ids `{TINY_IDS}`: its input is \\(U_1 = "
                           f"\\operatorname{{LN}}_1(X)\\) below; {fw.num_heads} heads of width \\(d_h = d/H = "
                           f"{ex.cfg.head_dim}\\). Every step is recomputed here from the equations, "
@@ -234,8 +234,8 @@ def forward_md(fw):
              latex_table("U_1", fw.u1), weights_md(fw.p),
              latex_table("Q = U_1 W_q + b_q", fw.q), latex_table("K = U_1 W_k + b_k", fw.k),
              latex_table("V = U_1 W_v + b_v", fw.v),
-             f"Head \\(h\\) reads columns \\(h d_h\\) to \\((h+1) d_h - 1\\) of each. Head 0, with the mask "
-             f"applied (row = query \\(t\\), column = key \\(t'\\)):\n",
+             "Head \\(h\\) reads columns \\(h d_h\\) to \\((h+1) d_h - 1\\) of each. Head 0, with the mask "
+             "applied (row = query \\(t\\), column = key \\(t'\\)):\n",
              head_forward_md(fw, 0)]
     for h in range(1, fw.num_heads):
         parts.append(collapsed(f"Head {h}: its scores, weights, values and weighted values", head_forward_md(fw, h)))

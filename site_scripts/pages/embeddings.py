@@ -15,17 +15,13 @@ from transformer.model import forward
 from .. import sections
 from ..common import md_table, verdict_text
 from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, tiny, weighted_sum
+from ..sections import gap_text
 from ..tiny_backward import tiny_backward
 
 # Two results that are equal in exact arithmetic but summed in another order differ by float64 rounding,
 # about 1e-16 of their size; below this fraction of the size they count as equal.
 ROUNDING_TOL = 1e-12
 NOTATION = "../reference/notation.md"
-
-
-def gap_text(gap):
-    """A gap as the pages print it; an exact 0 says so."""
-    return "0" if gap == 0 else f"{gap:.0e}"
 
 
 def second_window():

@@ -22,6 +22,7 @@ from .. import sections
 from ..common import md_table, verdict_text
 from ..examples import (H_STEP, SEED, TINY_IDS, TINY_TARGETS, biases_moved, collapsed, default_note, default_run,
                         illustrative, tiny, weighted_sum)
+from ..sections import gap_text
 from ..tiny_backward import tiny_backward
 
 # A sum that is zero in exact arithmetic comes out of float64 as rounding: about 1e-16 of the size of the
@@ -29,11 +30,6 @@ from ..tiny_backward import tiny_backward
 # fraction of the terms' size, a sum counts as zero.
 ROUNDING_TOL = 1e-12
 NOTATION = "../reference/notation.md"
-
-
-def gap_text(gap):
-    """A gap as the pages print it; an exact 0 says so."""
-    return "0" if gap == 0 else f"{gap:.0e}"
 
 
 def num(v):

@@ -7,33 +7,15 @@ import numpy as np
 
 from transformer.activations import (ACTIVATION_FUNCTIONS, gelu_backward, gelu_forward, relu_backward,
                                      relu_forward)
-from transformer.gradcheck import REL_TOL, check_passes, relative_gap
 from transformer.linear import linear_backward, linear_forward
 
 from .. import sections
-from ..common import verdict_text
 from ..examples import (H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, tiny,
                         weighted_sum)
+from ..sections import agreement, num
 from ..tiny_backward import tiny_backward
 
 ACT_NAMES = {"relu": "ReLU", "gelu": "GELU"}  # how the page writes each activation
-
-
-def agreement(mine, reference):
-    """(largest gap, verdict) of an array against the one it must equal, by the gradient checks' pass rule."""
-    gap = float(np.abs(np.asarray(mine) - np.asarray(reference)).max())
-    rel = relative_gap(np.asarray(mine, dtype=float), np.asarray(reference, dtype=float))
-    return gap, verdict_text(check_passes(gap, rel), rel >= REL_TOL, "both are 0 up to rounding")
-
-
-def num(v, decimals=4, bracket=True):
-    """A number for written-out arithmetic; a negative one in parentheses (unless bracket is False), so that
-    `a·(−b)` reads right; one that rounds to 0 without a sign."""
-    text = f"{v:.{decimals}f}"
-    if float(text) == 0:
-        return f"{0:.{decimals}f}"
-    text = text.replace("-", "−")
-    return f"({text})" if bracket and v < 0 else text
 
 
 def dot_text(xs, ys):
@@ -227,7 +209,7 @@ def activation_checks_md():
         "**ReLU′**: the code's derivative (`relu_backward` with upstream gradient 1) against central differences "
         "with step Δ:\n",
         sections.md_table(["G", "code: [G > 0]", "(ReLU(G+Δ) − ReLU(G−Δ)) / 2Δ", "Verdict"], relu_rows()),
-        f"\nWherever \\(|G| \\ge \\Delta\\) the two agree. At 0 the central difference sees half of each side, 1/2, "
+        "\nWherever \\(|G| \\ge \\Delta\\) the two agree. At 0 the central difference sees half of each side, 1/2, "
         "and within Δ of 0 it sees a mix, whatever the code chose: this is why no finite-difference check can "
         "confirm the convention, and why the gradient check below keeps ReLU's inputs away from 0.\n",
         "**GELU′ = Φ(G) + G φ(G)**: the two terms of the product rule computed from the formula (with `math.erf`, "

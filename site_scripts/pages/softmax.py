@@ -2,34 +2,18 @@
 
 import numpy as np
 
-from transformer.gradcheck import REL_TOL, check_passes, relative_gap
+from transformer.gradcheck import REL_TOL
 from transformer.softmax import cross_entropy_backward, cross_entropy_forward, softmax_backward, softmax_forward
 
 from .. import sections
-from ..common import md_table, verdict_text
+from ..common import md_table
 from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, tiny
+from ..sections import agreement, num
 from ..tiny_backward import tiny_backward
 
 ROW = 0  # the position of the tiny example whose row of logits the Jacobian check uses
 SHIFTS = (0.0, 100.0, 1000.0)  # constants added to that row to show what subtracting the maximum prevents
 SCALE = 1000.0  # the tiny logits times this: a model confident enough for p_y to underflow to 0
-
-
-def agreement(mine, reference):
-    """(largest gap, verdict) of an array against the one it must equal, by the gradient checks' pass rule."""
-    mine, reference = np.asarray(mine, dtype=float), np.asarray(reference, dtype=float)
-    gap = float(np.abs(mine - reference).max())
-    rel = relative_gap(mine, reference)
-    return gap, verdict_text(check_passes(gap, rel), rel >= REL_TOL, "both are 0 up to rounding")
-
-
-def num(v, decimals=4, bracket=True):
-    """A number for written-out arithmetic; a negative one in parentheses (unless bracket is False)."""
-    text = f"{v:.{decimals}f}"
-    if float(text) == 0:
-        return f"{0:.{decimals}f}"
-    text = text.replace("-", "−")
-    return f"({text})" if bracket and v < 0 else text
 
 
 def softmax(z):
