@@ -20,16 +20,16 @@ def dataflow_md():
     nodes = [
         ("text", '"text"', "tokenizer"),
         ("ids", f'"ids {shape((B, T))}"', "tokenizer"),
-        ("emb", f'"tok_emb[ids] + pos_emb[:T]<br/>X {shape(trace["embedding"].shape)}"', "embeddings"),
-        ("ln1", f'"LN1 {shape(trace["b0.ln1"].shape)}"', "layernorm"),
+        ("emb", f'"tok_emb[ids] + pos_emb[:T]<br/>X⁽⁰⁾ {shape(trace["embedding"].shape)}"', "embeddings"),
+        ("ln1", f'"LN₁: U₁ {shape(trace["b0.ln1"].shape)}"', "layernorm"),
         ("att", f'"causal attention, H = {cfg.num_heads}<br/>weights {shape(trace["b0.attention"].shape)}"',
          "attention"),
-        ("res1", '"M = X + Attn"', "block"),
-        ("ln2", f'"LN2 {shape(trace["b0.ln2"].shape)}"', "layernorm"),
+        ("res1", '"M = X + Attn(U₁)"', "block"),
+        ("ln2", f'"LN₂: U₂ {shape(trace["b0.ln2"].shape)}"', "layernorm"),
         ("ffn", f'"FFN: linear, {cfg.activation}, linear<br/>hidden width F = {cfg.ff_dim}"', "linear"),
-        ("res2", f'"Y = M + FFN {shape(trace["b0.out"].shape)}"', "block"),
-        ("lnf", f'"LN_f {shape(trace["lnf"].shape)}"', "layernorm"),
-        ("head", f'"head: logits {shape(trace["logits"].shape)}"', "model"),
+        ("res2", f'"X⁽ˡ⁺¹⁾ = M + FFN(U₂) {shape(trace["b0.out"].shape)}"', "block"),
+        ("lnf", f'"LN_f: X_f {shape(trace["lnf"].shape)}"', "layernorm"),
+        ("head", f'"head: logits Z {shape(trace["logits"].shape)}"', "model"),
         ("loss", '"mean cross-entropy"', "softmax"),
     ]
     lines = ["```mermaid", "flowchart TD"]
