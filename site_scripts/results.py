@@ -69,7 +69,7 @@ def devices_md(page, rows):
             cells = [row[:column] + row[column + 1:] for row in cells]
     cfg = report["config"]
     return (f"The same parameters and ids through {rows.what}, on every device the build machine has. The NumPy "
-            f"side is always float64. Default config (V = {cfg['vocab_size']}, d = {cfg['emb_dim']}, H = "
+            f"side is always float64. Default config (n_V = {cfg['vocab_size']}, d = {cfg['emb_dim']}, H = "
             f"{cfg['num_heads']}, L = {cfg['num_layers']}), {cfg['activation']}, ids of shape "
             f"{tuple(report['ids_shape'])}, seed {report['seed']}, torch {report['versions']['torch']}. This page "
             "shows " + "; ".join(counts) + (f", every row with {' and '.join(reversed(shared))}" if shared else "")

@@ -29,8 +29,14 @@ def array_md(name, a, decimals=4, row_label=""):
     """A labelled 1-D or 2-D array as a markdown table (rows = first axis)."""
     a = np.atleast_2d(np.asarray(a, dtype=np.float64))
     header = [f"`{name}`" + (f" ({row_label} \\ column)" if row_label else "")] + [str(j) for j in range(a.shape[1])]
-    rows = [[str(i)] + [f"{v:.{decimals}f}" for v in row] for i, row in enumerate(a)]
+    rows = [[str(i)] + [fixed(v, decimals) for v in row] for i, row in enumerate(a)]
     return md_table(header, rows)
+
+
+def fixed(v, decimals=4):
+    """A number with `decimals` decimals; one that rounds to zero gets no sign (not -0.0000)."""
+    text = f"{v:.{decimals}f}"
+    return text.lstrip("-") if float(text) == 0 else text
 
 
 def shape_text(shape):
@@ -312,11 +318,12 @@ def used_md(names):
             callers = dict.fromkeys(p.function for p in called_by(name))
             via = {t.function: None for caller in callers
                    for t in test_mentions(caller, folder="tests/unit", checking=True)}
-            out.append("No test checks it by name; it runs only through its callers" + (
-                f", inside the tests that check them: {', '.join(f'`{t}`' for t in list(via)[:4])}"
-                + (f" and {len(via) - 4} more" if len(via) > 4 else "") if via else "") + ".\n")
+            out.append("No test checks it by name." + (
+                f" The tests that check its callers run it: {', '.join(f'`{t}`' for t in list(via)[:4])}"
+                + (f" and {len(via) - 4} more" if len(via) > 4 else "") + "." if via else "") + "\n")
         if others:
-            out.append(f"{len(others)} more test{'s' if len(others) > 1 else ''} use it to set up what they check: "
+            out.append(f"{len(others)} more test{'s use' if len(others) > 1 else ' uses'} it to set up what "
+                       f"{'they check' if len(others) > 1 else 'it checks'}: "
                        + ", ".join(f"`{t.function}`" for t in others) + ".\n")
     return "\n".join(out)
 

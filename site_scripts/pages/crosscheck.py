@@ -18,7 +18,7 @@ def machine_md():
             rows.append([f"**{d['device']}**", "not available", "—", 0, "—", d["reason"]])
     cfg = report["config"]
     return (f"torch {report['versions']['torch']}, numpy {report['versions']['numpy']}; the default config "
-            f"(V = {cfg['vocab_size']}, d = {cfg['emb_dim']}, H = {cfg['num_heads']}, L = {cfg['num_layers']}, "
+            f"(n_V = {cfg['vocab_size']}, d = {cfg['emb_dim']}, H = {cfg['num_heads']}, L = {cfg['num_layers']}, "
             f"F = {cfg['ff_dim']}, {cfg['activation']}), ids of shape {tuple(report['ids_shape'])}, seed "
             f"{report['seed']}.\n\n"
             + sections.md_table(["Device", "Status", "dtype", "Comparisons", "Result", "Detail"], rows))
