@@ -2,7 +2,7 @@
 
 Dimension legend used in every shape comment of the package:
 B batch, T time (sequence length), d model width, H heads, dh head width (d/H),
-F feed-forward width, V vocabulary size, L layers.
+F feed-forward width, n_V vocabulary size, L layers.
 """
 
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -47,7 +47,7 @@ class ModelConfig:
         If a value is out of range or not one of the choices.
     """
     vocab_size: int = field(default=65, metadata={
-        "help": "V: vocabulary size (65, the distinct characters of Tiny Shakespeare); training takes it "
+        "help": "n_V: vocabulary size (65, the distinct characters of Tiny Shakespeare); training takes it "
                 "from the tokenizer"})
     context_len: int = field(default=32, metadata={"help": "T_max: rows of the position table, the longest input"})
     emb_dim: int = field(default=32, metadata={"help": "d: width of the residual stream"})

@@ -1,10 +1,10 @@
 """Text in, token ids out: corpus loading, two tokenizers, the split, batches.
 
-A tokenizer turns text into integer ids in [0, V) and back:
+A tokenizer turns text into integer ids in [0, n_V) and back:
 
-- CharTokenizer: one id per distinct character of the corpus (V = 65 for
+- CharTokenizer: one id per distinct character of the corpus (n_V = 65 for
   Tiny Shakespeare). The vocabulary is saved with each checkpoint.
-- ByteTokenizer: one id per UTF-8 byte, V = 256, works for any text.
+- ByteTokenizer: one id per UTF-8 byte, n_V = 256, works for any text.
 """
 
 from pathlib import Path
@@ -94,7 +94,7 @@ class CharTokenizer:
 
     @property
     def vocab_size(self) -> int:
-        """V, the number of characters in the vocabulary."""
+        """n_V, the number of characters in the vocabulary."""
         return len(self.chars)
 
     def encode(self, text: str) -> np.ndarray:
@@ -151,7 +151,7 @@ class CharTokenizer:
 
 
 class ByteTokenizer:
-    """Byte-level tokenizer: the UTF-8 bytes of the text, V = 256."""
+    """Byte-level tokenizer: the UTF-8 bytes of the text, n_V = 256."""
 
     kind = "byte"
     vocab_size = 256

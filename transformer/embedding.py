@@ -4,13 +4,13 @@ import numpy as np
 
 
 def embedding_forward(ids, tok_emb, pos_emb):
-    """Embed tokens as their token row plus their position row: `x[b, t] = tok_emb[ids[b, t]] + pos_emb[t]`.
+    """Embed tokens as their token row plus their position row: `x[w, t] = tok_emb[ids[w, t]] + pos_emb[t]`.
 
     Parameters
     ----------
     ids : ndarray of shape (B, T)
         Integer token ids.
-    tok_emb : ndarray of shape (V, d)
+    tok_emb : ndarray of shape (n_V, d)
         The token embedding table.
     pos_emb : ndarray of shape (T_max, d)
         The position embedding table; its first T rows are used.
@@ -23,7 +23,7 @@ def embedding_forward(ids, tok_emb, pos_emb):
         What `embedding_backward` needs:
 
         - ids, shape (B, T): which table rows were read, so which receive gradient;
-        - tok_shape, (V, d): the shape of tok_emb, to allocate its gradient (the table itself is not kept);
+        - tok_shape, (n_V, d): the shape of tok_emb, to allocate its gradient (the table itself is not kept);
         - pos_shape, (T_max, d): the shape of pos_emb, likewise.
     """
     T = ids.shape[-1]
@@ -44,7 +44,7 @@ def embedding_backward(dx, cache):
 
     Returns
     -------
-    dtok_emb : ndarray of shape (V, d)
+    dtok_emb : ndarray of shape (n_V, d)
         Gradient of the token table.
     dpos_emb : ndarray of shape (T_max, d)
         Gradient of the position table.

@@ -70,7 +70,7 @@ def decode_step(params, token, cache: KVCache, cfg):
 
     Returns
     -------
-    ndarray of shape (V,)
+    ndarray of shape (n_V,)
         The logits of the next token.
 
     Raises
@@ -120,7 +120,7 @@ def check_sampling(temperature, top_k, vocab_size):
     top_k : int or None
         If given, must be an integer in [1, vocab_size].
     vocab_size : int
-        V.
+        n_V.
 
     Raises
     ------
@@ -143,7 +143,7 @@ def sample_next(logits, temperature, top_k, rng):
 
     Parameters
     ----------
-    logits : ndarray of shape (V,)
+    logits : ndarray of shape (n_V,)
         The next-token logits.
     temperature : float
         Divides the logits; 0 picks the argmax.
@@ -238,7 +238,7 @@ def check_prompt(prompt_ids, cfg):
     prompt_ids : array_like of shape (n,)
         The prompt.
     cfg : ModelConfig
-        Supplies V.
+        Supplies n_V (vocab_size).
 
     Returns
     -------

@@ -3,7 +3,7 @@
 ```text
 ids (B, T) -> tok_emb[ids] + pos_emb[:T]                 X (B, T, d)
 for each block l: X = block_l(X)                        X (B, T, d)
-LN_f(X) @ head_w + head_b                               logits (B, T, V)
+LN_f(X) @ head_w + head_b                               logits (B, T, n_V)
 mean cross-entropy over all B*T positions               loss
 ```
 """
@@ -32,21 +32,21 @@ def param_shapes(cfg: ModelConfig) -> dict:
     dict
         Parameter name to shape tuple; block parameters are named `b{layer}.<name>`.
     """
-    V, T, d, F = cfg.vocab_size, cfg.context_len, cfg.emb_dim, cfg.ff_dim
+    n_v, t_max, d, F = cfg.vocab_size, cfg.context_len, cfg.emb_dim, cfg.ff_dim
     block = {"ln1_g": (d,), "ln1_b": (d,),
              "wq": (d, d), "bq": (d,), "wk": (d, d), "bk": (d,),
              "wv": (d, d), "bv": (d,), "wo": (d, d), "bo": (d,),
              "ln2_g": (d,), "ln2_b": (d,),
              "ff1_w": (d, F), "ff1_b": (F,), "ff2_w": (F, d), "ff2_b": (d,)}
-    shapes = {"tok_emb": (V, d), "pos_emb": (T, d)}
+    shapes = {"tok_emb": (n_v, d), "pos_emb": (t_max, d)}
     for layer in range(cfg.num_layers):
         shapes.update({f"b{layer}.{name}": block[name] for name in BLOCK_KEYS})
-    shapes.update({"lnf_g": (d,), "lnf_b": (d,), "head_w": (d, V), "head_b": (V,)})
+    shapes.update({"lnf_g": (d,), "lnf_b": (d,), "head_w": (d, n_v), "head_b": (n_v,)})
     return shapes
 
 
 def param_count(cfg: ModelConfig) -> int:
-    """Number of parameters, `N = 2Vd + T_max d + 2d + V + L (4d^2 + 2dF + 9d + F)`.
+    """Number of parameters, `N_θ = 2 n_V d + T_max d + 2d + n_V + L (4d^2 + 2dF + 9d + F)`.
 
     Parameters
     ----------
@@ -56,10 +56,10 @@ def param_count(cfg: ModelConfig) -> int:
     Returns
     -------
     int
-        N.
+        N_θ.
     """
-    V, T, d, F, L = cfg.vocab_size, cfg.context_len, cfg.emb_dim, cfg.ff_dim, cfg.num_layers
-    return 2 * V * d + T * d + 2 * d + V + L * (4 * d * d + 2 * d * F + 9 * d + F)  # eq:param-count
+    n_v, t_max, d, F, L = cfg.vocab_size, cfg.context_len, cfg.emb_dim, cfg.ff_dim, cfg.num_layers
+    return 2 * n_v * d + t_max * d + 2 * d + n_v + L * (4 * d * d + 2 * d * F + 9 * d + F)  # eq:param-count
 
 
 def init_params(cfg: ModelConfig, seed: int = 0, dtype=np.float64) -> dict:
@@ -100,14 +100,14 @@ def init_params(cfg: ModelConfig, seed: int = 0, dtype=np.float64) -> dict:
 def check_ids(ids, cfg: ModelConfig, what="ids"):
     """Check token ids and return them as a (B, T) integer array.
 
-    Negative ids are refused: numpy would silently read row V - k for id -k.
+    Negative ids are refused: numpy would silently read row n_V - k for id -k.
 
     Parameters
     ----------
     ids : array_like of shape (T,) or (B, T)
         Token ids.
     cfg : ModelConfig
-        Supplies V and context_len.
+        Supplies n_V (vocab_size) and context_len.
     what : str
         What to call the ids in error messages.
 
@@ -119,7 +119,7 @@ def check_ids(ids, cfg: ModelConfig, what="ids"):
     Raises
     ------
     InputError
-        If the ids are empty, not integers, outside [0, V), neither 1-D nor 2-D, or longer than
+        If the ids are empty, not integers, outside [0, n_V), neither 1-D nor 2-D, or longer than
         context_len; the message names the problem.
     """
     ids = np.asarray(ids)
@@ -138,7 +138,7 @@ def check_ids(ids, cfg: ModelConfig, what="ids"):
 
 
 def _check_token_values(arr, vocab_size, what):
-    """Integer dtype, every value in [0, V). arr is a non-empty numpy array."""
+    """Integer dtype, every value in [0, n_V). arr is a non-empty numpy array."""
     if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
         raise InputError(f"{what} must be integers, got dtype {arr.dtype}")
     low, high = arr.min(), arr.max()
@@ -190,7 +190,7 @@ def forward(params, ids, cfg: ModelConfig, trace=None):
 
     Returns
     -------
-    logits : ndarray of shape (T, V) or (B, T, V)
+    logits : ndarray of shape (T, n_V) or (B, T, n_V)
         Batched exactly when ids are.
     cache : (single, emb_cache, block_caches, lnf_cache, head_cache)
         What `backward` needs:
@@ -257,7 +257,7 @@ def backward(dlogits, cache):
 
 
 def check_targets(targets, ids, cfg: ModelConfig):
-    """Check that targets are integer ids in [0, V) with exactly the shape of ids.
+    """Check that targets are integer ids in [0, n_V) with exactly the shape of ids.
 
     Parameters
     ----------
@@ -266,7 +266,7 @@ def check_targets(targets, ids, cfg: ModelConfig):
     ids : array_like
         The input ids the targets belong to.
     cfg : ModelConfig
-        Supplies V.
+        Supplies n_V (vocab_size).
 
     Returns
     -------
@@ -276,7 +276,7 @@ def check_targets(targets, ids, cfg: ModelConfig):
     Raises
     ------
     InputError
-        If the targets are empty, shaped unlike ids, not integers, or outside [0, V).
+        If the targets are empty, shaped unlike ids, not integers, or outside [0, n_V).
     """
     targets_arr = np.asarray(targets)
     if targets_arr.size == 0:

@@ -58,7 +58,7 @@ def cross_entropy_forward(logits, targets):
 
     Parameters
     ----------
-    logits : ndarray of shape (..., V)
+    logits : ndarray of shape (..., n_V)
         The logits of every position.
     targets : ndarray of shape (...)
         The integer target id of every position.
@@ -70,13 +70,13 @@ def cross_entropy_forward(logits, targets):
     cache : (z, log_sum_exp, t, shape)
         What `cross_entropy_backward` needs:
 
-        - z, shape (N, V): the logits of the N = B*T positions, shifted by their row maximum;
+        - z, shape (N, n_V): the logits of the N = B*T positions, shifted by their row maximum;
         - log_sum_exp, shape (N,): log sum_j exp(z_j) of each row, so softmax = exp(z - log_sum_exp);
         - t, shape (N,): the targets, flattened like the rows of z;
         - shape: the shape of logits, given back to the gradient.
     """
-    V = logits.shape[-1]
-    z = logits.reshape(-1, V)
+    n_v = logits.shape[-1]
+    z = logits.reshape(-1, n_v)
     t = targets.reshape(-1)
     z = z - z.max(axis=-1, keepdims=True)  # eq:softmax-shift
     log_sum_exp = np.log(np.exp(z).sum(axis=-1))  # eq:xent eq:xent-row eq:softmax-log
@@ -100,7 +100,7 @@ def cross_entropy_backward(dloss, cache):
 
     Returns
     -------
-    dlogits : ndarray of shape (..., V)
+    dlogits : ndarray of shape (..., n_V)
         Gradient with respect to the logits, shaped like them.
     """
     z, log_sum_exp, t, shape = cache

@@ -67,7 +67,7 @@ class TrainConfig:
     ckpt_every: int = field(default=1000, metadata={"help": "steps between checkpoints"})
     seed: int = field(default=0, metadata={"help": "parameter initialisation and batch sampling"})
     dtype: str = field(default="float32", metadata={"help": "arithmetic of training", "choices": list(DTYPES)})
-    tokenizer: str = field(default="char", metadata={"help": "char: vocabulary from the corpus; byte: V = 256",
+    tokenizer: str = field(default="char", metadata={"help": "char: vocabulary from the corpus; byte: n_V = 256",
                                                       "choices": list(TOKENIZERS)})
 
     def __post_init__(self):
