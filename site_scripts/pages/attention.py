@@ -59,7 +59,7 @@ def weight_table(label, w, decimals=4):
 
 def bias_table(name, b, decimals=4):
     """A 1-D bias b_<name>: one entry per output unit i', so the table has one row and no row index."""
-    header = [f"\\(b_{{{name}}}\\): entry \\(i'\\) (output unit)", *map(str, range(len(b)))]
+    header = [f"\\(b_{name}\\): entry \\(i'\\) (output unit)", *map(str, range(len(b)))]  # name: one character
     return md_table(header, [[f"\\(b_{{{name},i'}}\\)", *(number(v, decimals) for v in b)]])
 
 
