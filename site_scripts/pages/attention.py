@@ -48,6 +48,21 @@ def latex_table(label, a, rows="t", cols="i", decimals=4):
     return md_table(header, [[str(r), *(number(v, decimals) for v in row)] for r, row in enumerate(a)])
 
 
+def weight_table(label, w, decimals=4):
+    """A weight matrix as stored, (in, out): row i an input unit, column i' an output unit (the Linear page's
+    W_{i,i'})."""
+    w = np.asarray(w, dtype=np.float64)
+    header = [f"\\({label}\\): row \\(i\\) (input unit), column \\(i'\\) (output unit)",
+              *map(str, range(w.shape[1]))]
+    return md_table(header, [[str(r), *(number(v, decimals) for v in row)] for r, row in enumerate(w)])
+
+
+def bias_table(name, b, decimals=4):
+    """A 1-D bias b_<name>: one entry per output unit i', so the table has one row and no row index."""
+    header = [f"\\(b_{name}\\): entry \\(i'\\) (output unit)", *map(str, range(len(b)))]  # name: one character
+    return md_table(header, [[f"\\(b_{{{name},i'}}\\)", *(number(v, decimals) for v in b)]])
+
+
 def verdict(gap, rel):
     """The pages' pass rule (transformer/gradcheck.py) in words, for a comparison that should agree."""
     return "agree" if check_passes(gap, rel) else "**DIFFER**"
@@ -178,12 +193,12 @@ def tiny_steps():
 # ---------------------------------------------------------------- the tiny example, forward
 
 def weights_md(p):
-    tables = [latex_table(f"W_{n}", p[f"w{n}"], rows="i'", cols="i") for n in "qkvo"]
+    tables = [weight_table(f"W_{n}", p[f"w{n}"]) for n in "qkvo"]
     if all(not p[f"b{n}"].any() for n in "qkvo"):
         text = ("Every bias is 0 at initialisation (\\(b_q, b_k, b_v, b_o\\) are all zero), so here "
                 "\\(Q = U_1 W_q\\), and likewise for the others.\n")
     else:
-        text = "\n".join(latex_table(f"b_{n}", p[f"b{n}"], rows="", cols="i") for n in "qkvo")
+        text = "\n".join(bias_table(n, p[f"b{n}"]) for n in "qkvo")
     return collapsed("The projections' weights (the tiny model's block 0)", "\n".join(tables) + "\n" + text)
 
 
@@ -283,8 +298,8 @@ def follow_backward_md(fw, bw):
     g = lambda x: number(x, BACK)  # noqa: E731
     dot = " + ".join(f"{f(a[t, u])} \\cdot {f(da[t, u])}" for u in range(t + 1))
     lines = [
-        f"\\frac{{\\partial\\ell}}{{\\partial O_{{{t}0}}}} &= \\textstyle\\sum_i "
-        f"\\frac{{\\partial\\ell}}{{\\partial \\operatorname{{Attn}}(U_1)_{{{t}i}}}} W_{{o,0i}} \\\\ &= "
+        f"\\frac{{\\partial\\ell}}{{\\partial O_{{{t}0}}}} &= \\textstyle\\sum_{{i'}} "
+        f"\\frac{{\\partial\\ell}}{{\\partial \\operatorname{{Attn}}(U_1)_{{{t}i'}}}} W_{{o,0i'}} \\\\ &= "
         + products([(f(bw.dy[t, i]), f(wo[0, i])) for i in range(d)], per_line=2) + f" = {g(bw.do[t, 0])}",
         f"\\frac{{\\partial\\ell}}{{\\partial \\alpha^{{(0)}}_{{{t}{c}}}}} &= \\textstyle\\sum_i "
         f"\\frac{{\\partial\\ell}}{{\\partial O^{{(0)}}_{{{t}i}}}} V^{{(0)}}_{{{c}i}} \\\\ &= "
@@ -309,11 +324,11 @@ def backward_md(fw, bw):
     gap = float(np.abs(bw.du1 - dln1).max())
     parts = ["### Backward\n",
              f"The upstream gradient is the tiny model's real one: the mean cross-entropy (loss "
-             f"{replay.loss:.4f}) of the next tokens, replayed call by call (`site_scripts/tiny_backward.py`). Block 0's "
-             "attention receives \\(\\partial\\ell/\\partial \\operatorname{Attn}(U_1) = \\partial\\ell/\\partial "
-             "M\\) (`b0.dmid`: the residual \\(M = X + \\operatorname{Attn}(U_1)\\) hands it on unchanged). Each "
-             "step below is recomputed from the [derivation](#derivation)'s equations, in the order "
-             "`attention_backward` computes them.\n",
+             f"{replay.loss:.4f}) of the next tokens, replayed call by call (`site_scripts/tiny_backward.py`). "
+             "Block 0's attention receives \\(\\partial\\ell/\\partial \\operatorname{Attn}(U_1) = "
+             "\\partial\\ell/\\partial M\\) (`b0.dmid`: the residual \\(M = X + \\operatorname{Attn}(U_1)\\) hands it "
+             "on unchanged). Each step below is recomputed from the [derivation](#derivation)'s equations, in the "
+             "order `attention_backward` computes them.\n",
              latex_table(grad("\\operatorname{Attn}(U_1)"), bw.dy, decimals=BACK),
              latex_table(grad("O") + " = " + grad("\\operatorname{Attn}(U_1)") + "\\, W_o^\\top", bw.do, decimals=BACK),
              "Head 0 (its \\(\\partial\\ell/\\partial O^{(0)}\\) is the first \\(d_h\\) columns of "
@@ -458,9 +473,10 @@ def symbols_md():
     q_scaled, k, v, att, *_ = cache
     dx, _ = attention_backward(rng.standard_normal(y.shape), cache)  # any upstream gradient: only shapes are kept
     rows = [
-        (r"U_1", "x", x.shape, "block 0's LN1 output"),
+        (r"U_1", "x", x.shape, r"block 0's \(\operatorname{LN}_1\) output"),
         (r"W_q, W_k, W_v, W_o", "wq, wk, wv, wo", p["wq"].shape,
-         "the first three side by side as one (d, 3d) matrix, so that one matmul computes Q, K and V"),
+         r"the first three side by side as one `(d, 3d)` matrix, so that one matmul computes \(Q\), \(K\) "
+         r"and \(V\)"),
         (r"b_q, b_k, b_v, b_o", "bq, bk, bv, bo", p["bq"].shape),
         (r"Q, K, V", "np.split(qkv, 3, axis=-1)", x.shape),
         (r"Q^{(h)}, K^{(h)}, V^{(h)}", "q, k, v", k.shape),
@@ -490,7 +506,7 @@ def gradcheck_md():
     rows = sections.gradcheck_rows(weighted_sum(dy, attention_forward, x, p, ex.cfg.num_heads), checks, H_STEP)
     bk = next(row for row in rows if row.label == "dbk")
     return (f"The [fake loss]({FAKE_LOSS}) \\(f = \\sum \\operatorname{{Attn}}(U_1) \\odot R\\) on the tiny model's "
-            f"block 0 parameters (biases moved off zero), with a random input \\(U_1\\) of shape {x.shape} and a "
+            f"block 0 parameters (biases moved off zero), with a random input \\(U_1\\) of shape `{x.shape}` and a "
             f"random \\(R\\) (seed {SEED}). The key bias gradient is zero in exact arithmetic "
             "([derivation](#eq-attn-grad-key-bias)): the analytic one is at most "
             f"{np.abs(grads['bk']).max():.0e} in size and the central differences' at most {bk.gap:.0e} off it, both "

@@ -18,8 +18,8 @@ from ..common import md_table
 from ..examples import (H_STEP, SEED, TINY_IDS, biases_moved, collapsed, default_note, default_run, illustrative,
                         tiny, weighted_sum)
 from ..tiny_backward import tiny_backward
-from .attention import (BACK, FAKE_LOSS, aligned, caught, gap_cells, grad, latex_table, number, products, tex,
-                        verdict)
+from .attention import (BACK, FAKE_LOSS, aligned, bias_table, caught, gap_cells, grad, latex_table, number, products,
+                        tex, verdict, weight_table)
 
 ROW = 0  # the position whose numbers the example follows by hand
 
@@ -92,8 +92,8 @@ def growth_md(fw):
 def follow_forward_md(fw):
     """X^(l+1)[ROW, 0] = M + FFN, with FFN's entry written out from φ(G) and W_2."""
     t, w2, b2 = ROW, fw.p["ff2_w"], fw.p["ff2_b"]
-    terms = products([(tex(fw.hidden[t, j]), tex(w2[j, 0])) for j in range(len(w2))])
-    lines = [f"\\operatorname{{FFN}}(U_2)_{{{t}0}} &= \\textstyle\\sum_j \\phi(G)_{{{t}j}} W_{{2,j0}} + b_{{2,0}} "
+    terms = products([(tex(fw.hidden[t, i]), tex(w2[i, 0])) for i in range(len(w2))])  # i: a hidden unit
+    lines = [f"\\operatorname{{FFN}}(U_2)_{{{t}0}} &= \\textstyle\\sum_i \\phi(G)_{{{t}i}} W_{{2,i0}} + b_{{2,0}} "
              f"\\\\ &= {terms} + {tex(b2[0])} = {number(fw.ffn[t, 0])}",
              f"X^{{(l+1)}}_{{{t}0}} &= M_{{{t}0}} + \\operatorname{{FFN}}(U_2)_{{{t}0}} = {tex(fw.m[t, 0])} + "
              f"{tex(fw.ffn[t, 0])} = {number(fw.out[t, 0])}"]
@@ -104,17 +104,18 @@ def follow_forward_md(fw):
 def forward_md(fw):
     trace_gap = np.abs(tiny().trace["b0.out"][0] - fw.out).max()
     weights = collapsed("The feed-forward weights (the tiny model's block 0)", "\n".join([
-        latex_table("W_1", fw.p["ff1_w"], rows="i", cols="j"), latex_table("b_1", fw.p["ff1_b"], rows="", cols="j"),
-        latex_table("W_2", fw.p["ff2_w"], rows="j", cols="i"), latex_table("b_2", fw.p["ff2_b"], rows="", cols="i")]))
+        weight_table("W_1", fw.p["ff1_w"]), bias_table("1", fw.p["ff1_b"]),
+        weight_table("W_2", fw.p["ff2_w"]), bias_table("2", fw.p["ff2_b"])]))
     return "\n".join([
-        illustrative(f"Block 0 of the tiny model ({fw.cfg.activation}) on ids `{TINY_IDS}`, each step recomputed "
-                     "with the model's functions; the [Attention page](attention.md#tiny-numerical-example) "
-                     "shows the attention sub-layer's own steps."),
+        illustrative(f"Block 0 of the tiny model (activation `{fw.cfg.activation}`) on ids `{TINY_IDS}`, each "
+                     "step recomputed with the model's functions; the "
+                     "[Attention page](attention.md#tiny-numerical-example) shows the attention sub-layer's own "
+                     "steps."),
         "### Forward\n",
         latex_table("X", fw.x), latex_table("U_1 = \\operatorname{LN}_1(X)", fw.u1),
         latex_table("\\operatorname{Attn}(U_1)", fw.attn), latex_table("M = X + \\operatorname{Attn}(U_1)", fw.m),
         latex_table("U_2 = \\operatorname{LN}_2(M)", fw.u2), weights,
-        latex_table("G = U_2 W_1 + b_1", fw.g, cols="j"), latex_table("\\phi(G)", fw.hidden, cols="j"),
+        latex_table("G = U_2 W_1 + b_1", fw.g), latex_table("\\phi(G)", fw.hidden),
         latex_table("\\operatorname{FFN}(U_2) = \\phi(G) W_2 + b_2", fw.ffn),
         latex_table("X^{(l+1)} = M + \\operatorname{FFN}(U_2)", fw.out),
         f"The forward trace's `b0.out` is the same (largest difference {trace_gap:.1e}).\n",
@@ -125,8 +126,8 @@ def forward_md(fw):
 
 STEPS = (  # (symbol, how the step computes it, the replay's step, column index), in block_backward's order
     ("X^{(l+1)}", "\\text{the upstream gradient, from block 1}", "b0.dout", "i"),
-    ("\\phi(G)", grad("X^{(l+1)}") + "\\, W_2^\\top", "b0.dhidden", "j"),
-    ("G", grad("\\phi(G)") + " \\odot \\phi'(G)", "b0.dpre", "j"),
+    ("\\phi(G)", grad("X^{(l+1)}") + "\\, W_2^\\top", "b0.dhidden", "i"),
+    ("G", grad("\\phi(G)") + " \\odot \\phi'(G)", "b0.dpre", "i"),
     ("U_2", grad("G") + "\\, W_1^\\top", "b0.dln2", "i"),
     ("M", grad("X^{(l+1)}") + " + \\text{the feed-forward branch's term}", "b0.dmid", "i"),
     ("U_1", "\\text{attention's backward of } " + grad("M"), "b0.dln1", "i"),
@@ -134,32 +135,39 @@ STEPS = (  # (symbol, how the step computes it, the replay's step, column index)
 )
 
 
+def branch_terms(steps):
+    """The branches' terms of ∂ℓ/∂X, one window: ∂ℓ/∂M − ∂ℓ/∂X^(l+1) (FFN) and ∂ℓ/∂X − ∂ℓ/∂M (attention)."""
+    return (steps["b0.dmid"] - steps["b0.dout"])[0], (steps["b0.din"] - steps["b0.dmid"])[0]
+
+
 def follow_backward_md(fw, steps):
     """One entry of ∂ℓ/∂G and one of ∂ℓ/∂X, written out from the arrays above."""
     t, w2 = ROW, fw.p["ff2_w"]
-    j = int(np.argmax(fw.slope[t] > 0)) if (fw.slope[t] > 0).any() else 0
+    u = int(np.argmax(fw.slope[t] > 0)) if (fw.slope[t] > 0).any() else 0  # a hidden unit the activation passes
     dout, dhid, dpre = steps["b0.dout"][0], steps["b0.dhidden"][0], steps["b0.dpre"][0]
-    ffn_part, attn_part = (steps["b0.dmid"] - steps["b0.dout"])[0], (steps["b0.din"] - steps["b0.dmid"])[0]
-    terms = products([(tex(dout[t, i], BACK), tex(w2[j, i], BACK)) for i in range(w2.shape[1])], per_line=2)
-    lines = [f"\\frac{{\\partial\\ell}}{{\\partial \\phi(G)_{{{t}{j}}}}} &= \\textstyle\\sum_i "
-             f"\\frac{{\\partial\\ell}}{{\\partial X^{{(l+1)}}_{{{t}i}}}} W_{{2,{j}i}} \\\\ &= {terms} = "
-             f"{number(dhid[t, j], BACK)}",
-             f"\\frac{{\\partial\\ell}}{{\\partial G_{{{t}{j}}}}} &= \\frac{{\\partial\\ell}}{{\\partial "
-             f"\\phi(G)_{{{t}{j}}}}}\\, \\phi'(G_{{{t}{j}}}) = {tex(dhid[t, j], BACK)} \\cdot "
-             f"{tex(fw.slope[t, j], BACK)} = {number(dpre[t, j], BACK)}",
+    ffn_part, attn_part = branch_terms(steps)
+    terms = products([(tex(dout[t, i], BACK), tex(w2[u, i], BACK)) for i in range(w2.shape[1])], per_line=2)
+    lines = [f"\\frac{{\\partial\\ell}}{{\\partial \\phi(G)_{{{t}{u}}}}} &= \\textstyle\\sum_{{i'}} "
+             f"\\frac{{\\partial\\ell}}{{\\partial X^{{(l+1)}}_{{{t}i'}}}} W_{{2,{u}i'}} \\\\ &= {terms} = "
+             f"{number(dhid[t, u], BACK)}",
+             f"\\frac{{\\partial\\ell}}{{\\partial G_{{{t}{u}}}}} &= \\frac{{\\partial\\ell}}{{\\partial "
+             f"\\phi(G)_{{{t}{u}}}}}\\, \\phi'(G_{{{t}{u}}}) = {tex(dhid[t, u], BACK)} \\cdot "
+             f"{tex(fw.slope[t, u], BACK)} = {number(dpre[t, u], BACK)}",
              f"\\frac{{\\partial\\ell}}{{\\partial X_{{{t}0}}}} &= \\underbrace{{{tex(dout[t, 0], BACK)}}}_"
              f"{{\\text{{identity}}}} + \\underbrace{{{tex(ffn_part[t, 0], BACK)}}}_{{\\text{{FFN branch}}}} + "
              f"\\underbrace{{{tex(attn_part[t, 0], BACK)}}}_{{\\text{{attention branch}}}} = "
              f"{number(steps['b0.din'][0][t, 0], BACK)}"]
-    return (f"Follow numbers backward, position {t} (\\(G_{{{t}{j}}}\\) = {number(fw.g[t, j])}, so "
-            f"\\(\\phi'(G_{{{t}{j}}})\\) = {number(fw.slope[t, j])}; factors rounded, results from the unrounded "
-            "arrays):\n\n" + aligned(lines))
+    return (f"Follow numbers backward, position {t} (\\(G_{{{t}{u}}}\\) = {number(fw.g[t, u])}, so "
+            f"\\(\\phi'(G_{{{t}{u}}})\\) = {number(fw.slope[t, u])}; factors rounded, results from the unrounded "
+            "arrays). In the last line the identity term is the entry of \\(\\partial\\ell/\\partial X^{(l+1)}\\), "
+            "the two branch terms the entries of the two branch tables above, and the result the entry of "
+            "\\(\\partial\\ell/\\partial X\\):\n\n" + aligned(lines))
 
 
 def shares_md(steps):
     """∂ℓ/∂X − ∂ℓ/∂X^(l+1): the branches' part of the input's gradient, against the identity path's."""
-    dout, dmid, din = (steps[k][0] for k in ("b0.dout", "b0.dmid", "b0.din"))
-    ffn_part, attn_part, both = dmid - dout, din - dmid, din - dout
+    dout, din = steps["b0.dout"][0], steps["b0.din"][0]
+    (ffn_part, attn_part), both = branch_terms(steps), din - dout
     norm = np.linalg.norm
     return (f"\\(\\partial\\ell/\\partial X - \\partial\\ell/\\partial X^{{(l+1)}}\\) ranges from {both.min():.4f} to "
             f"{both.max():.4f}: it is what the two branches add on top of the identity path, which hands "
@@ -185,6 +193,21 @@ def ln_factor_md(fw, steps):
             "its backward multiplies by the reciprocal.\n")
 
 
+BRANCH_TABLES = {  # after the step named: (branch, the two gradients whose difference is its term, which table)
+    "b0.dmid": ("feed-forward", "M", "X^{(l+1)}", 0),
+    "b0.din": ("attention", "X", "M", 1),
+}
+
+
+def branch_table_md(steps, name):
+    """The branch term a residual step adds, as the difference of the step's table and the one it started from."""
+    branch, mine, start, which = BRANCH_TABLES[name]
+    label = f"{grad(mine)} - {grad(start)}"
+    return (f"The {branch} branch's term of the [residual rule](#eq-block-residual-grad), \\({label}\\): the table "
+            f"just above minus the one of \\({grad(start)}\\).\n\n"
+            + latex_table(label, branch_terms(steps)[which], decimals=BACK))
+
+
 def backward_md(fw):
     replay = tiny_backward()
     steps = replay.steps
@@ -199,6 +222,8 @@ def backward_md(fw):
     for symbol, how, name, cols in STEPS:
         parts.append(f"`{name}`: \\({grad(symbol)} = {how}\\)\n")
         parts.append(latex_table(grad(symbol), steps[name][0], cols=cols, decimals=BACK))
+        if name in BRANCH_TABLES:
+            parts.append(branch_table_md(steps, name))
     parts += [f"`block_backward` called with `b0.dout` returns `b0.din` (largest difference {gap:.1e}).\n",
               follow_backward_md(fw, steps), shares_md(steps), ln_factor_md(fw, steps)]
     return "\n".join(parts)

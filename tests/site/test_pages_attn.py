@@ -106,3 +106,29 @@ def test_the_block_page_interprets_its_numbers_from_the_same_arrays():
     share = steps["b0.din"] - steps["b0.dout"]
     assert f"ranges from {share.min():.4f} to {share.max():.4f}" in block.shares_md(steps)
     assert relative_gap(fw.out, block.tiny().trace["b0.out"][0]) < 1e-12
+
+
+def test_the_block_page_prints_the_branch_terms_its_backward_trace_adds():
+    """The trace of ∂ℓ/∂X_00 adds two branch terms: each is an entry of a table the page prints (and the table of
+    another difference, ∂ℓ/∂X − ∂ℓ/∂X^(l+1), is not what it prints)."""
+    steps, text = tiny_backward().steps, block.example_md()
+    ffn_part, attn_part = block.branch_terms(steps)
+    for label, term in ((r"\partial\ell/\partial M - \partial\ell/\partial X^{(l+1)}", ffn_part),
+                        (r"\partial\ell/\partial X - \partial\ell/\partial M", attn_part)):
+        assert attention.latex_table(label, term, decimals=attention.BACK) in text, label
+    both = (steps["b0.din"] - steps["b0.dout"])[0]
+    assert attention.latex_table("x", both, decimals=attention.BACK).split("\n", 2)[2] not in text
+
+
+def test_weight_and_bias_tables_name_input_and_output_units_and_no_empty_symbol():
+    """Weights are read W_{i,i'} (row i the input unit) on both pages; a 1-D bias has no row symbol. The attention
+    page's bias tables appear only when the biases are not zero, so they are drawn here with moved biases."""
+    from site_scripts.examples import biases_moved
+    from transformer.block import block_params
+    p = biases_moved(block_params(attention.tiny().params, 0), np.random.default_rng(0))
+    texts = [attention.weights_md(p), attention.example_md(), block.example_md()]
+    for text in texts:
+        assert "\\(\\)" not in text and "column \\(j\\)" not in text
+    assert texts[0].count("row \\(i\\) (input unit), column \\(i'\\) (output unit)") == 4
+    assert texts[0].count("entry \\(i'\\) (output unit)") == 4
+    assert texts[2].count("row \\(i\\) (input unit), column \\(i'\\) (output unit)") == 2
