@@ -46,8 +46,9 @@ def default_run():
 
 
 def sizes(cfg):
-    return (f"n_V = {cfg.vocab_size}, T_max = {cfg.context_len}, d = {cfg.emb_dim}, H = {cfg.num_heads}, "
-            f"L = {cfg.num_layers}, F = {cfg.ff_dim}")
+    """The sizes of a config in the Notation page's symbols, typeset."""
+    return (f"\\(n_V\\) = {cfg.vocab_size}, \\(T_{{\\max}}\\) = {cfg.context_len}, \\(d\\) = {cfg.emb_dim}, "
+            f"\\(H\\) = {cfg.num_heads}, \\(L\\) = {cfg.num_layers}, \\(F\\) = {cfg.ff_dim}")
 
 
 def illustrative(text):
@@ -60,7 +61,7 @@ def default_note(batch=True):
     """Where a symbol table's recorded shapes come from: default_run (or the default config alone)."""
     cfg = PRESETS["default"]
     text = f"the default config ({sizes(cfg)})"
-    return text + (f" with a batch of B = 2 sequences of T = {cfg.context_len // 2} tokens" if batch else "")
+    return text + (f" with a batch of \\(B\\) = 2 windows of \\(T\\) = {cfg.context_len // 2} tokens" if batch else "")
 
 
 def biases_moved(params, rng):
