@@ -22,6 +22,7 @@ from ..tiny_backward import tiny_backward
 # about 1e-16 of their size; below this fraction of the size they count as equal.
 ROUNDING_TOL = 1e-12
 NOTATION = "../reference/notation.md"
+DX = r"\(\partial\ell/\partial X^{(0)}\)"  # how the sentences write the embedding output's gradient
 
 
 def second_window():
@@ -66,13 +67,13 @@ def repeated_check(ids, dx, backward=embedding_backward):
 def repeated_md():
     dx = tiny_backward().steps["dembedding"][0]
     right, wrong = repeated_check(TINY_IDS, dx), repeated_check(TINY_IDS, dx, fancy_index_backward)
-    rows = [[f"∂ℓ/∂X^(0) at t = {t}", *(f"{v:.4f}" for v in dx[t])] for t in right.positions]
+    rows = [[f"{DX} at \\(t\\) = {t}", *(f"{v:.4f}" for v in dx[t])] for t in right.positions]
     rows += [["their sum", *(f"{v:.4f}" for v in right.expected)],
-             [f"row {right.token} from np.add.at", *(f"{v:.4f}" for v in right.got)],
-             [f"row {right.token} from dtok_emb[ids] += dx", *(f"{v:.4f}" for v in wrong.got)]]
+             [f"row {right.token} from `np.add.at`", *(f"{v:.4f}" for v in right.got)],
+             [f"row {right.token} from `dtok_emb[ids] += dx`", *(f"{v:.4f}" for v in wrong.got)]]
     last = right.positions[-1]
     return "\n".join([
-        f"Token {right.token} stands at positions {right.positions} of ids `{TINY_IDS}`; ∂ℓ/∂X^(0) is the tiny "
+        f"Token {right.token} stands at positions {right.positions} of ids `{TINY_IDS}`; {DX} is the tiny "
         f"model's real gradient (`dembedding` of `site_scripts/tiny_backward.py`).\n",
         md_table(["", *range(dx.shape[1])], rows),
         f"`np.add.at` gives the sum: largest gap {gap_text(right.gap)}, {verdict_text(right.passed, False, '')}. "
@@ -182,9 +183,9 @@ def batch_sum_md():
     T = ids.shape[1]
     gap = float(np.abs(dpos[:T] - (dx[0] + dx[1])).max())
     passed = gap <= ROUNDING_TOL * np.abs(dpos).max()
-    return (f"With two windows (ids `{ids.tolist()}`, a random upstream gradient R of seed {SEED}), the first {T} "
-            f"rows of ∂ℓ/∂E_pos are R's two windows added: largest gap {gap_text(gap)}, "
-            f"{verdict_text(passed, False, '')}.\n")
+    return (f"With two windows (ids `{ids.tolist()}`, a random upstream gradient \\(R\\) of seed {SEED}), the first "
+            f"{T} rows of \\(\\partial\\ell/\\partial E_{{\\mathrm{{pos}}}}\\) are the two windows of \\(R\\) added: "
+            f"largest gap {gap_text(gap)}, {verdict_text(passed, False, '')}.\n")
 
 
 def example_md():
@@ -193,25 +194,26 @@ def example_md():
     x = ex.trace["embedding"][0]
     dtok, dpos = replay.grads["tok_emb"], replay.grads["pos_emb"]
     return "\n".join([
-        illustrative(f"ids `{TINY_IDS}` (one window, T = {T} of T_max = {ex.cfg.context_len} positions); the "
-                     "tables as initialised."),
+        illustrative(f"ids `{TINY_IDS}` (one window, \\(T\\) = {T} of \\(T_{{\\max}}\\) = {ex.cfg.context_len} "
+                     "positions); the tables as initialised."),
         sections.array_md("E_tok (tok_emb)", p["tok_emb"], row_label="token id j"),
         sections.array_md("E_pos (pos_emb)", p["pos_emb"], row_label="position t"),
         sections.array_md("X^(0) = E_tok[id] + E_pos[:T]", x, row_label="position t"),
         "Backward. The upstream gradient is the tiny model's real one, the gradient of the mean cross-entropy "
         f"against the targets `{TINY_TARGETS}` that reaches the embedding output (`dembedding` of "
-        "`site_scripts/tiny_backward.py`: block 0's ∂ℓ/∂M plus its LN1's share, worked out on the "
+        "`site_scripts/tiny_backward.py`: block 0's \\(\\partial\\ell/\\partial M\\) plus its LN1's share, worked out "
+        "on the "
         "[LayerNorm](layernorm.md#tiny-numerical-example) page):\n",
         sections.array_md("∂ℓ/∂X^(0)", dx, row_label="position t"),
         sections.array_md("∂ℓ/∂E_tok", dtok, row_label="token id j"),
-        "Row j is the sum of the rows of ∂ℓ/∂X^(0) at the positions where id j stands: "
+        f"Row \\(j\\) is the sum of the rows of {DX} at the positions where id \\(j\\) stands: "
         + "; ".join(f"row {j} from positions {[t for t, v in enumerate(TINY_IDS) if v == j]}"
                     for j in sorted(set(TINY_IDS)))
         + f" (the [check above](#into-the-token-table)). {zero_rows_text(dtok, TINY_IDS, 'id')}: the window "
-        "never reads them, so ℓ does not depend on them.\n",
+        "never reads them, so \\(\\ell\\) does not depend on them.\n",
         sections.array_md("∂ℓ/∂E_pos", dpos, row_label="position t"),
-        f"Rows 0 to {T - 1} are ∂ℓ/∂X^(0) itself, summed over one window. "
-        f"{zero_rows_text(dpos, range(T), 'position')}: a window of T = {T} never reads them.\n",
+        f"Rows 0 to {T - 1} are {DX} itself, summed over one window. "
+        f"{zero_rows_text(dpos, range(T), 'position')}: a window of \\(T\\) = {T} never reads them.\n",
         batch_sum_md(),
     ])
 
@@ -246,8 +248,10 @@ def gradcheck_md():
     dtok, dpos = embedding_backward(dx, embedding_forward(ids, tok, pos)[1])
     rows = sections.gradcheck_rows(weighted_sum(dx, embedding_forward, ids, tok, pos),
                                    [("dtok_emb", dtok, tok), ("dpos_emb", dpos, pos)], H_STEP)
-    return (f"The [fake loss]({NOTATION}#fake-loss) f = Σ X^(0) ⊙ R for ids `{ids.tolist()}` (a repeated id in each "
-            f"window) and a random R (seed {SEED}); `dtok_emb` and `dpos_emb` are ∂f/∂E_tok and ∂f/∂E_pos.\n\n"
+    return (f"The [fake loss]({NOTATION}#fake-loss) \\(f = \\sum \\mathcal{{F}} \\odot R\\) with "
+            f"\\(\\mathcal{{F}} = X^{{(0)}}\\), for ids `{ids.tolist()}` (a repeated id in each window) and a random "
+            f"\\(R\\) (seed {SEED}); `dtok_emb` and `dpos_emb` are "
+            "\\(\\partial f/\\partial E_{\\mathrm{tok}}\\) and \\(\\partial f/\\partial E_{\\mathrm{pos}}\\).\n\n"
             + sections.gradcheck_table(rows))
 
 

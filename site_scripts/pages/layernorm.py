@@ -178,18 +178,18 @@ def jacobian_md():
     check = jacobian_check(c.x[t], c.g, c.b, c.eps)
     row_sums = np.abs(check.formula.sum(axis=1)).max()
     return "\n".join([
-        f"Row t = {t} of the tiny example's \\(X^{{(0)}}\\), with the moved gain and shift of the second backward "
-        "example below (\\(\\gamma \\ne 1\\), so its factor shows). Entry [i', i] is \\(\\partial u_{i'}/\\partial "
-        "x_i\\).\n",
-        sections.array_md("γ_i' r (1[i' = i] − 1/d − x̂_i' x̂_i / d)", check.formula, row_label="i'"),
+        f"Row \\(t\\) = {t} of the tiny example's \\(X^{{(0)}}\\), with the moved gain and shift of the second "
+        "backward example below (\\(\\gamma \\ne 1\\), so its factor shows). Entry [i', i] is "
+        "\\(\\partial u_{i'}/\\partial x_i\\).\n",
+        sections.array_md("γ_i' r ([i' = i] − 1/d − x̂_i' x̂_i / d)", check.formula, row_label="i'"),
         sections.array_md("central differences", check.numeric, row_label="i'"),
         f"The formula against central differences: {check.of_formula.text()}. The code against central "
-        "differences (`layer_norm_backward` called with the upstream gradient \\(e_{i'}\\) returns row i' of the "
-        f"matrix): {check.of_code.text()}. In float64 with step Δ = {H_STEP:g}; a pass is the gradient checks' "
-        f"rule (a relative gap below {REL_TOL:g}), and gaps of this size are the central differences' own error, "
-        "far below what a missing term leaves. Each row of the matrix sums to zero (the largest row sum is "
-        f"{row_sums:.0e}, rounding): adding the same number to every \\(x_i\\) changes no \\(u_{{i'}}\\), as "
-        "[below](#two-directions-that-get-no-gradient).\n",
+        "differences (`layer_norm_backward` called with the upstream gradient \\(e_{i'}\\) returns row \\(i'\\) of "
+        f"the matrix): {check.of_code.text()}. In float64 with step \\(\\Delta\\) = {H_STEP:g}; a pass is the "
+        f"gradient checks' rule (a relative gap below {REL_TOL:g}), and gaps of this size are the central "
+        "differences' own error, far below what a missing term leaves. Each row of the matrix sums to zero (the "
+        f"largest row sum is {row_sums:.0e}, rounding): adding the same number to every \\(x_i\\) changes no "
+        "\\(u_{i'}\\), as [below](#two-directions-that-get-no-gradient).\n",
     ])
 
 
@@ -201,18 +201,22 @@ def identities_md():
              in enumerate(zip(ids.sums, ids.sum_scale, ids.dots, ids.predicted, share, strict=True))]
     worst_sum = float(np.max(np.abs(ids.sums) / ids.sum_scale))
     worst_dot = float(np.max(np.abs(ids.dots - ids.predicted) / ids.dot_scale))
+    dx, eps = r"\partial\ell/\partial x_i", r"\epsilon_{\mathrm{LN}}"
+    dot, predicted = rf"\sum_i \hat{{x}}_i\, {dx}", rf"{eps}\, r^3 \sum_i \delta_i \hat{{x}}_i"
     return "\n".join([
-        md_table(["position t", "Σ_i ∂ℓ/∂x_i", "Σ_i |∂ℓ/∂x_i|", "Σ_i x̂_i ∂ℓ/∂x_i", "ε_LN r³ Σ_i δ_i x̂_i",
-                  "ε_LN r²"], cells),
-        f"**Row sums.** The largest is {worst_sum:.0e} of the size Σ|∂ℓ/∂x_i| of what was summed: zero in exact "
-        f"arithmetic, so what is left is float64's rounding (its unit is {np.finfo(np.float64).eps:.1e}). A sum "
-        f"counts as zero below {ROUNDING_TOL:g} of the terms' size: {verdict_text(ids.sums_pass, False, '')}.\n",
-        f"**Against x̂.** Each row's Σ x̂_i ∂ℓ/∂x_i is its predicted ε_LN r³ Σ δ_i x̂_i to within {worst_dot:.0e} of "
-        f"the terms' size: {verdict_text(ids.dots_pass, False, '')}. It is not zero: of the direct term's component "
-        "along x̂, r Σ δ_i x̂_i, the variance term cancels all but the fraction ε_LN r² of the last column, from "
-        f"{share.min():.1e} to {share.max():.1e} here, small because these rows' variances "
-        f"({', '.join(f'{v:.3f}' for v in 1 / c.rstd[:, 0] ** 2 - c.eps)}) are far above ε_LN = {c.eps:g}. "
-        "For a row whose variance is ε_LN itself the fraction would be 1/2.\n",
+        md_table(["position \\(t\\)", f"\\(\\sum_i {dx}\\)", f"\\(\\sum_i \\lvert {dx} \\rvert\\)", f"\\({dot}\\)",
+                  f"\\({predicted}\\)", f"\\({eps}\\, r^2\\)"], cells),
+        f"**Row sums.** The largest is {worst_sum:.0e} of the size \\(\\sum_i \\lvert {dx} \\rvert\\) of what was "
+        f"summed: zero in exact arithmetic, so what is left is float64's rounding (its unit is "
+        f"{np.finfo(np.float64).eps:.1e}). A sum counts as zero below {ROUNDING_TOL:g} of the terms' size: "
+        f"{verdict_text(ids.sums_pass, False, '')}.\n",
+        f"**Against \\(\\hat{{x}}\\).** Each row's \\({dot}\\) is its predicted \\({predicted}\\) to within "
+        f"{worst_dot:.0e} of the terms' size: {verdict_text(ids.dots_pass, False, '')}. It is not zero: of the "
+        "direct term's component along \\(\\hat{x}\\), \\(r \\sum_i \\delta_i \\hat{x}_i\\), the variance term cancels "
+        f"all but the fraction \\({eps}\\, r^2\\) of the last column, from {share.min():.1e} to {share.max():.1e} "
+        f"here, small because these rows' variances ({', '.join(f'{v:.3f}' for v in 1 / c.rstd[:, 0] ** 2 - c.eps)}) "
+        f"are far above \\({eps}\\) = {c.eps:g}. For a row whose variance is \\({eps}\\) itself the fraction would "
+        "be 1/2.\n",
     ])
 
 
@@ -242,16 +246,18 @@ def scale_md():
     x0, x1 = ex.trace["embedding"], ex.trace["b0.out"]
     lo, hi = min(map(np.min, spread_in)), max(map(np.max, spread_in))
     positions = ", ".join(map(str, range(len(TINY_IDS))))
+    eps = r"\epsilon_{\mathrm{LN}}"
     return "\n".join([
-        md_table(["LayerNorm", "reads", f"spread σ of its input rows, t = {positions}", "spread of its output rows"],
-                 cells),
-        f"On ids `{TINY_IDS}`, the rows of the stream that the LayerNorms read spread from σ = {lo:.3f} to "
-        f"{hi:.3f}, a factor of {hi / lo:.1f}, and the average spread grows from {spread_in[0].mean():.3f} at "
+        md_table(["LayerNorm", "reads", f"spread \\(\\sigma\\) of its input rows, \\(t\\) = {positions}",
+                  "spread of its output rows"], cells),
+        f"On ids `{TINY_IDS}`, the rows of the stream that the LayerNorms read spread from \\(\\sigma\\) = {lo:.3f} "
+        f"to {hi:.3f}, a factor of {hi / lo:.1f}, and the average spread grows from {spread_in[0].mean():.3f} at "
         f"\\(X^{{(0)}}\\) to {spread_in[-1].mean():.3f} at \\(X^{{(L)}}\\); block 0 alone changes the stream by "
-        f"‖X^(1) − X^(0)‖ / ‖X^(0)‖ = {np.linalg.norm(x1 - x0) / np.linalg.norm(x0):.2f} of its size (the number "
-        f"the [Transformer block](block.md) page shows). The rows the sub-layers read ({initial_gains(ex.params)}) "
-        f"all spread from {min(map(np.min, spread_out)):.5f} to "
-        f"{max(map(np.max, spread_out)):.5f}: 1, less the share that ε_LN takes, σ r = σ / √(σ² + ε_LN).\n",
+        f"\\(\\lVert X^{{(1)}} - X^{{(0)}} \\rVert / \\lVert X^{{(0)}} \\rVert\\) = "
+        f"{np.linalg.norm(x1 - x0) / np.linalg.norm(x0):.2f} of its size (the number the "
+        f"[Transformer block](block.md) page shows). The rows the sub-layers read ({initial_gains(ex.params)}) "
+        f"all spread from {min(map(np.min, spread_out)):.5f} to {max(map(np.max, spread_out)):.5f}: 1, less the "
+        f"share that \\({eps}\\) takes, \\(\\sigma r = \\sigma / \\sqrt{{\\sigma^2 + {eps}}}\\).\n",
     ])
 
 
@@ -260,16 +266,19 @@ def scale_md():
 def forward_md(c):
     mean = c.x.mean(axis=-1)
     var = ((c.x - mean[:, None]) ** 2).mean(axis=-1)
+    eps = r"\epsilon_{\mathrm{LN}}"
     return "\n".join([
         sections.array_md("x (rows of X^(0))", c.x, row_label="position t"),
-        md_table(["position t", "mean μ", "variance σ²", "r = 1/√(σ² + ε_LN)"],
+        md_table(["position \\(t\\)", "mean \\(\\mu\\)", "variance \\(\\sigma^2\\)",
+                  f"\\(r = 1/\\sqrt{{\\sigma^2 + {eps}}}\\)"],
                  [[t, f"{m:.4f}", f"{v:.4f}", f"{r:.4f}"] for t, (m, v, r) in
                   enumerate(zip(mean, var, c.rstd[:, 0], strict=True))]),
         sections.array_md("x̂ = (x − μ) r", c.xhat, row_label="position t"),
         sections.array_md("u = γ ⊙ x̂ + β", c.u, row_label="position t"),
-        f"Each row of u has mean {np.abs(c.u.mean(axis=-1)).max():.0e} (0 up to rounding) and variance "
-        f"{c.u.var(axis=-1).min():.5f} to {c.u.var(axis=-1).max():.5f}: 1 less the share ε_LN r² that ε_LN takes "
-        f"({(c.eps * c.rstd ** 2).min():.1e} to {(c.eps * c.rstd ** 2).max():.1e} for these rows).\n",
+        f"Each row of \\(u\\) has mean {np.abs(c.u.mean(axis=-1)).max():.0e} (0 up to rounding) and variance "
+        f"{c.u.var(axis=-1).min():.5f} to {c.u.var(axis=-1).max():.5f}: 1 less the share \\({eps}\\, r^2\\) that "
+        f"\\({eps}\\) takes ({(c.eps * c.rstd ** 2).min():.1e} to {(c.eps * c.rstd ** 2).max():.1e} for these "
+        "rows).\n",
     ])
 
 
@@ -283,29 +292,38 @@ def entry_md(c):
     wrong = [name for name, (hand, code) in by_hand.items() if abs(hand - code) > ROUNDING_TOL * max(1, abs(code))]
     if wrong:
         raise RuntimeError(f"the LayerNorm page's arithmetic by hand disagrees with layer_norm_backward for {wrong}")
+    mean = r"\operatorname{mean}"
     return "\n".join([
-        f"By hand, from the arrays above, for entry t = {t}, i = {i} (the largest of ∂ℓ/∂x); the factors are shown to "
-        "4 decimals, each result is computed from the full values:\n",
-        f"- δ = γ_{i} ∂ℓ/∂u = {num(c.g[i])} × {num(c.du[t, i])} = {num(c.delta[t, i])};",
-        f"- ∂ℓ/∂x = r (δ − mean(δ) − x̂ · mean(δ ⊙ x̂)) = {num(r)} × ({num(c.delta[t, i])} − {num(m1)} − "
+        f"By hand, from the arrays above, for entry \\(t\\) = {t}, \\(i\\) = {i} (the largest of "
+        "\\(\\partial\\ell/\\partial x\\)); the factors are shown to 4 decimals, each result is computed from the full "
+        "values:\n",
+        f"- \\(\\delta_{{{i}}} = \\gamma_{{{i}}}\\, \\partial\\ell/\\partial u_{{{i}}}\\) = {num(c.g[i])} × "
+        f"{num(c.du[t, i])} = {num(c.delta[t, i])};",
+        f"- \\(\\partial\\ell/\\partial x_{{{i}}} = r\\,(\\delta_{{{i}}} - {mean}(\\delta) - \\hat{{x}}_{{{i}}}\\, "
+        f"{mean}(\\delta \\odot \\hat{{x}}))\\) = {num(r)} × ({num(c.delta[t, i])} − {num(m1)} − "
         f"{num(c.xhat[t, i])} × {num(m2)}) = {num(value)}, which is what `layer_norm_backward` returned "
         f"({num(c.dx[t, i])});",
-        f"- the gain's gradient sums over the positions: ∂ℓ/∂γ_{i} = Σ_t ∂ℓ/∂u_t,{i} x̂_t,{i} = {terms} = "
-        f"{num(c.dg[i])}.\n",
+        "- the gain's gradient sums over the positions: "
+        f"\\(\\partial\\ell/\\partial \\gamma_{{{i}}} = \\sum_t \\partial\\ell/\\partial U_{{t,{i}}}\\, "
+        f"\\hat{{x}}_{{t,{i}}}\\) = {terms} = {num(c.dg[i])}.\n",
     ])
 
 
 def backward_md(c, source):
     cells = [[t, f"{c.rstd[t, 0]:.4f}", f"{c.mean_delta[t, 0]:.4f}", f"{c.mean_delta_xhat[t, 0]:.4f}"]
              for t in range(len(c.x))]
+    mean = r"\operatorname{mean}"
     return "\n".join([
         f"Backward, in the order `layer_norm_backward` computes it. The upstream gradient is {source}.\n",
         sections.array_md("∂ℓ/∂u", c.du, row_label="position t"),
         sections.array_md("δ = γ ⊙ ∂ℓ/∂u (dxhat)", c.delta, row_label="position t"),
-        md_table(["position t", "r", "mean(δ) (mean_dxhat)", "mean(δ ⊙ x̂) (mean_dxhat_xhat)"], cells),
+        md_table(["position \\(t\\)", "\\(r\\)", f"\\({mean}(\\delta)\\) (`mean_dxhat`)",
+                  f"\\({mean}(\\delta \\odot \\hat{{x}})\\) (`mean_dxhat_xhat`)"], cells),
         sections.array_md("∂ℓ/∂x = r (δ − mean(δ) − x̂ mean(δ ⊙ x̂))", c.dx, row_label="position t"),
-        md_table(["", *range(c.g.size)], [["∂ℓ/∂γ = Σ_t ∂ℓ/∂u ⊙ x̂", *(f"{v:.4f}" for v in c.dg)],
-                                          ["∂ℓ/∂β = Σ_t ∂ℓ/∂u", *(f"{v:.4f}" for v in c.db)]]),
+        md_table(["", *range(c.g.size)],
+                 [[r"\(\partial\ell/\partial\gamma = \sum_t \partial\ell/\partial u \odot \hat{x}\)",
+                   *(f"{v:.4f}" for v in c.dg)],
+                  [r"\(\partial\ell/\partial\beta = \sum_t \partial\ell/\partial u\)", *(f"{v:.4f}" for v in c.db)]]),
         entry_md(c),
     ])
 
@@ -316,10 +334,12 @@ def follow_md(c):
     total = c.dx + replay.steps["b0.dmid"][0]
     gap = np.abs(total - replay.steps["dembedding"][0]).max()
     dg_gap = np.abs(c.dg - replay.grads["b0.ln1_g"]).max()
-    return (f"Where this goes next: ∂ℓ/∂x is LN1's share of ∂ℓ/∂X^(0). The residual path adds ∂ℓ/∂M of block 0, and "
-            f"the sum is the replay's `dembedding` (largest gap {gap_text(gap)}), the gradient that the "
-            "[Embeddings](embeddings.md#tiny-numerical-example) page scatters into its tables; ∂ℓ/∂γ is the model's "
-            f"gradient of `b0.ln1_g` (largest gap {gap_text(dg_gap)}).\n")
+    return ("Where this goes next: \\(\\partial\\ell/\\partial x\\) is LN1's share of "
+            "\\(\\partial\\ell/\\partial X^{(0)}\\). The residual path adds \\(\\partial\\ell/\\partial M\\) of "
+            f"block 0, and the sum is the replay's `dembedding` (largest gap {gap_text(gap)}), the gradient that the "
+            "[Embeddings](embeddings.md#tiny-numerical-example) page scatters into its tables; "
+            "\\(\\partial\\ell/\\partial\\gamma\\) is the model's gradient of `b0.ln1_g` (largest gap "
+            f"{gap_text(dg_gap)}).\n")
 
 
 def example_md():
@@ -327,25 +347,29 @@ def example_md():
     moved_gap = np.abs(m.x - c.x).max()
     return "\n".join([
         illustrative(f"Block 0's LN1 on ids `{TINY_IDS}`: its input is the embedding output \\(X^{{(0)}}\\), rows "
-                     f"are positions, and its gain and shift are the model's own: γ = {c.g.tolist()}, β = "
-                     f"{c.b.tolist()}, as `init_params` makes every LayerNorm. So here u = x̂ (largest "
-                     f"|u − x̂| = {np.abs(c.u - c.xhat).max():g}) and δ = ∂ℓ/∂u; the second case below moves them."),
+                     f"are positions, and its gain and shift are the model's own: \\(\\gamma\\) = {c.g.tolist()}, "
+                     f"\\(\\beta\\) = {c.b.tolist()}, as `init_params` makes every LayerNorm. So here "
+                     f"\\(u = \\hat{{x}}\\) (largest \\(\\lvert u - \\hat{{x}} \\rvert\\) = "
+                     f"{np.abs(c.u - c.xhat).max():g}) and \\(\\delta = \\partial\\ell/\\partial u\\); the second case "
+                     "below moves them."),
         forward_md(c),
         backward_md(c, "the tiny model's real one: the gradient of the mean cross-entropy against the targets "
                        f"`{TINY_TARGETS}` that block 0's attention hands back to LN1 (`b0.dln1` of "
                        "`site_scripts/tiny_backward.py`)"),
         follow_md(c),
         collapsed("The same LayerNorm with its gain and shift moved (u ≠ x̂)", "\n".join([
-            f"Every 1-D parameter of the tiny model moved by 0.1 × N(0, 1) (`examples.biases_moved`, seed {SEED}). "
+            "Every 1-D parameter of the tiny model moved by \\(0.1\\,\\mathcal{N}(0, 1)\\) (`examples.biases_moved`, "
+            f"seed {SEED}). "
             "That is another model, so its loss gradient is replayed again by the model's own backward functions "
             "(`ln1_upstream` in this page's generator). Only gains and biases moved, so \\(X^{(0)}\\) is the same "
             f"(largest change {moved_gap:g}).\n",
-            md_table(["", *range(m.g.size)], [["γ", *(f"{v:.4f}" for v in m.g)], ["β", *(f"{v:.4f}" for v in m.b)]]),
+            md_table(["", *range(m.g.size)], [["\\(\\gamma\\)", *(f"{v:.4f}" for v in m.g)],
+                                              ["\\(\\beta\\)", *(f"{v:.4f}" for v in m.b)]]),
             sections.array_md("x̂ = (x − μ) r", m.xhat, row_label="position t"),
             sections.array_md("u = γ ⊙ x̂ + β", m.u, row_label="position t"),
             backward_md(m, "this model's real one, at the same place (block 0's attention hands it to LN1)"),
-            f"∂ℓ/∂γ is this model's gradient of `b0.ln1_g` as `loss_and_grads` gives it (largest gap "
-            f"{gap_text(np.abs(m.dg - moved_grads()['b0.ln1_g']).max())}).\n",
+            "\\(\\partial\\ell/\\partial\\gamma\\) is this model's gradient of `b0.ln1_g` as `loss_and_grads` gives it "
+            f"(largest gap {gap_text(np.abs(m.dg - moved_grads()['b0.ln1_g']).max())}).\n",
         ])),
     ])
 
@@ -357,20 +381,21 @@ def symbols_md():
     xhat, rstd, _ = cache
     dy = np.random.default_rng(SEED).standard_normal(y.shape)
     dx, dg, db = layer_norm_backward(dy, cache)
+    row, whole = "the row of position \\((w, t)\\)", "for the whole batch"
     rows = [
-        (r"x", "x[w, t]", x.shape[-1:], "a row of the embedding output, which block 0's LN1 reads"),
+        (r"x", "x[w, t]", x.shape[-1:], f"{row} of the embedding output, which block 0's LN1 reads"),
         (r"d", "x.shape[-1]", f"{x.shape[-1]}"),
-        (r"\mu, \sigma^2", "mean, var", rstd.shape),
+        (r"\mu, \sigma^2", "mean, var", rstd.shape, f"{whole}, one number per row"),
         (r"\epsilon_{\mathrm{LN}}", "eps (cfg.ln_eps)", f"{eps:g}"),
-        (r"r", "rstd", rstd.shape),
-        (r"\hat{x}", "xhat", xhat.shape),
+        (r"r", "rstd", rstd.shape, f"{whole}, one number per row"),
+        (r"\hat{x}", "xhat", xhat.shape, whole),
         (r"\gamma", "g (b{l}.ln1_g, ...)", g.shape),
         (r"\beta", "b (b{l}.ln1_b, ...)", b.shape),
-        (r"U", "y", y.shape, "block 0's LN1 output, \\(U_1\\)"),
-        (r"u", "y[w, t]", y.shape[-1:]),
-        (r"\partial\ell/\partial u", "dy[w, t]", dy.shape[-1:]),
-        (r"\delta", "dxhat", (dy * g).shape),
-        (r"\partial\ell/\partial x", "dx[w, t]", dx.shape[-1:]),
+        (r"U", "y", y.shape, f"{whole}: block 0's LN1 output, \\(U_1\\)"),
+        (r"u", "y[w, t]", y.shape[-1:], row),
+        (r"\partial\ell/\partial u", "dy[w, t]", dy.shape[-1:], f"{row} of the code's `dy`, which holds every row"),
+        (r"\delta", "dxhat", (dy * g).shape, whole),
+        (r"\partial\ell/\partial x", "dx[w, t]", dx.shape[-1:], f"{row} of the code's `dx`, which holds every row"),
         (r"\partial\ell/\partial \gamma", "dg", dg.shape),
         (r"\partial\ell/\partial \beta", "db", db.shape),
     ]
@@ -386,10 +411,13 @@ def gradcheck_md():
     dx, dg, db = layer_norm_backward(dy, layer_norm_forward(x, g, b, eps)[1])
     rows = sections.gradcheck_rows(weighted_sum(dy, layer_norm_forward, x, g, b, eps),
                                    [("dx", dx, x), ("dg", dg, g), ("db", db, b)], H_STEP)
-    return (f"The backward against central differences of the [fake loss]({NOTATION}#fake-loss) f = Σ U ⊙ R, for a "
-            f"random R (seed {SEED}) and a random gain γ = 1 + 0.3 N(0, 1) and shift β = 0.3 N(0, 1) (away from 1 "
-            "and 0 so that every term counts), on the tiny example's rows of \\(X^{(0)}\\). `dx`, `dg`, `db` are "
-            "∂f/∂x, ∂f/∂γ, ∂f/∂β.\n\n" + sections.gradcheck_table(rows))
+    return (f"The backward against central differences of the [fake loss]({NOTATION}#fake-loss) "
+            "\\(f = \\sum \\mathcal{F} \\odot R\\) with \\(\\mathcal{F} = U\\), for a random \\(R\\) "
+            f"(seed {SEED}) and a random gain \\(\\gamma = 1 + 0.3\\,\\mathcal{{N}}(0, 1)\\) and shift "
+            "\\(\\beta = 0.3\\,\\mathcal{N}(0, 1)\\) (away from 1 and 0 so that every term counts), on the tiny "
+            "example's rows of \\(X^{(0)}\\). `dx`, `dg`, `db` are \\(\\partial f/\\partial x\\), "
+            "\\(\\partial f/\\partial\\gamma\\), \\(\\partial f/\\partial\\beta\\).\n\n"
+            + sections.gradcheck_table(rows))
 
 
 def generate(context):

@@ -66,7 +66,8 @@ def forward_md(layer):
     g00 = layer.a[0] @ layer.w[:, 0] + layer.b[0]
     return "\n".join([
         f"The input \\(A\\) is \\(U_2\\), the last block's LN2 output (`{block}.ln2`), and the layer is "
-        f"\\(W = W_1\\) (`{layer.name}_w`); {bias}.\n",
+        f"\\(W = W_1\\) (`{layer.name}_w`; row \\(i\\) of its table is an input unit, column \\(i'\\) an output "
+        f"unit); {bias}.\n",
         sections.array_md("A = U₂", layer.a, row_label="position t"),
         sections.array_md(f"W = W₁ ({layer.name}_w)", layer.w, row_label="input unit i"),
         sections.array_md("G = A W + b", layer.g, row_label="position t"),
@@ -86,12 +87,15 @@ def backward_md(layer):
     col = next((i for i in range(layer.dg.shape[1]) if np.all(layer.dg[:, i] != 0)), 0)
     block, act = layer.name.split(".")[0], ACT_NAMES[layer.activation]
     mask = "[G > 0]" if layer.activation == "relu" else f"{act}′(G)"
-    checks = [("G", f"∂ℓ/∂{act}(G) ⊙ {act}′(G)", f"steps['{block}.dpre']", layer.dg, "dg"),
-              ("A", "∂ℓ/∂G Wᵀ", f"steps['{block}.dln2']", layer.da, "da"),
-              ("W", "Aᵀ ∂ℓ/∂G", f"grads['{layer.name}_w']", layer.dw, "dw"),
-              ("W", "Σ_t A_tᵀ ∂ℓ/∂G_t, a loop over the rows", f"grads['{layer.name}_w']",
+    tex = f"\\operatorname{{{act}}}"
+    checks = [("G", f"\\(\\partial\\ell/\\partial {tex}(G) \\odot {tex}'(G)\\)", f"steps['{block}.dpre']", layer.dg,
+               "dg"),
+              ("A", "\\(\\partial\\ell/\\partial G\\, W^\\top\\)", f"steps['{block}.dln2']", layer.da, "da"),
+              ("W", "\\(A^\\top \\partial\\ell/\\partial G\\)", f"grads['{layer.name}_w']", layer.dw, "dw"),
+              ("W", "\\(\\sum_t A_t^\\top\\, \\partial\\ell/\\partial G_t\\), a loop over the rows",
+               f"grads['{layer.name}_w']",
                sum(np.outer(a_t, dg_t) for a_t, dg_t in zip(layer.a, layer.dg, strict=True)), "dw"),
-              ("b", "column sums of ∂ℓ/∂G", f"grads['{layer.name}_b']", layer.db, "db")]
+              ("b", "column sums of \\(\\partial\\ell/\\partial G\\)", f"grads['{layer.name}_b']", layer.db, "db")]
     rows = [[f"\\(\\partial\\ell/\\partial {symbol}\\)", how, f"`{key}`", *fmt(agreement(mine, layer.replay[k]))]
             for symbol, how, key, mine, k in checks]
     return "\n".join([
@@ -102,6 +106,8 @@ def backward_md(layer):
         sections.array_md(f"∂ℓ/∂{act}(G) (from the replay)", layer.dphi, row_label="position t"),
         sections.array_md(f"∂ℓ/∂G = ∂ℓ/∂{act}(G) ⊙ {mask}", layer.dg, row_label="position t"),
         sections.array_md("∂ℓ/∂A = ∂ℓ/∂G Wᵀ", layer.da, row_label="position t"),
+        "Row \\(i\\) of \\(\\partial\\ell/\\partial W\\) is input unit \\(i\\), column \\(i'\\) output unit \\(i'\\), "
+        "as in \\(W\\):\n",
         sections.array_md("∂ℓ/∂W = Aᵀ ∂ℓ/∂G", layer.dw, row_label="input unit i"),
         sections.array_md("∂ℓ/∂b (column sums)", layer.db),
         arithmetic_md(layer, col),
@@ -162,7 +168,7 @@ def relu_rows():
         if abs(c - n) < 1e-9:
             verdict = "agree"
         elif abs(x) < H_STEP:
-            verdict = "differ: the step Δ straddles the corner at 0"
+            verdict = "differ: the step \\(\\Delta\\) straddles the corner at 0"
         else:
             verdict = "**FAIL**"
         rows.append([f"{x:g}", f"{c:g}", f"{n:.4f}", verdict])
@@ -205,24 +211,27 @@ def gelu_root():
 def activation_checks_md():
     rows, (fgap, fverdict), (ngap, nverdict) = gelu_table()
     root, low, low_slope, step = gelu_root()
+    relu = r"\operatorname{ReLU}"
     return "\n".join([
-        "**ReLU′**: the code's derivative (`relu_backward` with upstream gradient 1) against central differences "
-        "with step Δ:\n",
-        sections.md_table(["G", "code: [G > 0]", "(ReLU(G+Δ) − ReLU(G−Δ)) / 2Δ", "Verdict"], relu_rows()),
+        f"**\\({relu}'\\)**: the code's derivative (`relu_backward` with upstream gradient 1) against central "
+        "differences with step \\(\\Delta\\):\n",
+        sections.md_table(["\\(G\\)", "code: \\([G > 0]\\)",
+                           f"\\(({relu}(G+\\Delta) - {relu}(G-\\Delta)) / 2\\Delta\\)", "Verdict"], relu_rows()),
         "\nWherever \\(|G| \\ge \\Delta\\) the two agree. At 0 the central difference sees half of each side, 1/2, "
-        "and within Δ of 0 it sees a mix, whatever the code chose: this is why no finite-difference check can "
-        "confirm the convention, and why the gradient check below keeps ReLU's inputs away from 0.\n",
-        "**GELU′ = Φ(G) + G φ(G)**: the two terms of the product rule computed from the formula (with `math.erf`, "
-        "not the code), the code's derivative (`gelu_backward` with upstream gradient 1), and central differences "
-        "of `gelu_forward`:\n",
-        sections.md_table(["G", "Φ(G)", "G φ(G)", "Φ + G φ", "code", "central difference", "|code − central|"],
-                          rows),
+        "and within \\(\\Delta\\) of 0 it sees a mix, whatever the code chose: this is why no finite-difference check "
+        "can confirm the convention, and why the gradient check below keeps ReLU's inputs away from 0.\n",
+        "**\\(\\operatorname{GELU}' = \\Phi(G) + G\\,\\varphi(G)\\)**: the two terms of the product rule computed from "
+        "the formula (with `math.erf`, not the code), the code's derivative (`gelu_backward` with upstream gradient "
+        "1), and central differences of `gelu_forward`:\n",
+        sections.md_table(["\\(G\\)", "\\(\\Phi(G)\\)", "\\(G\\,\\varphi(G)\\)", "\\(\\Phi + G\\,\\varphi\\)", "code",
+                           "central difference", "|code − central|"], rows),
         f"\nCode against the formula: largest gap {fgap:.1e}, {fverdict}. Code against central differences: "
-        f"largest gap {ngap:.1e}, {nverdict} (the difference's own error, about Δ² times the third derivative, "
-        f"is the floor here; Δ = {H_STEP:g}). GELU′ crosses 0 at G = {root:.4f} (bisection on the code's "
-        f"derivative): left of it, raising G lowers the output a little. It is lowest, {low_slope:.4f}, at "
-        f"G = {low:.4f} on a grid of step {step:.0e}, against −√2 = {-math.sqrt(2):.4f} from the derivation "
-        "(GELU″ = φ(G) (2 − G²) is 0 there).\n",
+        f"largest gap {ngap:.1e}, {nverdict} (the difference's own error, about \\(\\Delta^2\\) times the third "
+        f"derivative, is the floor here; \\(\\Delta\\) = {H_STEP:g}). \\(\\operatorname{{GELU}}'\\) crosses 0 at "
+        f"\\(G\\) = {root:.4f} (bisection on the code's derivative): left of it, raising \\(G\\) lowers the output a "
+        f"little. It is lowest, {low_slope:.4f}, at \\(G\\) = {low:.4f} on a grid of step {step:.0e}, against "
+        f"\\(-\\sqrt{{2}}\\) = {-math.sqrt(2):.4f} from the derivation "
+        "(\\(\\operatorname{GELU}''(G) = \\varphi(G)\\,(2 - G^2)\\) is 0 there).\n",
     ])
 
 
@@ -233,10 +242,12 @@ def xavier_md():
             a = np.sqrt(6.0 / sum(w.shape))
             rows.append([f"`{name}`", sections.shape_text(w.shape), f"{a:.4f}", f"{np.abs(w).max():.4f}",
                          f"{w.std():.4f}", f"{a / np.sqrt(3):.4f}"])
-    return (sections.md_table(["Matrix", "Shape", "Limit a", "Largest |W|", "Std of W", "a/√3 (std of U(−a, a))"],
-                              rows)
+    absw = r"\(\lvert W \rvert\)"
+    return (sections.md_table(["Matrix", "Shape", "Limit \\(a\\)", f"Largest {absw}", "Std of \\(W\\)",
+                               r"\(a/\sqrt{3}\) (std of \(\mathcal{U}(-a, a)\))"], rows)
             + f"\nAt {default_note(batch=False)}, seed {SEED}; block 1's matrices have the same shapes and limits as "
-              "block 0's. Every largest |W| lies below its limit, and each standard deviation is close to a/√3.\n")
+              f"block 0's. Every largest {absw} lies below its limit, and each standard deviation is close to "
+              "\\(a/\\sqrt{3}\\).\n")
 
 
 def symbols_md():
@@ -277,11 +288,12 @@ def gradcheck_md():
     dz = rng.standard_normal(z.shape)
     for name, fwd, bwd in [("relu", relu_forward, relu_backward), ("gelu", gelu_forward, gelu_backward)]:
         rows += sections.gradcheck_rows(weighted_sum(dz, fwd, z), [(f"{name}: dx", bwd(dz, fwd(z)[1]), z)], H_STEP)
-    return ("Each function \\(F\\) is checked through the [fake loss](../reference/notation.md#fake-loss) "
-            f"\\(f = \\sum F(x) \\odot R\\), with random inputs and a random \\(R\\) (seed {SEED}), so that the "
-            "backward is called with upstream gradient \\(R\\). The ReLU inputs are kept at least 0.1 away from 0: "
-            "there the function has a corner and central differences with step Δ see an average of both slopes "
-            "([above](#the-activations-derivatives-checked)).\n\n" + sections.gradcheck_table(rows))
+    return ("Each function is checked through the [fake loss](../reference/notation.md#fake-loss) "
+            "\\(f = \\sum \\mathcal{F} \\odot R\\), where \\(\\mathcal{F}\\) is its output (\\(Y\\) for the affine "
+            f"layer, \\(\\phi(G)\\) for an activation), with random inputs and a random \\(R\\) (seed {SEED}), so that "
+            "the backward is called with upstream gradient \\(R\\). The ReLU inputs are kept at least 0.1 away from "
+            "0: there the function has a corner and central differences with step \\(\\Delta\\) see an average of "
+            "both slopes ([above](#the-activations-derivatives-checked)).\n\n" + sections.gradcheck_table(rows))
 
 
 def generate(context):

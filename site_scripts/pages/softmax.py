@@ -12,7 +12,7 @@ from ..sections import agreement, num
 from ..tiny_backward import tiny_backward
 
 ROW = 0  # the position of the tiny example whose row of logits the Jacobian check uses
-SHIFTS = (0.0, 100.0, 1000.0)  # constants added to that row to show what subtracting the maximum prevents
+SHIFTS = (0.0, 100.0, 1000.0)  # constants κ added to that row to show what subtracting the maximum prevents
 SCALE = 1000.0  # the tiny logits times this: a model confident enough for p_y to underflow to 0
 
 
@@ -44,26 +44,30 @@ def jacobian_checks(z, target, n, jacobian=formula_jacobian):
     p = softmax(z)
     formula, numeric = jacobian(p), numeric_jacobian(z)
     dp = -np.eye(z.size)[target] / (n * p[target])  # the log's backward, the slow route's upstream gradient
+    dl_dp = r"\partial\ell/\partial p"
     checks = [
-        ("the formula diag(p) − p pᵀ against central differences of the code's softmax", formula, numeric),
-        ("the code's softmax_backward with unit upstream gradients against the formula", code_jacobian(p), formula),
-        ("each row's sum Σ_j′ ∂p_j/∂z_j′ (the shift step) against 0", formula.sum(axis=1), np.zeros(z.size)),
-        ("softmax_backward(∂ℓ/∂p) against the matrix product (∂p/∂z)ᵀ ∂ℓ/∂p, for the slow route's "
-         "∂ℓ/∂p = −e_y/(N p_y)", softmax_backward(dp, p), formula.T @ dp),
+        (r"the formula \(\operatorname{diag}(p) - p\,p^\top\) against central differences of the code's softmax",
+         formula, numeric),
+        ("the code's `softmax_backward` with unit upstream gradients against the formula", code_jacobian(p), formula),
+        (r"each row's sum \(\sum_{j'} \partial p_j/\partial z_{j'}\) (the shift step) against 0", formula.sum(axis=1),
+         np.zeros(z.size)),
+        (f"`softmax_backward` of \\({dl_dp}\\) against the matrix product "
+         f"\\((\\partial p/\\partial z)^\\top {dl_dp}\\), for the slow route's \\({dl_dp} = -e_y/(N p_y)\\)",
+         softmax_backward(dp, p), formula.T @ dp),
     ]
     return formula, numeric, [[what, *agreement(mine, reference)] for what, mine, reference in checks]
 
 
 def shift_rows(z):
-    """What subtracting the maximum prevents: the code against a softmax without the shift, for z + c."""
+    """What subtracting the maximum prevents: the code against a softmax without the shift, for z + κ."""
     p, rows = softmax(z), []
-    for c in SHIFTS:
+    for kappa in SHIFTS:
         with np.errstate(over="ignore", invalid="ignore"):
-            e = np.exp(z + c)
+            e = np.exp(z + kappa)
             naive = e / e.sum()
-        gap = agreement(softmax(z + c), p)[0]
+        gap = agreement(softmax(z + kappa), p)[0]
         naive_text = f"{np.abs(naive - p).max():.1e}" if np.all(np.isfinite(naive)) else "not a number (exp overflowed)"
-        rows.append([f"{c:g}", f"{gap:.1e}", naive_text])
+        rows.append([f"{kappa:g}", f"{gap:.1e}", naive_text])
     return rows
 
 
@@ -77,7 +81,8 @@ def jacobian_md():
     return "\n".join([
         f"**Checked on the tiny model.** Row {ROW} of its real logits \\(z\\) (ids `{TINY_IDS}`, position {ROW}; "
         "the table of all rows is in the [tiny example](#tiny-numerical-example)). The Jacobian by the formula, "
-        "then column by column by central differences of `softmax_forward` with step Δ (row j, column j′):\n",
+        "then column by column by central differences of `softmax_forward` with step \\(\\Delta\\) (row \\(j\\), "
+        "column \\(j'\\)):\n",
         sections.array_md("∂p/∂z = diag(p) − p pᵀ", formula, row_label="j"),
         sections.array_md("central differences (p(z + Δe_j′) − p(z − Δe_j′)) / 2Δ", numeric, row_label="j"),
         md_table(["Check", "Largest gap", "Result"], [[what, f"{gap:.1e}", verdict] for what, gap, verdict in rows]),
@@ -85,9 +90,10 @@ def jacobian_md():
         f"\\(-p_j p_{{j'}}\\) say. The largest, {formula[top, top]:.4f}, is that of entry {top}, whose probability "
         f"{p[top]:.4f} is the closest to 1/2, where \\(p(1 - p)\\) peaks. Pass: relative gap below {REL_TOL:g} "
         "(the gradient checks' rule); a sum that is 0 passes on the absolute floor.\n",
-        f"**The shift, checked.** The code's softmax of \\(z + c\\) against its softmax of \\(z\\), and a softmax "
-        f"written without the shift; `exp` overflows float64 above {limit:.2f}:\n",
-        md_table(["c", "code: largest gap to p", "without the shift: largest gap to p"], shift_rows(z)),
+        f"**The shift, checked.** The code's softmax of \\(z + \\kappa\\) against its softmax of \\(z\\), and a "
+        f"softmax written without the shift; `exp` overflows float64 above {limit:.2f}:\n",
+        md_table(["\\(\\kappa\\)", "code: largest gap to \\(p\\)", "without the shift: largest gap to \\(p\\)"],
+                 shift_rows(z)),
     ])
 
 
@@ -111,8 +117,9 @@ def fused_rows(z, targets, fused=fused_route):
     """(what, largest gap, verdict) of the fused loss and gradient against the slow route."""
     loss, grad = fused(z, targets)
     slow_loss, slow_grad = slow_route(z, targets)
-    return [["𝓛: log-sum-exp form against −mean log p_y", *agreement(loss, slow_loss)],
-            ["∂𝓛/∂Z: (P − e_y)/N against the log's backward then softmax_backward",
+    return [[r"\(\mathcal{L}\): log-sum-exp form against \(-\operatorname{mean} \log p_y\)",
+             *agreement(loss, slow_loss)],
+            [r"\(\partial\mathcal{L}/\partial Z\): \((P - e_y)/N\) against the log's backward then `softmax_backward`",
              *agreement(grad, slow_grad)]]
 
 
@@ -141,9 +148,10 @@ def fused_md():
         f"\n**Why fused, shown.** The same logits times {SCALE:g}: a model as sure as that, and wrong, gives its "
         f"targets \\(p_y\\) = {', '.join(f'{v:.1e}' for v in p_big)} in float64, exactly 0 at "
         f"{int((p_big == 0).sum())} of {targets.size} positions.\n",
-        md_table(["Route", "𝓛", "Gradient finite?", "Largest |∂𝓛/∂Z|"], confident_rows(big, targets)),
+        md_table(["Route", "\\(\\mathcal{L}\\)", "Gradient finite?",
+                  "Largest \\(\\lvert\\partial\\mathcal{L}/\\partial Z\\rvert\\)"], confident_rows(big, targets)),
         "\nThe fused route still gives the exact loss (a log-sum-exp minus a logit) and a gradient no larger than "
-        "1/N; the slow route takes log 0 and divides by 0.\n",
+        "\\(1/N\\); the slow route takes \\(\\log 0\\) and divides by 0.\n",
     ])
 
 
@@ -156,20 +164,22 @@ def forward_md(ex, z, p, loss):
     t, y = 0, TINY_TARGETS[0]
     shifted = z[t] - z[t].max()
     exps = [f"e^{{{num(v, bracket=False)}}}" for v in shifted]
+    log_nv = r"\(\log n_V\)"
     return "\n".join([
         sections.array_md("logits Z", z, row_label="position t"),
         sections.array_md("P = softmax(Z), row by row", p, row_label="position t"),
         f"Follow one number, with \\(z\\) the row of position {t}: \\(P_{{{t},{y}}} = e^{{z_{y} - \\max z}} / "
         f"\\sum_j e^{{z_j - \\max z}}\\) = \\({exps[y]} / ({' + '.join(exps)})\\) = {np.exp(shifted[y]):.4f} / "
         f"{np.exp(shifted).sum():.4f} = **{p[t, y]:.4f}**, position {t}'s probability of its target {y}.\n",
-        md_table(["position t", "target y", "P[t, y]", "−log P[t, y]"],
+        md_table(["position \\(t\\)", "target \\(y\\)", "\\(P_{t,y}\\)", "\\(-\\log P_{t,y}\\)"],
                  [[t, y, f"{p[t, y]:.4f}", f"{per_position[t]:.4f}"] for t, y in enumerate(targets)]),
-        f"\nThe loss is their mean, **𝓛 = {loss:.4f}**, against log n_V = {np.log(n_v):.4f} for a uniform guess "
-        f"over n_V = {n_v} tokens. A row's loss averaged over all n_V possible targets is "
-        f"log Σ_j e^{{z_j}} − mean_j z_j, here {', '.join(f'{v:.4f}' for v in over_targets)}; it is never "
-        "below log n_V (the log of a mean of e^{z_j} is at least the mean of the z_j, with equality only for a "
-        "constant row), and the more an untrained head spreads a row, the higher it is. "
-        + ("So an untrained model whose targets have nothing to do with its logits starts above log n_V. "
+        f"\nThe loss is their mean, **\\(\\mathcal{{L}}\\) = {loss:.4f}**, against {log_nv} = {np.log(n_v):.4f} for a "
+        f"uniform guess over \\(n_V\\) = {n_v} tokens. A row's loss averaged over all \\(n_V\\) possible targets is "
+        f"\\(\\log \\sum_j e^{{z_j}} - \\frac{{1}}{{n_V}} \\sum_j z_j\\), here "
+        f"{', '.join(f'{v:.4f}' for v in over_targets)}; it is never below {log_nv} (the log of a mean of the "
+        "\\(e^{z_j}\\) is at least the mean of the \\(z_j\\), with equality only for a constant row), and the more "
+        "an untrained head spreads a row, the higher it is. "
+        + (f"So an untrained model whose targets have nothing to do with its logits starts above {log_nv}. "
            if over_targets.mean() > np.log(n_v) else "")
         + (f"These targets cost more still ({loss:.4f} against the rows' average {over_targets.mean():.4f}): "
            "the untrained model happens to give them less than its average probability.\n"
@@ -188,29 +198,34 @@ def backward_md(ex, z, p):
     y, other = targets[t], (targets[t] + 1) % ex.cfg.vocab_size
     xf, dxf = ex.trace["lnf"][0], dz @ ex.params["head_w"].T
     dw00 = xf[:, 0] @ dz[:, 0]
+    lnf = sections.page_link("softmax", "model", "eq-model-lnf")
     return "\n".join([
         "The real backward starts here: \\(\\ell = \\mathcal{L}\\), so \\(\\partial\\ell/\\partial\\mathcal{L} = 1\\) "
-        f"and \\(\\partial\\ell/\\partial Z = (P - e_y)/N\\) with N = {n} positions. The page computes it from "
-        "P above and the one-hot targets:\n",
+        f"and \\(\\partial\\ell/\\partial Z = (P - e_y)/N\\) with \\(N\\) = {n} positions. The page computes it from "
+        "\\(P\\) above and the one-hot targets:\n",
         sections.array_md("e_y (one-hot targets)", onehot, row_label="position t"),
         sections.array_md("∂ℓ/∂Z = (P − e_y) / N", dz, row_label="position t"),
         f"Follow two numbers of row {t} (target {y}): \\(\\partial\\ell/\\partial Z_{{{t},{y}}}\\) = "
         f"({p[t, y]:.4f} − 1) / {n} = **{num(dz[t, y], bracket=False)}**, the target's logit, pushed up by "
         f"gradient descent; \\(\\partial\\ell/\\partial Z_{{{t},{other}}}\\) = ({p[t, other]:.4f} − 0) / {n} = "
         f"**{num(dz[t, other], bracket=False)}**, another entry, pushed down in proportion to its probability. "
-        f"Each row sums to 0 up to rounding (largest |sum| {np.abs(dz.sum(axis=-1)).max():.1e}): the "
+        f"Each row sums to 0 up to rounding (the largest row sum in absolute value is "
+        f"{np.abs(dz.sum(axis=-1)).max():.1e}): the "
         "probabilities sum to 1 and the one-hot target takes 1 away.\n",
         md_table(["Gradient", "Computed here as", "Replay's array", "Largest gap", "Result"], [
-            ["\\(\\partial\\ell/\\partial Z\\)", "(P − e_y) / N", "`steps['dlogits']`",
+            ["\\(\\partial\\ell/\\partial Z\\)", "\\((P - e_y) / N\\)", "`steps['dlogits']`",
              *fmt(agreement(dz, back.steps["dlogits"][0]))],
-            ["\\(\\partial\\ell/\\partial X_f\\)", "∂ℓ/∂Z W_hᵀ (the head's backward)", "`steps['dlnf']`",
+            ["\\(\\partial\\ell/\\partial X_f\\)",
+             "\\(\\partial\\ell/\\partial Z\\, W_h^\\top\\) (the head's backward)", "`steps['dlnf']`",
              *fmt(agreement(dxf, back.steps["dlnf"][0]))],
-            ["\\(\\partial\\ell/\\partial W_h\\)", "X_fᵀ ∂ℓ/∂Z", "`grads['head_w']`",
+            ["\\(\\partial\\ell/\\partial W_h\\)", "\\(X_f^\\top\\, \\partial\\ell/\\partial Z\\)", "`grads['head_w']`",
              *fmt(agreement(xf.T @ dz, back.grads["head_w"]))]]),
         f"\nFollow it into the head, whose backward is the [Linear page's]"
-        f"({sections.page_link('softmax', 'linear', 'eq-linear-grad')}) with \\(A = X_f\\), the final LayerNorm's "
-        f"output `lnf`: \\(\\partial\\ell/\\partial W_{{h,0,0}} = "
-        f"\\sum_t X_{{f,t,0}}\\,\\partial\\ell/\\partial Z_{{t,0}}\\) = "
+        f"({sections.page_link('softmax', 'linear', 'eq-linear-grad')}) with \\(A = X_f\\), the head's input: the "
+        f"final LayerNorm's output `lnf` (the [Full Model page]({lnf}) builds it), here for ids `{TINY_IDS}`:\n",
+        sections.array_md("X_f (lnf)", xf, row_label="position t"),
+        "Column 0 of \\(X_f\\) against column 0 of \\(\\partial\\ell/\\partial Z\\), one product per position: "
+        "\\(\\partial\\ell/\\partial W_h[0,0] = \\sum_t X_f[t,0]\\,\\partial\\ell/\\partial Z_{t,0}\\) = "
         + " + ".join(f"{num(a)}·{num(d)}" for a, d in zip(xf[:, 0], dz[:, 0], strict=True))
         + f" = **{num(dw00, bracket=False)}**, entry [0, 0] of the `g of head_w` table that the "
           f"[AdamW page]({sections.page_link('softmax', 'optim')}) feeds to the optimizer.\n",
@@ -252,7 +267,8 @@ def symbols_md():
         (r"N", "n = t.size", f"{targets.size}"),
         (r"n_V", "V = logits.shape[-1]", f"{z.shape[-1]}"),
         (r"\mathcal{L}", "loss", "a float"),
-        (r"\partial\ell/\partial p", "dp", p.shape),
+        (r"\partial\ell/\partial p", "dp[w, t]", p.shape[-1:],
+         "the row of position \\((w, t)\\); the code's `dp` holds every row, shaped like \\(P\\)"),
         (r"\partial\ell/\partial Z", "dlogits", dz.shape, "with \\(\\ell = \\mathcal{L}\\)"),
         (r"\Delta", "h", f"{H_STEP:g}"),
     ]
@@ -268,12 +284,15 @@ def gradcheck_md():
                                    [("softmax: dz", analytic, z)], H_STEP)
     targets = rng.integers(0, 5, (2, 3))
     analytic = cross_entropy_backward(1.0, cross_entropy_forward(z, targets)[1])
-    rows += sections.gradcheck_rows(lambda: cross_entropy_forward(z, targets)[0],
-                                    [("cross-entropy: dlogits", analytic, z)], H_STEP)
-    return ("Softmax through the [fake loss](../reference/notation.md#fake-loss) "
-            f"\\(f = \\sum \\operatorname{{softmax}}(z) \\odot R\\), for random logits of shape {z.shape} and a random "
-            "\\(R\\); the cross-entropy is a scalar already, so there \\(\\ell = \\mathcal{L}\\) itself is "
-            f"differentiated, with random targets (seed {SEED}).\n\n" + sections.gradcheck_table(rows))
+    xent_rows = sections.gradcheck_rows(lambda: cross_entropy_forward(z, targets)[0],
+                                        [("cross-entropy: dlogits", analytic, z)], H_STEP)
+    return (f"Softmax, for random logits of shape {z.shape}, through the "
+            "[fake loss](../reference/notation.md#fake-loss) \\(f = \\sum \\mathcal{F} \\odot R\\) with "
+            f"\\(\\mathcal{{F}} = \\operatorname{{softmax}}(z)\\) and a random \\(R\\) (seed {SEED}):\n\n"
+            + sections.gradcheck_table(rows)
+            + "\nThe cross-entropy is a scalar already, so no fake loss is needed: for the same logits and random "
+              "targets, \\(\\ell = \\mathcal{L}\\) itself is differentiated.\n\n"
+            + sections.gradcheck_table(xent_rows, differentiated="the mean cross-entropy \\(\\mathcal{L}\\) itself"))
 
 
 def generate(context):
