@@ -53,7 +53,7 @@ def url(md_link):
 
 
 def small(v):
-    return f"{v:.4f}" if abs(v) >= 5e-5 or v == 0 else f"{v:.1e}"
+    return sections.fixed(v) if abs(v) >= 5e-5 or v == 0 else f"{v:.1e}"
 
 
 # ---------------------------------------------------------------- the tiny example, backward
@@ -102,10 +102,11 @@ def loss_md(ex, bw):
     """What the tiny example's loss says, from the targets' probabilities the backward used."""
     N, V = len(TINY_TARGETS), ex.cfg.vocab_size
     target_p = N * bw.steps["dlogits"][0][np.arange(N), TINY_TARGETS] + 1  # (P - e_y)/N at the targets
-    return (f"The loss {bw.loss:.4f} is above log n_V = {np.log(V):.4f}, the loss of a uniform guess over the n_V "
-            f"tokens. The softmax of these random logits gives the targets the probabilities "
-            f"{listed(f'{q:.4f}' for q in target_p)}, whose geometric mean exp(−loss) = {np.exp(-bw.loss):.4f} is "
-            f"below the uniform 1/n_V = {1 / V:.4f}: the untrained model happens to favour other tokens.\n")
+    return (f"The loss \\(\\mathcal{{L}}\\) = {bw.loss:.4f} is above \\(\\log n_V\\) = {np.log(V):.4f}, the loss of a "
+            f"uniform guess over the \\(n_V\\) tokens. The softmax of these random logits gives the targets the "
+            f"probabilities {listed(f'{q:.4f}' for q in target_p)}, whose geometric mean \\(e^{{-\\mathcal{{L}}}}\\) = "
+            f"{np.exp(-bw.loss):.4f} is below the uniform \\(1/n_V\\) = {1 / V:.4f}: the untrained model happens to "
+            "favour other tokens.\n")
 
 
 def scatter_md(ex, bw):
@@ -123,7 +124,8 @@ def scatter_md(ex, bw):
             + sections.array_md("grads['pos_emb']", bw.grads["pos_emb"], row_label="position")
             + f"\nThe scatter-add ([its equation](#eq-model-embed-grad)): in {D_TOK}, {'; '.join(parts)}: each id "
               f"collects every position that holds it. Rows {listed(unused)} were read by no position and stay exactly "
-              f"0. Row t of {D_POS} is row t of {D_X0} for t < T = {len(ids)}, and exactly 0 beyond.\n")
+              f"0. Row \\(t\\) of {D_POS} is row \\(t\\) of {D_X0} for \\(t < T = {len(ids)}\\), and exactly 0 "
+              "beyond.\n")
 
 
 def listed(items):
@@ -154,33 +156,39 @@ def dictionary_md():
         raise RuntimeError(f"the zero rows {zero} are not the unread ones {expected}: the sentences below are wrong")
     bk = {k: np.abs(bw.grads[k]).max() for k in ex.params if k.endswith(".bk")}
     ffn = "; ".join(f"unit{'s' if len(u) > 1 else ''} {listed(u)} in block {l}" for l, u in silent.items() if u)
-    ffn = (f"In the feed-forward layers, some hidden units (of F = {ex.cfg.ff_dim}) are 0 after {ex.cfg.activation} "
-           f"at every position: {ffn}. Their pre-activation is not positive at any of the {T} positions, so "
-           f"{ex.cfg.activation} passes them no gradient: their entries of `ff1_b`, their columns of `ff1_w` and their "
-           "rows of `ff2_w` are exactly 0. " if ffn else "")
+    ffn = (f"In the feed-forward layers, some hidden units (of \\(F = {ex.cfg.ff_dim}\\)) are 0 after "
+           f"`{ex.cfg.activation}` at every position: {ffn}. Their pre-activation is not positive at any of the {T} "
+           f"positions, so `{ex.cfg.activation}` passes them no gradient: their entries of `ff1_b`, their columns "
+           "of `ff1_w` and their rows of `ff2_w` are exactly 0. " if ffn else "")
     return ("The gradient dictionary `loss_and_grads` returns for the tiny example: one entry per parameter, in "
             "the order of `params`.\n\n"
             + md_table(["Key", "Shape", "‖grad‖", "max |grad|", "Entries exactly 0"], rows)
             + f"\nEvery exact zero has a reason. Rows {listed(unused)} of `tok_emb`: no id of `{TINY_IDS}` reads "
               f"them. Row{'s' if len(expected['pos_emb']) > 1 else ''} {listed(expected['pos_emb'])} of `pos_emb`: "
-              f"the sequence has T = {T} positions and the table T_max = {ex.cfg.context_len} rows, and positions "
-              f"beyond T are never read. {ffn}The key biases, "
-            + ", ".join(f"`{k}` (largest entry {v:.1e})" for k, v in bk.items())
-            + ", are 0 in exact arithmetic and rounding noise in floats: b_k adds the same number q_t · b_k to "
-              "every score of query row t, a softmax ignores a constant added to its row, so no loss depends on "
-              "b_k ([Attention](attention.md) derives it). [Below](#backward-checks), their central differences.\n")
+              f"the sequence has \\(T = {T}\\) positions and the table \\(T_{{\\max}} = {ex.cfg.context_len}\\) "
+              f"rows, and positions beyond \\(T\\) are never read. {ffn}" + key_bias_text(bk))
+
+
+def key_bias_text(largest):
+    """Why the key biases' gradients are rounding noise; largest: {key: largest |entry| of its gradient}."""
+    return ("The key biases, " + ", ".join(f"`{k}` (largest entry {v:.1e})" for k, v in largest.items())
+            + ", are 0 in exact arithmetic and rounding noise in floats: head \\(h\\)'s slice \\(b_k^{(h)}\\) of "
+              "the key bias adds the same number \\(Q^{(h)}_{w,t} \\cdot b_k^{(h)} / \\sqrt{d_h}\\) to every score "
+              "of query row \\(t\\) of window \\(w\\), a softmax ignores a constant added to its row, so no loss "
+              "depends on \\(b_k\\) ([Attention](attention.md#eq-attn-grad-key-bias) derives it). "
+              "[Below](#backward-checks), their central differences.\n")
 
 
 def products(pairs):
     """(a)(b) + (c)(d) + ...: a sum of products written out, each factor as the page's tables print it, and the
     sum a reader gets from those printed factors."""
     pairs = [(round(float(a), 4), round(float(b), 4)) for a, b in pairs]
-    return " + ".join(f"({a:.4f})({b:.4f})" for a, b in pairs), sum(a * b for a, b in pairs)
+    return " + ".join(f"({sections.fixed(a)})({sections.fixed(b)})" for a, b in pairs), sum(a * b for a, b in pairs)
 
 
 def by_hand(printed, value):
-    return (f"Summed from the factors as printed, the products give {printed:.5f}; the arrays themselves, unrounded, "
-            f"give {value:.5f}")
+    return (f"Summed from the factors as printed, the products give {sections.fixed(printed, 5)}; the arrays "
+            f"themselves, unrounded, give {sections.fixed(value, 5)}")
 
 
 def follow_backward_md():
@@ -193,10 +201,11 @@ def follow_backward_md():
             "table above), one product per position:\n\n"
             "$$\n\\begin{aligned}\n\\frac{\\partial \\ell}{\\partial W_h[0,0]} &= \\sum_t X_f[t,0]\\, "
             "\\frac{\\partial \\ell}{\\partial Z_{t0}} \\\\\n"
-            f"&= {terms} \\\\\n&= {value:.4f}\n\\end{{aligned}}\n$$\n\n"
-            f"{by_hand(printed, float(xf @ dz))}, and `grads['head_w'][0, 0]` is that number: {value:.5f}. The "
+            f"&= {terms} \\\\\n&= {sections.fixed(value)}\n\\end{{aligned}}\n$$\n\n"
+            f"{by_hand(printed, float(xf @ dz))}, and `grads['head_w'][0, 0]` is that number: "
+            f"{sections.fixed(value, 5)}. The "
             f"[AdamW page]({optim}) takes this same gradient for its first step: its `g of head_w` table starts with "
-            f"{value:.4f} (a site test checks that the two agree).\n")
+            f"{sections.fixed(value)} (a site test checks that the two agree).\n")
 
 
 # ---------------------------------------------------------------- the chain rule, checked
@@ -248,7 +257,7 @@ def chain_check_md(steps=None):
 
 
 def entry_text(v):
-    return f"{v:.10f}" if abs(v) >= 1e-6 or v == 0 else f"{v:.2e}"
+    return sections.fixed(v, 10) if abs(v) >= 1e-6 or v == 0 else f"{v:.2e}"
 
 
 SIDE_BY_SIDE = (("head_w", (0, 0)), ("lnf_g", (0,)), ("b1.wv", (0, 1)), ("b0.ff1_w", (1, 2)), ("tok_emb", (2, 0)),
@@ -265,7 +274,7 @@ def side_by_side_md():
     rows = [[f"`{k}{list(i)}`", entry_text(bw.grads[k][i]), entry_text(numeric[k][i]),
              f"{abs(bw.grads[k][i] - numeric[k][i]):.1e}"] for k, i in SIDE_BY_SIDE]
     return (f"A few entries of the tiny example's gradients (no parameter moved: these are the arrays above), "
-            f"from the backward and from central differences of `loss_fn` with step Δ = {H_STEP:g}:\n\n"
+            f"from the backward and from central differences of `loss_fn` with step \\(\\Delta\\) = {H_STEP:g}:\n\n"
             + md_table(["Entry", "From the backward", "From central differences", "Gap"], rows) + "\n"
             + floor_text({k: (bw.grads[k], numeric[k]) for k in numeric if k.endswith(".bk")}))
 
@@ -278,10 +287,11 @@ def floor_text(checked):
     verdicts = {verdict_text(check_passes(g, r), r >= REL_TOL, "on the absolute floor") for g, r in gaps.values()}
     noise = listed(f"{np.abs(a).max():.1e}" for a, _ in checked.values())
     if not any(np.any(n) for _, n in checked.values()):
-        sides = (f"For {keys} the central differences are exactly 0 in every entry: moving a key bias by ±Δ leaves "
-                 f"the loss unchanged to the last bit. The backward leaves rounding noise of at most {noise}. With one "
-                 "side exactly 0, the gap is the other side's largest entry, and the relative gap is that entry "
-                 f"divided by itself: {listed(f'{r:.1f}' for _, r in gaps.values())}, whatever the noise's size")
+        sides = (f"For {keys} the central differences are exactly 0 in every entry: moving a key bias by "
+                 f"\\(\\pm\\Delta\\) leaves the loss unchanged to the last bit. The backward leaves rounding "
+                 f"noise of at most {noise}. With one side exactly 0, the gap is the other side's largest entry, "
+                 f"and the relative gap is that entry divided by itself: "
+                 f"{listed(f'{r:.1f}' for _, r in gaps.values())}, whatever the noise's size")
     else:
         sides = (f"For {keys} both sides are rounding noise (the backward's at most {noise}), and the relative gaps "
                  f"{listed(f'{r:.2g}' for _, r in gaps.values())} compare one noise with another")
@@ -299,9 +309,10 @@ def gradcheck_md():
     floor = [r for r in rows if r.rel >= REL_TOL]
     return (f"`gradcheck_model` on the tiny model: every one of the {len(rows)} gradients of the loss, from "
             f"`loss_and_grads`, against central differences of `loss_fn` (ids `{TINY_IDS}`, targets "
-            f"`{TINY_TARGETS}`, seeds {SEED} and {SEED + 1}). Every 1-D parameter is first moved by 0.1 × N(0, 1) "
-            "off its initial value: the gains start at exactly 1 and the biases at exactly 0, and a term multiplied "
-            "by a gain of 1 or added as a bias of 0 could hide a mistake that the moved values expose.\n\n"
+            f"`{TINY_TARGETS}`, seeds {SEED} and {SEED + 1}). Every 1-D parameter is first moved off its initial "
+            "value by 0.1 times a standard normal draw: the gains start at exactly 1 and the biases at exactly 0, "
+            "and a term multiplied by a gain of 1 or added as a bias of 0 could hide a mistake that the moved "
+            "values expose.\n\n"
             + sections.gradcheck_table(rows, "the loss itself (the tiny example's mean cross-entropy), not a "
                                              "[fake loss](../reference/notation.md#fake-loss)") + "\n"
             + (f"The rows {', '.join(f'`{r.label}`' for r in floor)} have a relative gap of "
@@ -385,13 +396,20 @@ def filled_keys():
 
 
 SYMBOL_TEXT = {r"\partial": "∂", r"\ell": "ℓ"}  # the stream's symbols as text: mermaid does not run MathJax
+SUPERSCRIPT = str.maketrans("0123456789()", "⁰¹²³⁴⁵⁶⁷⁸⁹⁽⁾")
+
+
+def plain_symbol(latex):
+    """A symbol of stream_labels as mermaid can show it (mermaid runs no MathJax): ∂ℓ/∂X⁽⁰⁾ for the LaTeX
+    \\partial\\ell/\\partial X^{(0)}."""
+    text = re.sub(r"\\\(|\\\)|\\partial ?|\\ell", lambda m: SYMBOL_TEXT.get(m[0].strip(), ""), latex)
+    return re.sub(r"\^\{(.*?)\}", lambda m: m[1].translate(SUPERSCRIPT), text)
 
 
 def grad_flow_md():
     """Mermaid: each backward call, the gradient it receives and the keys of `grads` it fills."""
     calls, ex = filled_keys(), tiny()
-    symbols = [re.sub(r"\\\(|\\\)|\\partial ?|\\ell|[{}]", lambda m: SYMBOL_TEXT.get(m[0].strip(), ""), s)
-               for _, s, _ in stream_labels(ex.cfg.num_layers)]
+    symbols = [plain_symbol(s) for _, s, _ in stream_labels(ex.cfg.num_layers)]
     lines, clicks = ["```mermaid", "flowchart TD", '  start(["cross_entropy_backward"])'], []
     previous = "start"
     for i, (line, name, arg, shape, keys, stored) in enumerate(calls):
@@ -444,8 +462,10 @@ def backward_symbols_md():
         (r"\partial\ell/\partial W_h", 'grads["head_w"]', grads["head_w"].shape),
         (r"\partial\ell/\partial b_h", 'grads["head_b"]', grads["head_b"].shape),
         (r"\partial\ell/\partial X^{(L)}", "dx, from the final layer_norm_backward", d["dx_last"].shape),
-        (r"\partial\ell/\partial \gamma", 'grads["lnf_g"]', grads["lnf_g"].shape, "the final LayerNorm's, `lnf_g`"),
-        (r"\partial\ell/\partial \beta", 'grads["lnf_b"]', grads["lnf_b"].shape, "the final LayerNorm's, `lnf_b`"),
+        (r"\partial\ell/\partial \gamma", 'grads["lnf_g"]', grads["lnf_g"].shape,
+         r"the final LayerNorm's, \(\gamma_{\mathrm{LN}_f}\) (`lnf_g`)"),
+        (r"\partial\ell/\partial \beta", 'grads["lnf_b"]', grads["lnf_b"].shape,
+         r"the final LayerNorm's, \(\beta_{\mathrm{LN}_f}\) (`lnf_b`)"),
         (r"\partial\ell/\partial X^{(l)}", "dx, from block_backward", d["dx0"].shape),
         (r"\partial\ell/\partial X^{(0)}", "dx, into embedding_backward", d["dx0"].shape),
         (r"\partial\ell/\partial E_{\mathrm{tok}}", 'grads["tok_emb"]', grads["tok_emb"].shape),

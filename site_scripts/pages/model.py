@@ -25,15 +25,23 @@ from . import _model_backward as model_backward
 from ._model_backward import PAGE, calls_md, here
 
 # Distinct primes for each size: a shape computed with them reads back as symbols.
-SYMBOLIC = {101: "n_V", 103: "T_max", 107: "d", 109: "F"}
+SYMBOLIC = {101: "n_V", 103: r"T_{\max}", 107: "d", 109: "F"}
 ROLES = {  # what each parameter is for (prose); a key missing here stops the build
-    "tok_emb": "token embedding table", "pos_emb": "position embedding table",
-    "ln1_g": "LN1 gain", "ln1_b": "LN1 shift", "wq": "query projection", "bq": "query bias",
-    "wk": "key projection", "bk": "key bias", "wv": "value projection", "bv": "value bias",
-    "wo": "output projection of the heads", "bo": "output bias", "ln2_g": "LN2 gain", "ln2_b": "LN2 shift",
-    "ff1_w": "feed-forward, first layer", "ff1_b": "its bias", "ff2_w": "feed-forward, second layer",
-    "ff2_b": "its bias", "lnf_g": "final LayerNorm gain", "lnf_b": "final LayerNorm shift",
-    "head_w": "the head: width d to V logits", "head_b": "head bias",
+    "tok_emb": r"\(E_{\mathrm{tok}}\), the token embedding table",
+    "pos_emb": r"\(E_{\mathrm{pos}}\), the position embedding table",
+    "ln1_g": r"\(\gamma_{\mathrm{LN}_1}\), the first LayerNorm's gain",
+    "ln1_b": r"\(\beta_{\mathrm{LN}_1}\), the first LayerNorm's shift",
+    "wq": r"\(W_q\), the query projection", "bq": r"\(b_q\), the query bias",
+    "wk": r"\(W_k\), the key projection", "bk": r"\(b_k\), the key bias",
+    "wv": r"\(W_v\), the value projection", "bv": r"\(b_v\), the value bias",
+    "wo": r"\(W_o\), the output projection of the heads", "bo": r"\(b_o\), the output bias",
+    "ln2_g": r"\(\gamma_{\mathrm{LN}_2}\), the second LayerNorm's gain",
+    "ln2_b": r"\(\beta_{\mathrm{LN}_2}\), the second LayerNorm's shift",
+    "ff1_w": r"\(W_1\), the feed-forward network's first weights", "ff1_b": r"\(b_1\), its first bias",
+    "ff2_w": r"\(W_2\), the feed-forward network's second weights", "ff2_b": r"\(b_2\), its second bias",
+    "lnf_g": r"\(\gamma_{\mathrm{LN}_f}\), the final LayerNorm's gain",
+    "lnf_b": r"\(\beta_{\mathrm{LN}_f}\), the final LayerNorm's shift",
+    "head_w": r"\(W_h\), the head: width \(d\) to \(n_V\) logits", "head_b": r"\(b_h\), the head's bias",
 }
 
 
@@ -47,8 +55,14 @@ def forward_md():
         label = f"{key} {sections.shape_text(value.shape)}" + (", head 0" if v.ndim > 2 else "")
         out.append(f"**{label}**\n\n" + sections.array_md(key, v if v.ndim <= 2 else v[0], row_label="position"))
     out.append("The head's parameters, which the last step multiplies by:\n")
-    out += [sections.array_md("head_w", p["head_w"], row_label="row"), sections.array_md("head_b", p["head_b"])]
+    out += [weight_md("head_w", p["head_w"]), sections.array_md("head_b", p["head_b"])]
     return "\n".join(out)
+
+
+def weight_md(name, w):
+    """A weight matrix as a table whose header says which index is the input unit and which the output unit."""
+    table = sections.array_md(name, w, row_label="row")
+    return table.replace(" (row \\ column)", r" (row \(i\), input unit \ column \(i'\), output unit)", 1)
 
 
 def follow_forward_md():
@@ -59,9 +73,9 @@ def follow_forward_md():
     return ("One entry of [the head](#eq-head), by hand: row 0 of the `lnf` table against column 0 of `head_w`, "
             "plus entry 0 of `head_b`:\n\n"
             "$$\n\\begin{aligned}\nZ_{00} &= \\sum_i X_f[0,i]\\, W_h[i,0] + b_h[0] \\\\\n"
-            f"&= {terms} + ({b:.4f}) \\\\\n&= {z:.4f}\n\\end{{aligned}}\n$$\n\n"
+            f"&= {terms} + ({sections.fixed(b)}) \\\\\n&= {sections.fixed(z)}\n\\end{{aligned}}\n$$\n\n"
             f"{model_backward.by_hand(printed + round(float(b), 4), float(xf @ w + b))}, and entry (0, 0) of the "
-            f"`logits` table is that number: {z:.5f}.\n")
+            f"`logits` table is that number: {sections.fixed(z, 5)}.\n")
 
 
 def forward_symbols_md():
@@ -107,12 +121,12 @@ def forward_shapes_md():
 
 
 def symbolic_shape(shape):
-    return "(" + ", ".join(SYMBOLIC[n] for n in shape) + ("," if len(shape) == 1 else "") + ")"
+    return r"\((" + ", ".join(SYMBOLIC[n] for n in shape) + ("," if len(shape) == 1 else "") + r")\)"
 
 
 def init_rule(name, value, shape):
     if len(shape) == 2:
-        return f"Xavier, a = {np.sqrt(6 / sum(shape)):.4f}"
+        return f"Xavier, \\(a\\) = {np.sqrt(6 / sum(shape)):.4f}"
     if np.all(value == 1):
         return "ones"
     if np.all(value == 0):
@@ -145,14 +159,15 @@ def params_md():
     return {
         "param-kinds": sections.md_table(["Key", "Shape", "Default config", "Scalars", "Role", "Initialisation",
                                           "Decay"], rows)
-        + "\nThe symbolic shapes were read back from `param_shapes` called with distinct primes for n_V, T_max, d and "
-          "F; `b{l}.` keys repeat for each block l = 0 .. L−1. Xavier means U(−a, a) with a = √(6 / (rows + "
-          "columns)) ([the equation](" + sections.page_link(PAGE, "linear", "eq-xavier") + ")). Weight decay is "
-          "`is_decayed(key)`.\n",
+        + "\nThe symbolic shapes were read back from `param_shapes` called with distinct primes for \\(n_V\\), "
+          "\\(T_{\\max}\\), \\(d\\) and \\(F\\); `b{l}.` keys repeat for each block \\(l = 0, \\dots, L - 1\\). Xavier "
+          "means \\(U(-a, a)\\) with \\(a = \\sqrt{6 / (\\text{rows} + \\text{columns})}\\) ([the equation]("
+          + sections.page_link(PAGE, "linear", "eq-xavier") + ")). Weight decay is `is_decayed(key)`.\n",
         "param-every": f"All {len(shapes)} keys at {default_note(batch=False)}, in the order of `param_shapes`:\n\n"
         + sections.md_table(["Key", "Shape", "Scalars", "Weight decay"], every)
         + f"\nTotal: **{total}** scalars.\n",
-        "param-count": sections.md_table(["Preset", "n_V", "T_max", "d", "L", "F", "`param_count`",
+        "param-count": sections.md_table(["Preset", r"\(n_V\)", r"\(T_{\max}\)", r"\(d\)", r"\(L\)", r"\(F\)",
+                                          "`param_count`",
                                           "Scalars `init_params` made", "Check"], counts),
     }
 
@@ -186,14 +201,16 @@ def softmax_where_md():
     others = [c for c in code_facts.called_by("softmax_forward") if c.function != sample_next.__name__]
     if {c.function for c in others} != {"attention_forward", "decode_step"}:
         raise RuntimeError(f"softmax_forward is called by {others}: say what each call turns into probabilities")
-    return (f"Row 0 of the tiny example's logits runs from {z[0].min():.4f} to {z[0].max():.4f} and sums to "
-            f"{z[0].sum():.4f}: scores, not a distribution. Its softmax sums to {p[0].sum():.4f}, and adding "
+    low, high, total = (sections.fixed(v) for v in (z[0].min(), z[0].max(), z[0].sum()))
+    return (f"Row 0 of the tiny example's logits runs from {low} to {high} and sums to {total}: scores, not a "
+            f"distribution. Its softmax sums to {p[0].sum():.4f}, and adding "
             f"{shift:g} to every logit of a row changes no probability (largest change "
             f"{np.abs(shifted - p).max():.1e}).\n\n"
-            f"- **In the loss.** `cross_entropy_forward` never forms P: it takes log P of the target from the "
-            f"logits, as the target's logit minus a log-sum-exp ({code_link(cross_entropy_forward, lse)}), which "
-            f"stays finite where log(softmax) would give log(0). `cross_entropy_backward` forms P itself, as "
-            f"exp(logit − log-sum-exp) ({code_link(cross_entropy_backward, probs)}), to return (P − e_y)/N.\n"
+            f"- **In the loss.** `cross_entropy_forward` never forms \\(P\\): it takes the log-probability of the "
+            f"target from the logits, as the target's logit minus a log-sum-exp "
+            f"({code_link(cross_entropy_forward, lse)}), which stays finite where the log of a softmax would give "
+            f"log(0). `cross_entropy_backward` forms \\(P\\) itself, as exp(logit − log-sum-exp) "
+            f"({code_link(cross_entropy_backward, probs)}), to return \\((P - e_y)/N\\).\n"
             f"- **In the sampler.** `sample_next` divides one position's logits by the temperature and calls "
             f"`softmax_forward` on them ({code_link(sample_next, sampler)}) before drawing a token.\n\n"
             "The other calls of `softmax_forward` ("
@@ -315,11 +332,11 @@ def update_md():
     link = {n: f"[`train.py:{p.line}`]({sections.function_link(PAGE, p.path, 'train_step', p.line)})"
             for n, p in calls.items()}
     seq_len = tc.seq_len or cfg.context_len
-    return (f"`train_step` calls `loss_and_grads` on a batch of B = {tc.batch_size} windows of T = {seq_len} "
-            f"tokens ({link['loss_and_grads']}): one forward and one backward for the whole batch, so every "
-            f"gradient is already the average over the N = B·T = {tc.batch_size * seq_len} positions (the 1/N of "
-            f"[∂ℓ/∂Z](#eq-model-dlogits)). It then clips the gradients by their global norm to "
-            f"ρ = {tc.grad_clip} "
+    return (f"`train_step` calls `loss_and_grads` on a batch of \\(B = {tc.batch_size}\\) windows of "
+            f"\\(T = {seq_len}\\) tokens ({link['loss_and_grads']}): one forward and one backward for the whole "
+            f"batch, so every gradient is already the average over the \\(N = BT = {tc.batch_size * seq_len}\\) "
+            f"positions (the \\(1/N\\) of [the gradient on the logits](#eq-model-dlogits)). It then clips the "
+            f"gradients by their global norm to \\(\\rho = {tc.grad_clip}\\) "
             f"({link['clip_grads']}) and hands them to `adamw_update` ({link['adamw_update']}).\n\n"
             + batch_average_md() + clip_example_md(tc.grad_clip))
 
@@ -347,7 +364,7 @@ def clip_example_md(rho):
     clipped, _ = clip_grads(grads, rho)
     scale = global_norm(clipped) / norm
     what = f"scales every gradient by the same {scale:.4f}" if norm > rho else "leaves them as they are"
-    return (f"The tiny example's gradients have global norm ‖g‖ = {norm:.4f}; at ρ = {rho}, `clip_grads` {what}. "
+    return (f"The tiny example's gradients have global norm {norm:.4f}; at \\(\\rho = {rho}\\), `clip_grads` {what}. "
             f"What AdamW then does with each gradient, and the clipping rule, are on the "
             f"[AdamW / Learning rate / Clipping]({sections.page_link(PAGE, 'optim')}) page.\n")
 

@@ -109,3 +109,14 @@ def test_the_model_pages_cache_key_covers_its_helper_module():
     sources = [p.name for p in build.page_sources("model")]
     assert "_model_backward.py" in sources and ("gradcheck", "gradcheck_model") in build.page_units("model")
     assert "attention.py" in [p.name for p in build.page_sources("block")]  # block's generator imports it
+
+
+def test_a_number_that_rounds_to_zero_prints_no_sign():
+    terms, _ = model_backward.products([(-0.00001, 2.0), (0.5, -0.00002)])
+    assert terms == "(0.0000)(2.0000) + (0.5000)(0.0000)"
+    assert model_backward.small(-0.0) == "0.0000" and model_backward.entry_text(-0.0) == "0.0000000000"
+
+
+def test_the_diagram_writes_the_stream_symbols_as_mermaid_can_show_them():
+    symbols = [model_backward.plain_symbol(s) for _, s, _ in model_backward.stream_labels(2)]
+    assert symbols == ["∂ℓ/∂Z", "∂ℓ/∂X_f", "∂ℓ/∂X⁽²⁾", "∂ℓ/∂X⁽¹⁾", "∂ℓ/∂X⁽⁰⁾"]
