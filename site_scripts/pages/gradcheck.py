@@ -11,6 +11,7 @@ from transformer.model import param_shapes
 from .. import sections
 from ..examples import H_STEP, SEED, biases_moved, weighted_sum
 
+PAGE = "gradcheck"
 STEPS = [1e-2, 1e-3, 1e-5, 1e-8]
 EPS = 1e-5  # LayerNorm's epsilon in these examples
 PERTURB = 0.1  # gradcheck_model moves every 1-D parameter by PERTURB × N(0, 1)
@@ -72,8 +73,11 @@ def floor_md(rows):
             + ", ".join(f"`{r.label}` (largest entry of either gradient {scale[r.label]:.1e}, relative gap "
                         f"{r.rel:.2f})" for r in decided)
             + ". These are the key biases \\(b_k\\), whose gradient is zero in exact arithmetic: adding \\(b_k\\) to "
-              "every key adds the same \\(q \\cdot b_k\\) to all the scores of a query's row, which the softmax "
-              "ignores. The computed gradient and the central difference are both rounding noise, one far smaller "
+              "every key adds \\(Q^{(h)}_{w,t} \\cdot b_k^{(h)} / \\sqrt{d_h}\\) (\\(b_k^{(h)}\\) is head \\(h\\)'s "
+              "\\(d_h\\) entries of \\(b_k\\)) to every score of head \\(h\\) in query row \\((w, t)\\), the same "
+              "number for every key position of that row, which the softmax ignores ([the Attention page's "
+              "derivation](" + sections.page_link(PAGE, "attention", "eq-attn-grad-key-bias") + ")). "
+              "The computed gradient and the central difference are both rounding noise, one far smaller "
               "than the other, so the relative gap is 1 or next to it by its definition ([above](#eq-rel-gap)): a "
               "number without meaning, and only the absolute gap can judge.\n\n"
               f"The floor can only matter for a small gradient: where the largest entry is above "

@@ -82,20 +82,30 @@ def cost_md():
               "positions, width \\(d\\)).\n")
 
 
+SYMBOL_STEPS = 3  # tokens decoded before the symbols are recorded, so that K_{0:t} has more than one row
+
+
 def symbols_md():
     cfg = PRESETS["default"]
     params = init_params(cfg, seed=SEED)
     cache = KVCache(cfg, np.float64)
-    logits = decode_step(params, 0, cache, cfg)
+    for token in range(SYMBOL_STEPS):
+        logits = decode_step(params, token, cache, cfg)
+    t = cache.length - 1  # the position the last decode_step fed
+    attended = cache.keys[0][:, :t + 1]  # what decode_step's `keys[:, :pos + 1]` reads at that step
+    buffer = cache.keys[0].shape
     rows = [
-        (r"K_{0:t}, V_{0:t}", "cache.keys[l], cache.values[l]", cache.keys[0].shape,
-         "one block's, filled up to `length`"),
+        (r"K_{0:t}, V_{0:t}", "keys[:, :pos + 1], values[:, :pos + 1]", attended.shape,
+         f"one block's, at \\(t\\) = {t}: the first \\(t + 1\\) = {t + 1} positions of that block's buffers "
+         f"`cache.keys[l]`, `cache.values[l]`, which have room for all \\(T_{{\\max}}\\) positions (shape "
+         f"{sections.shape_text(buffer)}, zero past `cache.length`)"),
         (r"q_t, k_t, v_t", "q, k, v", (cfg.emb_dim,), "the new position's"),
-        (r"t", "pos = cache.length", "int", "the new position"),
+        (r"t", "pos = cache.length", "int", f"the new position ({t} in this recording)"),
         (r"o_t", "heads", (cfg.emb_dim,), "the new position's"),
         (r"z", "logits", logits.shape, "the new position's next-token logits"),
     ]
-    return sections.symbols_md(rows, default_note(batch=False))
+    return sections.symbols_md(rows, default_note(batch=False) + f", after {SYMBOL_STEPS} tokens fed to "
+                               "`decode_step`")
 
 
 def generate(context):

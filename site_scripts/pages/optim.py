@@ -17,6 +17,32 @@ def tiny_grads():
     return ex.params, loss_and_grads(ex.params, ex.ids, np.array([TINY_TARGETS]), ex.cfg)[1]
 
 
+def first_update(theta, g, lr, opt, decayed):
+    """The first AdamW update (n = 1, so m̂ = g and v̂ = g ⊙ g) in one formula: the change of θ,
+    −η_s λ θ (decayed arrays only) − η_s g/(|g| + ε_A)."""
+    return -(lr * opt.weight_decay * theta if decayed else 0.0) - lr * g / (np.abs(g) + opt.eps)
+
+
+def tex_number(v):
+    """A number for LaTeX: 1e-08 as 10^{-8}, 2.5e-05 as 2.5 \\times 10^{-5}, others as :g writes them."""
+    text = f"{v:g}"
+    if "e" not in text:
+        return text
+    mantissa, exponent = text.split("e")
+    power = f"10^{{{int(exponent)}}}"
+    return power if mantissa == "1" else f"{mantissa} \\times {power}"
+
+
+def entry_arithmetic(theta, g, change, lr, opt):
+    """Entry (0, 0) of a decayed array's first update written out from the arrays."""
+    t, gv, c = theta[0, 0], g[0, 0], change[0, 0]
+    decay, adam = lr * opt.weight_decay * t, lr * gv / (abs(gv) + opt.eps)
+    return (f"Entry (0, 0): \\(-{lr * opt.weight_decay:g} \\cdot {sections.num(t)} - {lr:g} \\cdot "
+            f"{sections.num(gv)} / (|{sections.num(gv)}| + {tex_number(opt.eps)})\\) = "
+            f"{sections.num(-decay, 6, False)} − {sections.num(adam, 6)} = {sections.num(-decay - adam, 6, False)}; "
+            f"the table's change is {sections.num(c, 6, False)}.")
+
+
 def example_md():
     params, grads = tiny_grads()
     opt = AdamWConfig()
@@ -26,17 +52,35 @@ def example_md():
     adamw_update(params, grads, state, opt.lr, opt)
     parts = [illustrative(f"One AdamW update (\\(n = {state['step']}\\), \\(\\eta_s = {opt.lr:g}\\), "
                           f"\\(\\beta_1 = {opt.beta1}\\), \\(\\beta_2 = {opt.beta2}\\), "
-                          f"\\(\\epsilon_{{\\mathrm{{A}}}} = {opt.eps:g}\\), \\(\\lambda = {opt.weight_decay}\\)) "
+                          f"\\(\\epsilon_{{\\mathrm{{A}}}} = {tex_number(opt.eps)}\\), "
+                          f"\\(\\lambda = {opt.weight_decay}\\)) "
                           f"on the tiny model's gradients for ids `{TINY_IDS}`, targets `{TINY_TARGETS}`.")]
+    parts.append("On the first update \\(\\hat m = g\\) and \\(\\hat v = g \\odot g\\), so the "
+                 "[decay](#eq-adamw-decay) and the [update](#eq-adam-update) together are\n\n"
+                 "$$\n\\theta \\leftarrow \\theta - \\eta_s \\lambda\\, \\theta "
+                 "- \\eta_s\\, \\frac{g}{|g| + \\epsilon_{\\mathrm{A}}}\n$$\n\n"
+                 "entry by entry, without the term \\(-\\eta_s \\lambda\\, \\theta\\) for an array that is not "
+                 "decayed; \\(\\theta\\) on the right is the array before the update. In the tables of `head_w` "
+                 "(\\(W_h\\)), row \\(i\\) is the input unit and column \\(i'\\) the output unit.\n")
+    rows = []
     for k in names:
         change = params[k] - before[k]
+        formula = first_update(before[k], grads[k], opt.lr, opt, is_decayed(k))
+        gap, verdict = sections.agreement(change, formula)
+        rows.append([f"`{k}`", "yes" if is_decayed(k) else "no", sections.gap_text(gap), verdict])
         parts.append(f"**`{k}`** (decayed: {'yes' if is_decayed(k) else 'no'})\n")
+        if is_decayed(k):  # the only arrays whose θ enters the change
+            parts.append(sections.array_md(f"θ of {k} before the update", before[k]))
         parts.append(sections.array_md(f"g of {k}", grads[k]))
-        parts.append(sections.array_md(f"change of {k}", change))
+        parts.append(sections.array_md(f"change of {k}", change, decimals=6))
+        if is_decayed(k):
+            parts.append(entry_arithmetic(before[k], grads[k], change, opt.lr, opt) + "\n")
+    parts.append("The change computed by `adamw_update` against the formula above, for every entry:\n\n"
+                 + sections.md_table(["Array", "decayed", "largest gap", "verdict"], rows))
     change = params["lnf_g"] - before["lnf_g"]
     sign_ok = np.all(np.sign(-grads["lnf_g"]) == np.sign(change))
-    parts.append(f"On the first update \\(\\hat m = g\\) and \\(\\hat v = g \\odot g\\), so every entry moves by "
-                 f"\\(\\eta_s\\, g/(|g| + \\epsilon_{{\\mathrm{{A}}}})\\), about \\(\\eta_s\\) against the sign of its "
+    parts.append(f"Without the decay every entry changes by \\(-\\eta_s\\, g/(|g| + \\epsilon_{{\\mathrm{{A}}}})\\), "
+                 f"about \\(\\eta_s\\) against the sign of its "
                  f"gradient whatever the gradient's size (largest |change| of `lnf_g`: {np.abs(change).max():.6f}, "
                  f"smallest {np.abs(change).min():.6f}; every entry moved against its gradient: "
                  f"{'yes' if sign_ok else 'no'}). `head_w` is decayed as well: before that step it was multiplied by "

@@ -7,13 +7,14 @@ import re
 import numpy as np
 import pytest
 
+from site_scripts import sections
 from site_scripts.common import ROOT
 from site_scripts.pages import gradcheck, kvcache, optim, sampling, training
 from site_scripts.sections import GradRow
 from transformer.config import PRESETS
-from transformer.gradcheck import ABS_FLOOR, REL_TOL
+from transformer.gradcheck import ABS_FLOOR, REL_TOL, check_passes, numerical_grad, relative_gap
 from transformer.model import init_params
-from transformer.optim import global_norm, lr_at
+from transformer.optim import AdamWConfig, adamw_init, adamw_update, global_norm, lr_at
 from transformer.train import TrainConfig
 
 
@@ -44,6 +45,31 @@ def test_the_whole_schedule_is_continuous_where_its_branches_meet():
     assert at(tc.steps - 1) == pytest.approx(tc.min_lr, rel=1e-3) and at(tc.steps) == tc.min_lr
     assert [optim.schedule_branch(s, tc) for s in (tc.warmup - 1, tc.warmup, tc.steps)] == ["warm-up", "cosine",
                                                                                            "floor"]
+
+
+def test_the_first_update_is_written_out_from_the_arrays_and_its_formula_needs_the_decay_term():
+    text = optim.example_md()
+    table = re.search(r"\| `head_w` \| yes \| (\S+) \| (.+?) \|", text)
+    assert table[2] == "pass"
+    shown = re.search(r"= (\S+) − (\S+) = (\S+); the table's change is (\S+)\.", text).groups()
+    decay, adam, total, change = (float(v.replace("−", "-")) for v in shown)
+    assert decay - adam == pytest.approx(total, abs=2e-6) and total == change
+    params, grads = optim.tiny_grads()
+    theta, opt = params["head_w"].copy(), AdamWConfig()
+    adamw_update(params, grads, adamw_init(params), opt.lr, opt)
+    without_decay = optim.first_update(theta, grads["head_w"], opt.lr, opt, decayed=False)  # negative control
+    assert "FAIL" in sections.agreement(params["head_w"] - theta, without_decay)[1]
+    assert f"| {theta[0, 0]:.4f} |" in text  # θ before the step is shown
+
+
+def test_lr_at_tests_the_floor_before_the_cosine_and_the_max_never_changes_a_value():
+    """The page's order of the branches and its claim about max(1, ·), on runs where the order matters."""
+    assert lr_at(5, 1.0, 5, 5, 0.1) == 0.1  # N_w = N_s: s = N_s takes the floor, before any division
+    assert lr_at(7, 1.0, 10, 5, 0.1) == pytest.approx(0.8)  # N_w > N_s: still warming up past N_s
+    for warmup, total in [(1, 2), (3, 10), (200, 2000)]:
+        for s in range(warmup, total):
+            cosine = 0.1 + 0.45 * (1 + np.cos(np.pi * (s - warmup) / (total - warmup)))  # no max(1, ·)
+            assert lr_at(s, 1.0, warmup, total, 0.1) == pytest.approx(cosine, abs=1e-15)
 
 
 # ---------------------------------------------------------------- training
@@ -81,6 +107,14 @@ def test_the_cost_sentence_refuses_counts_that_contradict_it(monkeypatch):
         kvcache.cost_md()
 
 
+def test_the_kv_symbol_records_the_slice_attended_and_names_the_buffer_apart():
+    cfg, text = PRESETS["default"], kvcache.symbols_md()
+    row = next(line for line in text.splitlines() if line.startswith("| \\(K_{0:t}"))
+    t = kvcache.SYMBOL_STEPS - 1
+    assert row.endswith(f"| `{(cfg.num_heads, t + 1, cfg.head_dim)}` |")
+    assert f"shape `{(cfg.num_heads, cfg.context_len, cfg.head_dim)}`" in row
+
+
 # ---------------------------------------------------------------- sampling
 
 def test_the_sampling_symbols_are_the_notation_pages():
@@ -113,6 +147,26 @@ def test_the_floor_paragraph_names_every_row_small_enough_for_the_floor_to_matte
     rows = [GradRow("big", (4,), 1e-10, 1e-10, "float64", 1e-5), GradRow("planted", (4,), 5e-10, 2.0, "float64", 1e-5)]
     text = gradcheck.floor_md(rows)
     assert "decides 1 of the 2 rows: `planted`" in text and "1 rows are that small (`planted`)" in text
+
+
+def test_the_key_bias_sentence_gives_head_hs_score_shift():
+    rows = [GradRow("b0.bk", (4,), 1e-17, 1.0, "float64", 1e-5)]
+    assert "\\(Q^{(h)}_{w,t} \\cdot b_k^{(h)} / \\sqrt{d_h}\\)" in gradcheck.floor_md(rows)
+
+
+def test_an_error_orthogonal_to_r_cancels_and_a_random_r_catches_it():
+    """The page's reason why R is random: a backward off by ξ in the derivatives of the output entries with
+    respect to input entry 0 is off by Σ ξ ⊙ R; ξ = (c, −c) cancels against R = 1, not against a random R."""
+    rng = np.random.default_rng(0)
+    a, x = rng.standard_normal((2, 3)), rng.standard_normal(3)
+    xi = np.zeros_like(a)
+    xi[:, 0] = [0.5, -0.5]
+    verdicts = []
+    for r in (np.ones(2), rng.standard_normal(2)):
+        numeric = numerical_grad(lambda: float(np.sum((a @ x) * r)), x, 1e-5)
+        wrong = (a + xi).T @ r
+        verdicts.append(check_passes(float(np.abs(wrong - numeric).max()), relative_gap(wrong, numeric)))
+    assert verdicts == [True, False]
 
 
 # ---------------------------------------------------------------- notebooks and Home
