@@ -286,11 +286,8 @@ def agreement(mine, reference):
 def num(v, decimals=4, bracket=True):
     """A number for written-out arithmetic; a negative one in parentheses (unless bracket is False), so that
     `a·(−b)` reads right; one that rounds to 0 without a sign."""
-    text = f"{v:.{decimals}f}"
-    if float(text) == 0:
-        return f"{0:.{decimals}f}"
-    text = text.replace("-", "−")
-    return f"({text})" if bracket and v < 0 else text
+    text = fixed(v, decimals).replace("-", "−")
+    return f"({text})" if bracket and text.startswith("−") else text
 
 
 def gap_text(gap):

@@ -41,6 +41,14 @@ def small_config(**changes):
     return TrainConfig(**{**values, **changes})
 
 
+def stop_at(n):
+    """An on_step callback that interrupts the run at step n, as a first Ctrl-C would."""
+    def on_step(step, stop):
+        if step == n:
+            stop.reason = "interrupted"
+    return on_step
+
+
 def test_training_lowers_the_loss_and_writes_metrics_and_a_checkpoint(tmp_path, corpus):
     out = tmp_path / "run"
     summary = train(corpus, out, MODEL, small_config(steps=60, eval_every=30), progress=False)
@@ -60,11 +68,7 @@ def test_resume_reproduces_an_uninterrupted_run_exactly(tmp_path, corpus):
     straight, broken = tmp_path / "straight", tmp_path / "broken"
     train(corpus, straight, MODEL, small_config(), progress=False)
 
-    def stop_at_7(step, stop):
-        if step == 7:
-            stop.reason = "interrupted"
-
-    summary = train(corpus, broken, MODEL, small_config(), progress=False, on_step=stop_at_7)
+    summary = train(corpus, broken, MODEL, small_config(), progress=False, on_step=stop_at(7))
     assert summary["stopped"] == "interrupted" and summary["step"] == 7
     assert load_checkpoint(broken / "checkpoint.npz").step == 7
     train(corpus, broken, MODEL, small_config(), resume=True, progress=False)
@@ -148,11 +152,7 @@ def test_resume_refuses_a_checkpoint_with_an_invalid_training_state(tmp_path, co
     CheckpointError the command line prints as one line, not a TypeError or a KeyError."""
     out = tmp_path / "run"
 
-    def stop_at_2(step, stop):
-        if step == 2:
-            stop.reason = "interrupted"
-
-    train(corpus, out, MODEL, small_config(), progress=False, on_step=stop_at_2)
+    train(corpus, out, MODEL, small_config(), progress=False, on_step=stop_at(2))
     with np.load(out / "checkpoint.npz") as npz:
         arrays = {k: npz[k] for k in npz.files}
     meta = json.loads(str(arrays["meta"]))
@@ -232,11 +232,7 @@ def test_an_overwriting_run_that_fails_leaves_no_checkpoint_of_the_old_run(tmp_p
     """Otherwise --resume would continue the old run with the failed run's metrics."""
     out = tmp_path / "run"
 
-    def stop_at_2(step, stop):
-        if step == 2:
-            stop.reason = "interrupted"
-
-    train(corpus, out, MODEL, small_config(), progress=False, on_step=stop_at_2)
+    train(corpus, out, MODEL, small_config(), progress=False, on_step=stop_at(2))
     with pytest.raises(ConfigError, match="the loss became"):
         train(corpus, out, MODEL, small_config(lr=1e30, grad_clip=0.0, warmup=0, weight_decay=0.0), overwrite=True,
               progress=False)
@@ -248,11 +244,7 @@ def test_an_overwriting_run_that_fails_leaves_no_checkpoint_of_the_old_run(tmp_p
 def test_resume_refuses_a_different_corpus(tmp_path, corpus):
     out = tmp_path / "run"
 
-    def stop_at_2(step, stop):
-        if step == 2:
-            stop.reason = "interrupted"
-
-    train(corpus, out, MODEL, small_config(), progress=False, on_step=stop_at_2)
+    train(corpus, out, MODEL, small_config(), progress=False, on_step=stop_at(2))
     other = tmp_path / "other.txt"
     other.write_text(corpus.read_text()[:-50])
     with pytest.raises(ConfigError, match="the corpus differs from the one this run was trained on"):
@@ -262,11 +254,7 @@ def test_resume_refuses_a_different_corpus(tmp_path, corpus):
 def test_resume_survives_a_metrics_line_torn_by_a_crash(tmp_path, corpus):
     out = tmp_path / "run"
 
-    def stop_at_5(step, stop):
-        if step == 5:
-            stop.reason = "interrupted"
-
-    train(corpus, out, MODEL, small_config(), progress=False, on_step=stop_at_5)
+    train(corpus, out, MODEL, small_config(), progress=False, on_step=stop_at(5))
     with open(out / "metrics.jsonl", "a") as f:
         f.write('{"step": 6, "loss": 2.3')  # half a line, as a crash mid-write leaves it
     train(corpus, out, MODEL, small_config(), resume=True, progress=False)
