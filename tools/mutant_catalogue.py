@@ -121,7 +121,7 @@ MUTANTS = (
            (edit(f"{ATT}:attention_backward", "dv = att.transpose(0, 1, 3, 2) @ dheads", "dv = att @ dheads"),)),
     Mutant("attention-key-bias-grad-zeroed",
            "The key bias gets a gradient of exactly zero instead of the computed one.",
-           (edit(f"{ATT}:attention_backward", '"bk": dbk', '"bk": np.zeros_like(dbk)'),),
+           (edit(f"{ATT}:project_qkv_backward", '"bk": dbk', '"bk": np.zeros_like(dbk)'),),
            uncatchable="The true gradient of the key bias is zero: q.bk adds the same number to every score of "
                        "a query's row, and softmax ignores a constant added to a row. The computed dbk is zero "
                        "up to rounding (about 1e-17), so replacing it by an exact zero changes nothing a "

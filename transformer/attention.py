@@ -46,6 +46,63 @@ def merge_heads(x):
     return x.transpose(0, 2, 1, 3).reshape(B, T, H * dh)
 
 
+def project_qkv(x, p, num_heads):
+    """The queries, keys and values of every head: the first step of attention, shared by
+    `attention_forward` and `flash_attention_forward`.
+
+    Parameters
+    ----------
+    x : ndarray of shape (B, T, d)
+        The input.
+    p : dict
+        The parameters wq, bq, wk, bk, wv and bv (others are ignored).
+    num_heads : int
+        H, the number of heads.
+
+    Returns
+    -------
+    q_scaled, k, v : ndarray of shape (B, H, T, dh)
+        The queries (already times 1/sqrt(dh)), the keys and the values.
+    qkv_cache : tuple
+        The cache of the fused projection's `linear_forward`: (x, the (d, 3d) weights).
+    """
+    # q, k and v are three projections of the same input, so one matmul with
+    # the weights side by side, (d, 3d), computes all three at once.
+    w_qkv = np.concatenate([p["wq"], p["wk"], p["wv"]], axis=1)  # (d, 3d)
+    b_qkv = np.concatenate([p["bq"], p["bk"], p["bv"]])  # (3d,)
+    qkv, qkv_cache = linear_forward(x, w_qkv, b_qkv)  # eq:attn-qkv  (B, T, 3d)
+    q, k, v = (split_heads(a, num_heads) for a in np.split(qkv, 3, axis=-1))  # (B, H, T, dh)
+    # Scaling q (B, H, T, dh) instead of the scores (B, H, T, T) is the same
+    # product on a smaller array whenever T > dh.
+    q_scaled = q * (1.0 / math.sqrt(q.shape[-1]))  # eq:attn-scores
+    return q_scaled, k, v, qkv_cache
+
+
+def project_qkv_backward(dq, dk, dv, qkv_cache):
+    """Gradients of `project_qkv` with respect to its input and its six parameters.
+
+    Parameters
+    ----------
+    dq, dk, dv : ndarray of shape (B, H, T, dh)
+        Gradients with respect to the (unscaled) queries, the keys and the values.
+    qkv_cache : tuple
+        The cache `project_qkv` returned.
+
+    Returns
+    -------
+    dx : ndarray of shape (B, T, d)
+        Gradient with respect to x.
+    grads : dict
+        The gradients of wq, bq, wk, bk, wv and bv.
+    """
+    dqkv = np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)  # eq:attn-grad-split (B, T, 3d)
+    # x fed all three projections: the one matmul sums their contributions to dx.
+    dx, dw_qkv, db_qkv = linear_backward(dqkv, qkv_cache)  # eq:attn-grad-input eq:attn-grad-params
+    dwq, dwk, dwv = np.split(dw_qkv, 3, axis=1)  # eq:attn-grad-params
+    dbq, dbk, dbv = np.split(db_qkv, 3)  # eq:attn-grad-params eq:attn-grad-key-bias
+    return dx, {"wq": dwq, "bq": dbq, "wk": dwk, "bk": dbk, "wv": dwv, "bv": dbv}
+
+
 @lru_cache(maxsize=None)
 def causal_mask(T, dtype):
     """Additive causal mask: 0 where query t may see key s (s <= t), -inf above the diagonal.
@@ -121,15 +178,7 @@ def attention_forward(x, p, num_heads, trace=None):
     cache : AttentionCache
         What `attention_backward` needs (see `AttentionCache`).
     """
-    # q, k and v are three projections of the same input, so one matmul with
-    # the weights side by side, (d, 3d), computes all three at once.
-    w_qkv = np.concatenate([p["wq"], p["wk"], p["wv"]], axis=1)  # (d, 3d)
-    b_qkv = np.concatenate([p["bq"], p["bk"], p["bv"]])  # (3d,)
-    qkv, qkv_cache = linear_forward(x, w_qkv, b_qkv)  # eq:attn-qkv  (B, T, 3d)
-    q, k, v = (split_heads(a, num_heads) for a in np.split(qkv, 3, axis=-1))  # (B, H, T, dh)
-    # Scaling q (B, H, T, dh) instead of the scores (B, H, T, T) is the same
-    # product, on an array T/dh times smaller.
-    q_scaled = q * (1.0 / math.sqrt(q.shape[-1]))  # eq:attn-scores
+    q_scaled, k, v, qkv_cache = project_qkv(x, p, num_heads)
     scores = q_scaled @ k.transpose(0, 1, 3, 2)  # eq:attn-scores  (B, H, T, T)
     scores += causal_mask(x.shape[1], np.dtype(scores.dtype))  # eq:attn-mask
     att, att_cache = softmax_forward(scores)  # eq:attn-softmax
@@ -169,11 +218,5 @@ def attention_backward(dy, cache):
     dscores = softmax_backward(datt, att_cache)  # eq:attn-grad-softmax eq:attn-softmax-jacobian eq:attn-grad-masked
     dq = (dscores @ k) * scale  # eq:attn-grad-qk  (B, H, T, dh)
     dk = dscores.transpose(0, 1, 3, 2) @ q_scaled  # eq:attn-grad-qk  (B, H, T, dh)
-    dqkv = np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)  # eq:attn-grad-split (B, T, 3d)
-    # x fed all three projections: the one matmul sums their contributions to dx.
-    dx, dw_qkv, db_qkv = linear_backward(dqkv, qkv_cache)  # eq:attn-grad-input eq:attn-grad-params
-    dwq, dwk, dwv = np.split(dw_qkv, 3, axis=1)  # eq:attn-grad-params
-    dbq, dbk, dbv = np.split(db_qkv, 3)  # eq:attn-grad-params eq:attn-grad-key-bias
-    grads = {"wq": dwq, "bq": dbq, "wk": dwk, "bk": dbk,
-             "wv": dwv, "bv": dbv, "wo": dwo, "bo": dbo}
-    return dx, grads
+    dx, grads = project_qkv_backward(dq, dk, dv, qkv_cache)
+    return dx, {**grads, "wo": dwo, "bo": dbo}

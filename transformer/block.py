@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from .activations import ACTIVATION_FUNCTIONS
 from .attention import AttentionCache, attention_backward, attention_forward
+from .flash_attention import FlashCache, flash_attention_backward, flash_attention_forward
 from .layernorm import layer_norm_backward, layer_norm_forward
 from .linear import linear_backward, linear_forward
 
@@ -45,8 +46,8 @@ class BlockCache(NamedTuple):
         "relu" or "gelu": which backward undoes the feed-forward non-linearity.
     ln1_cache : tuple
         The cache of LN1's `layer_norm_forward`.
-    attn_cache : AttentionCache
-        The cache of `attention_forward`.
+    attn_cache : AttentionCache or FlashCache
+        The cache of `attention_forward`, or of `flash_attention_forward` when cfg.attention is "flash".
     ln2_cache : tuple
         The cache of LN2's `layer_norm_forward`.
     ff1_cache : tuple
@@ -76,10 +77,10 @@ def block_forward(x, p, cfg, trace=None):
     p : dict
         The block's parameters, as `block_params` returns them.
     cfg : ModelConfig
-        Supplies num_heads, ln_eps and the activation.
+        Supplies num_heads, ln_eps, the activation and the attention (materialized or flash, and its tile).
     trace : dict, optional
-        If given, the block's intermediates are stored in it: ln1, attention (the probabilities), ln2
-        and out.
+        If given, the block's intermediates are stored in it: ln1, attention (the probabilities; not
+        with flash attention, which never forms them), ln2 and out.
 
     Returns
     -------
@@ -92,7 +93,10 @@ def block_forward(x, p, cfg, trace=None):
     a, ln1_cache = layer_norm_forward(x, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
     if trace is not None:
         trace["ln1"] = a
-    a, attn_cache = attention_forward(a, p, cfg.num_heads, trace)
+    if cfg.attention == "flash":  # no (T, T) probabilities exist to trace
+        a, attn_cache = flash_attention_forward(a, p, cfg.num_heads, cfg.flash_tile)
+    else:
+        a, attn_cache = attention_forward(a, p, cfg.num_heads, trace)
     h = x + a  # eq:block-attn-residual
     u, ln2_cache = layer_norm_forward(h, p["ln2_g"], p["ln2_b"], cfg.ln_eps)
     if trace is not None:
@@ -134,7 +138,8 @@ def block_backward(dy, cache):
     dh_ffn, dln2_g, dln2_b = layer_norm_backward(du, ln2_cache)  # eq:block-grad-ln2
     dh = dy + dh_ffn  # eq:block-residual-grad
     # h = x + Attention(LN1(x)): the same pattern once more.
-    da, attn_grads = attention_backward(dh, attn_cache)  # eq:block-grad-attn
+    attn_backward = flash_attention_backward if isinstance(attn_cache, FlashCache) else attention_backward
+    da, attn_grads = attn_backward(dh, attn_cache)  # eq:block-grad-attn
     dx_attn, dln1_g, dln1_b = layer_norm_backward(da, ln1_cache)  # eq:block-grad-ln1
     dx = dh + dx_attn  # eq:block-residual-grad eq:block-grad-identity
     grads = {"ln1_g": dln1_g, "ln1_b": dln1_b, **attn_grads,

@@ -18,7 +18,8 @@ from .errors import TransformerError
 CORPUS_ENV = "TRANSFORMER_CORPUS"
 # The ModelConfig fields that `train` takes as options (vocab_size comes from the tokenizer). Their help
 # is the field's own, read from ModelConfig like TrainConfig's: it is written in one place only.
-MODEL_OPTIONS = ("context_len", "emb_dim", "num_heads", "num_layers", "ff_dim", "activation")
+MODEL_OPTIONS = ("context_len", "emb_dim", "num_heads", "num_layers", "ff_dim", "activation", "attention",
+                 "flash_tile", "checkpoint_blocks")
 EXIT_USER_ERROR, EXIT_INTERRUPTED, EXIT_CHECK_FAILED = 2, 130, 1
 
 
@@ -41,7 +42,12 @@ def non_negative_int(text):
 
 
 def add_field_option(group, f, help_suffix=""):
-    """Add the option of a config field: --name-with-dashes, its type and choices, and its help."""
+    """Add the option of a config field: --name-with-dashes, its type and choices, and its help. A
+    True/False field is a flag that turns it on."""
+    if isinstance(f.default, bool):
+        group.add_argument(_option(f.name), action="store_const", const=True, default=None,
+                           help=f.metadata["help"] + help_suffix)
+        return
     group.add_argument(_option(f.name), type=type(f.default), default=None, choices=f.metadata.get("choices"),
                        help=f.metadata["help"] + help_suffix)
 

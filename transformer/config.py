@@ -12,6 +12,7 @@ import numpy as np
 from .errors import ConfigError
 
 ACTIVATIONS = ("relu", "gelu")
+ATTENTIONS = ("materialized", "flash")
 
 
 def is_int(value) -> bool:
@@ -57,9 +58,17 @@ class ModelConfig:
     ln_eps: float = field(default=1e-5, metadata={"help": "added to the variance inside the square root"})
     activation: str = field(default="relu", metadata={
         "help": "feed-forward non-linearity; gelu is the exact one, with erf", "choices": list(ACTIVATIONS)})
+    attention: str = field(default="materialized", metadata={
+        "help": "how attention is computed: materialized keeps the (T, T) probabilities for the backward; "
+                "flash walks the keys in tiles and keeps two numbers per row (same results, memory linear in T)",
+        "choices": list(ATTENTIONS)})
+    flash_tile: int = field(default=8, metadata={"help": "keys per tile of flash attention"})
+    checkpoint_blocks: bool = field(default=False, metadata={
+        "help": "keep only each block's input after the forward and replay the block in the backward "
+                "(same gradients, less memory, one more block forward per block)"})
 
     def __post_init__(self):
-        for name in ("vocab_size", "context_len", "emb_dim", "num_heads", "num_layers", "ff_dim"):
+        for name in ("vocab_size", "context_len", "emb_dim", "num_heads", "num_layers", "ff_dim", "flash_tile"):
             value = getattr(self, name)
             if not (is_int(value) and value >= 1):
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
@@ -73,6 +82,11 @@ class ModelConfig:
             raise ConfigError(f"ln_eps must be a positive number, got {self.ln_eps!r}")
         if self.activation not in ACTIVATIONS:
             raise ConfigError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.attention not in ATTENTIONS:
+            raise ConfigError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
+        if not isinstance(self.checkpoint_blocks, (bool, np.bool_)):
+            raise ConfigError(f"checkpoint_blocks must be True or False, got {self.checkpoint_blocks!r}")
+        object.__setattr__(self, "checkpoint_blocks", bool(self.checkpoint_blocks))
 
     @property
     def head_dim(self) -> int:
