@@ -48,6 +48,8 @@ def edit(where, old, new):
 
 LN = "transformer/layernorm.py"
 ATT = "transformer/attention.py"
+FLASH = "transformer/flash_attention.py"
+CKPT = "transformer/activation_checkpoint.py"
 
 MUTANTS = (
     # LayerNorm: the three terms of dx, the 1/sigma factor, the gain gradient, the epsilon.
@@ -126,6 +128,33 @@ MUTANTS = (
                        "a query's row, and softmax ignores a constant added to a row. The computed dbk is zero "
                        "up to rounding (about 1e-17), so replacing it by an exact zero changes nothing a "
                        "tolerance can see."),
+    # Flash attention.
+    Mutant("flash-no-rescale",
+           "The online softmax does not rescale the running sum and the partial output when a tile raises a "
+           "row's maximum: the terms of earlier tiles keep their old, too large, weights.",
+           (edit(f"{FLASH}:flash_core_forward", "rescale = np.exp(m_old - m_new)", "rescale = np.ones_like(m_new)"),)),
+    Mutant("flash-tile-one-key-short",
+           "Each tile of the forward stops one key early, so the last key of every tile is never attended to.",
+           (edit(f"{FLASH}:flash_core_forward", "stop = min(start + tile, T)", "stop = min(start + tile - 1, T)"),)),
+    Mutant("flash-backward-no-d",
+           "The tiled backward drops the row term D = rowsum(dO * O) of the softmax's backward: dS = P dP "
+           "instead of P (dP - D).",
+           (edit(f"{FLASH}:flash_core_backward", "ds = p * (dp - big_d[..., start:, None])", "ds = p * dp"),)),
+    # Activation checkpointing.
+    Mutant("checkpoint-replays-from-the-output",
+           "The checkpointed block keeps its output instead of its input, so the backward replays the block "
+           "on the wrong activations.",
+           (edit(f"{CKPT}:checkpointed_block_forward", "return y, BlockReplay(x, p, cfg)",
+                 "return y, BlockReplay(y, p, cfg)"),)),
+    Mutant("checkpoint-reuses-the-forward-cache",
+           "The checkpointed block keeps the forward's whole cache and the backward reuses it instead of "
+           "replaying: the gradients are right, but nothing is saved, the memory policy silently off.",
+           (edit(f"{CKPT}:checkpointed_block_forward", "y, _ = block_forward(x, p, cfg, trace)",
+                 "y, kept = block_forward(x, p, cfg, trace)"),
+            edit(f"{CKPT}:checkpointed_block_forward", "return y, BlockReplay(x, p, cfg)",
+                 "return y, BlockReplay(x, p, kept)"),
+            edit(f"{CKPT}:checkpointed_block_backward", "_, cache = block_forward(replay.x, replay.p, replay.cfg)",
+                 "cache = replay.cfg"))),
     # The block.
     Mutant("block-grad-drops-residual",
            "The block's backward drops the residual path around the feed-forward network: dh = dFFN instead "

@@ -218,6 +218,9 @@ def check_device(device, torch_device, dtype, cfg, params, ids, targets, adam_st
     if dtype == "float64":  # see check_steps for why not in float32
         rows += check_steps(device, torch_device, dtype, cfg, params, ids, targets, adam_steps, own_gradients=True)
     rows += check_kv_cache(device, torch_device, dtype, cfg, params, ids[0])
+    from .crosscheck_memory import check_policies  # it imports this module
+
+    rows += check_policies(device, torch_device, dtype, cfg, params, ids, targets)
     return rows
 
 
@@ -345,6 +348,8 @@ def run_crosscheck(devices=DEVICES, dtype=None, activation="relu", seed=0, batch
     """
     import torch
 
+    from .crosscheck_memory import check_flash_kernel  # it imports this module
+
     cfg: ModelConfig = PRESETS["default"].with_(activation=activation)
     params = init_params(cfg, seed=seed, dtype=np.float64)
     rng = np.random.default_rng(seed)
@@ -367,8 +372,11 @@ def run_crosscheck(devices=DEVICES, dtype=None, activation="relu", seed=0, batch
         if use == "float64" and device_dtype == "float32":
             use = "float32"  # the device cannot do float64
         rows = check_device(name, torch_device, use, cfg, params, ids, targets)
+        kernel_rows, kernel_note = check_flash_kernel(name, torch_device, use, seed)
+        rows += kernel_rows
         report["devices"].append({"device": name, "status": "checked", "reason": reason, "dtype": use,
-                                  "passed": all(r.passed for r in rows), "checks": len(rows)})
+                                  "passed": all(r.passed for r in rows), "checks": len(rows),
+                                  "flash_kernel": kernel_note})
         report["rows"] += [asdict(r) for r in rows]
     report["passed"] = all(r["passed"] for r in report["rows"]) and bool(report["rows"])
     return report
@@ -401,6 +409,8 @@ def format_report(report, verbose=False):
         lines.append(f"  {d['device']:<5} {d['dtype']} ({d['reason']}): {d['checks']} comparisons, {verdict}; "
                      f"tolerance: relative gap <= {tol['rel']:g} or absolute gap <= {tol['abs']:g}")
         lines.append(f"        why this tolerance: {tol['why']}")
+        if d.get("flash_kernel"):
+            lines.append(f"        flash kernel: {d['flash_kernel']}")
     header = (f"{'device':<6} {'check':<12} {'tensor':<36} {'max abs gap':>11} {'max rel gap':>11} "
               f"{'tol':>6}  result")
     lines += ["", header]

@@ -28,7 +28,7 @@ def to_torch(params, device="cpu", dtype=None, requires_grad=True):
 def torch_block(x, p, cfg, trace):
     """One pre-norm block, x (B, T, d) -> (B, T, d); p has the short key names.
 
-    Records ln1, attention (probabilities), ln2 and out in `trace`.
+    Records ln1, attention (probabilities; not with cfg.attention "flash"), ln2 and out in `trace`.
     """
     import torch
     import torch.nn.functional as F
@@ -39,13 +39,17 @@ def torch_block(x, p, cfg, trace):
     q = (a @ p["wq"] + p["bq"]).view(B, T, H, dh).transpose(1, 2)  # (B, H, T, dh)
     k = (a @ p["wk"] + p["bk"]).view(B, T, H, dh).transpose(1, 2)
     v = (a @ p["wv"] + p["bv"]).view(B, T, H, dh).transpose(1, 2)
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
-    future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
-    att = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
-    heads = (att @ v).transpose(1, 2).reshape(B, T, d)
+    if cfg.attention == "flash":  # torch's fused attention; it forms no probabilities to trace
+        heads = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, d)
+    else:
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
+        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+        att = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+        heads = (att @ v).transpose(1, 2).reshape(B, T, d)
+        trace["attention"] = att
     h = x + heads @ p["wo"] + p["bo"]
     u = F.layer_norm(h, (d,), p["ln2_g"], p["ln2_b"], cfg.ln_eps)
-    trace.update({"ln1": a, "attention": att, "ln2": u})
+    trace.update({"ln1": a, "ln2": u})
     u = u @ p["ff1_w"] + p["ff1_b"]
     u = F.relu(u) if cfg.activation == "relu" else F.gelu(u)  # gelu's default is the exact erf form
     y = h + u @ p["ff2_w"] + p["ff2_b"]
@@ -71,7 +75,12 @@ def torch_forward(tparams, ids, cfg, trace=None):
     for layer in range(cfg.num_layers):
         p = {name: tparams[f"b{layer}.{name}"] for name in BLOCK_KEYS}
         block_trace = {}
-        x = torch_block(x, p, cfg, block_trace)
+        if cfg.checkpoint_blocks:  # torch's own activation checkpointing: drop, then replay in backward
+            from torch.utils.checkpoint import checkpoint
+
+            x = checkpoint(torch_block, x, p, cfg, block_trace, use_reentrant=False)
+        else:
+            x = torch_block(x, p, cfg, block_trace)
         trace.update({f"b{layer}.{name}": value for name, value in block_trace.items()})
     x = F.layer_norm(x, (cfg.emb_dim,), tparams["lnf_g"], tparams["lnf_b"], cfg.ln_eps)
     logits = x @ tparams["head_w"] + tparams["head_b"]

@@ -64,7 +64,7 @@ def test_float64_gaps_are_near_rounding_level():
     """
     report = run_crosscheck(["cpu"])
     def zero_gradient(r):  # the key-bias gradient is rounding noise on both sides
-        return r["check"] == "gradient" and r["tensor"].endswith(".bk")
+        return r["check"] in ("gradient", "flash", "checkpointed") and r["tensor"].endswith(".bk")
 
     rows = [r for r in report["rows"] if not r["check"].startswith("train step") and not zero_gradient(r)]
     assert len(rows) > 400 and max(r["max_rel"] for r in rows) < 1e-13
@@ -164,3 +164,41 @@ def test_crosscheck_command_prints_a_table_writes_json_and_sets_the_status(tmp_p
     code = main(["crosscheck", "--devices", "cpu"])
     out = capsys.readouterr().out
     assert code == 1 and "FAIL" in out
+
+
+def test_the_memory_policies_are_checked_against_torchs_own():
+    """flash against scaled_dot_product_attention, checkpointed against torch.utils.checkpoint, our tiled
+    core against torch's flash kernel: every parameter, and the kernel's four tensors."""
+    report = run_crosscheck(["cpu"])
+    seen = categories(report)
+    names = list(param_shapes(PRESETS["default"]))
+    for check in ("flash", "checkpointed"):
+        assert {"logits", "loss", *names} == {t for c, t in seen if c == check}
+    assert {t for c, t in seen if c == "flash kernel"} == {"out", "dq", "dk", "dv"}
+    assert "flash kernel in float64" in report["devices"][0]["flash_kernel"]
+    assert report["passed"]
+
+
+def test_a_wrong_flash_backward_and_a_wrong_replay_are_reported(monkeypatch):
+    """Negative controls: the tiled backward without its D term fails the flash rows and only those; a
+    replay from a nudged input fails the checkpointed rows and only those."""
+    import transformer.activation_checkpoint as activation_checkpoint
+    import transformer.crosscheck_memory as crosscheck_memory
+    import transformer.flash_attention as flash
+
+    real_backward = flash.flash_core_backward
+
+    def without_d(dout, q, k, v, out, *rest):  # out is read for D = rowsum(dO * O) only: D becomes 0
+        return real_backward(dout, q, k, v, np.zeros_like(out), *rest)
+
+    def failed_checks():
+        return {r["check"] for r in run_crosscheck(["cpu"])["rows"] if not r["passed"]}
+
+    monkeypatch.setattr(flash, "flash_core_backward", without_d)
+    monkeypatch.setattr(crosscheck_memory, "flash_core_backward", without_d)
+    assert failed_checks() == {"flash", "flash kernel"}
+    monkeypatch.undo()
+    real_forward = activation_checkpoint.block_forward
+    monkeypatch.setattr(activation_checkpoint, "block_forward",
+                        lambda x, p, cfg, trace=None: real_forward(x * (1 + 1e-6), p, cfg, trace))
+    assert failed_checks() == {"checkpointed"}
