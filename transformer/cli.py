@@ -101,10 +101,11 @@ def add_sample_parser(sub):
     sample.add_argument("--seed", type=non_negative_int, default=0, help="seed of the draws (default: 0)")
 
 
-def add_activation_option(parser):
-    """--activation of gradcheck and crosscheck: the ModelConfig field, with its default as a plain value."""
-    f = next(f for f in fields(ModelConfig) if f.name == "activation")
-    parser.add_argument("--activation", default=f.default, choices=f.metadata["choices"],
+def add_choice_option(parser, name="activation"):
+    """--activation (or --attention) of gradcheck and crosscheck: the ModelConfig field, with its default
+    as a plain value."""
+    f = next(f for f in fields(ModelConfig) if f.name == name)
+    parser.add_argument(_option(name), default=f.default, choices=f.metadata["choices"],
                         help=f"{f.metadata['help']} (default: {f.default})")
 
 
@@ -115,7 +116,11 @@ def add_gradcheck_parser(sub):
     check.add_argument("--preset", default="tiny", choices=["tiny", "default"],
                        help=f"tiny ({param_count(PRESETS['tiny'])} parameters, about a second) or default "
                             f"({param_count(PRESETS['default'])}, about a minute) (default: tiny)")
-    add_activation_option(check)
+    add_choice_option(check)
+    add_choice_option(check, "attention")
+    for f in fields(ModelConfig):
+        if f.name in ("flash_tile", "checkpoint_blocks"):
+            add_field_option(check, f, f" [{f.default}]")
     check.add_argument("--batch", type=int, default=2, help="sequences in the batch (default: 2)")
     check.add_argument("--seed", type=non_negative_int, default=0,
                        help="seed of the parameters and the ids (default: 0)")
@@ -131,7 +136,7 @@ def add_crosscheck_parser(sub):
                        help="devices to try (default: all); missing ones are listed, not failed")
     cross.add_argument("--dtype", choices=["float32", "float64"], default=None,
                        help="torch dtype (default: float64 where the device has it, else float32)")
-    add_activation_option(cross)
+    add_choice_option(cross)
     cross.add_argument("--seed", type=non_negative_int, default=0,
                        help="seed of the parameters and the ids (default: 0)")
     cross.add_argument("--json", metavar="PATH", help="also write the whole report as JSON")
@@ -220,7 +225,10 @@ def cmd_gradcheck(args):
     from .gradcheck import ABS_FLOOR, REL_TOL, check_passes, gradcheck_model
     from .model import param_shapes
 
-    cfg = preset(args.preset).with_(activation=args.activation)
+    cfg = preset(args.preset).with_(activation=args.activation, attention=args.attention,
+                                    checkpoint_blocks=bool(args.checkpoint_blocks))
+    if args.flash_tile is not None:
+        cfg = cfg.with_(flash_tile=args.flash_tile)
     if args.batch < 1:
         raise TransformerError(f"--batch must be at least 1, got {args.batch}")
     rng = np.random.default_rng(args.seed)
@@ -228,7 +236,9 @@ def cmd_gradcheck(args):
     ids, targets = rng.integers(0, cfg.vocab_size, shape), rng.integers(0, cfg.vocab_size, shape)
     report = gradcheck_model(cfg, ids, targets, seed=args.seed, perturb=0.1)
     shapes = param_shapes(cfg)
-    print(f"float64 central differences (h = 1e-5), {cfg.activation}, ids {shape}; "
+    tile = f" (tile {cfg.flash_tile})" if cfg.attention == "flash" else ""
+    policies = f"{cfg.attention} attention{tile}" + (", checkpointed blocks" if cfg.checkpoint_blocks else "")
+    print(f"float64 central differences (h = 1e-5), {cfg.activation}, {policies}, ids {shape}; "
           f"pass: relative gap < {REL_TOL:g} or absolute gap < {ABS_FLOOR:g}")
     print(f"{'parameter':<12} {'shape':<10} {'max abs gap':>12} {'relative gap':>13}  result")
     failed = 0
