@@ -100,7 +100,8 @@ def project_qkv_backward(dq, dk, dv, qkv_cache):
     dx, dw_qkv, db_qkv = linear_backward(dqkv, qkv_cache)  # eq:attn-grad-input eq:attn-grad-params
     dwq, dwk, dwv = np.split(dw_qkv, 3, axis=1)  # eq:attn-grad-params
     dbq, dbk, dbv = np.split(db_qkv, 3)  # eq:attn-grad-params eq:attn-grad-key-bias
-    return dx, {"wq": dwq, "bq": dbq, "wk": dwk, "bk": dbk, "wv": dwv, "bv": dbv}
+    grads = {"wq": dwq, "bq": dbq, "wk": dwk, "bk": dbk, "wv": dwv, "bv": dbv}
+    return dx, grads
 
 
 @lru_cache(maxsize=None)
@@ -218,5 +219,6 @@ def attention_backward(dy, cache):
     dscores = softmax_backward(datt, att_cache)  # eq:attn-grad-softmax eq:attn-softmax-jacobian eq:attn-grad-masked
     dq = (dscores @ k) * scale  # eq:attn-grad-qk  (B, H, T, dh)
     dk = dscores.transpose(0, 1, 3, 2) @ q_scaled  # eq:attn-grad-qk  (B, H, T, dh)
-    dx, grads = project_qkv_backward(dq, dk, dv, qkv_cache)
-    return dx, {**grads, "wo": dwo, "bo": dbo}
+    dx, qkv_grads = project_qkv_backward(dq, dk, dv, qkv_cache)
+    grads = {**qkv_grads, "wo": dwo, "bo": dbo}
+    return dx, grads

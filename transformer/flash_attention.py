@@ -219,5 +219,6 @@ def flash_attention_backward(dy, cache):
     dq_scaled, dk, dv = flash_core_backward(split_heads(dheads, num_heads), q_scaled, k, v, heads,
                                             row_max, row_sum, tile)
     dq = dq_scaled * (1.0 / math.sqrt(k.shape[-1]))  # q_scaled = q / sqrt(dh)
-    dx, grads = project_qkv_backward(dq, dk, dv, qkv_cache)
-    return dx, {**grads, "wo": dwo, "bo": dbo}
+    dx, qkv_grads = project_qkv_backward(dq, dk, dv, qkv_cache)
+    grads = {**qkv_grads, "wo": dwo, "bo": dbo}
+    return dx, grads

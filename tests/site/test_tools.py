@@ -21,8 +21,11 @@ def test_every_backward_output_becomes_a_mutant_that_compiles():
     found = scale_backward_outputs.find_mutants()
     names = {m.name for m in found}
     for expected in ["layer_norm_backward:dg", "linear_backward:db", "embedding_backward:dtok_emb",
-                     "attention_backward:grads['wq']", "block_backward:grads['ff2_b']", "block_backward:dx"]:
+                     "project_qkv_backward:grads['wq']", "attention_backward:grads['wo']",
+                     "flash_core_backward:dk", "block_backward:grads['ff2_b']", "block_backward:dx"]:
         assert expected in names
+    # A backward that returns another backward's outputs unchanged adds no mutant of its own.
+    assert not any(m.function == "checkpointed_block_backward" for m in found)
     for m in found:
         source = (ROOT / m.path).read_text()
         mutated = m.apply(source)

@@ -20,7 +20,8 @@ from transformer.config import ModelConfig
 from transformer.data import CharTokenizer
 from transformer.errors import ConfigError
 from transformer.flash_attention import FlashCache, flash_attention_backward, flash_attention_forward
-from transformer.model import forward, init_params, loss_and_grads
+from transformer.gradcheck import check_passes, gradcheck_model
+from transformer.model import forward, init_params, loss_and_grads, param_shapes
 
 from test_cli import SMALL
 from test_layers import ATTENTION_KEYS, assert_grad_matches, random_attention_params
@@ -231,3 +232,14 @@ def test_the_command_line_selects_the_policies_and_the_checkpoint_keeps_them(tmp
     assert code == 0, capsys.readouterr().err
     cfg = load_checkpoint(out / "checkpoint.npz").cfg
     assert (cfg.attention, cfg.flash_tile, cfg.checkpoint_blocks) == ("flash", 3, True)
+
+
+@pytest.mark.parametrize("changes", [{"attention": "flash", "flash_tile": 3},
+                                     {"attention": "flash", "flash_tile": 2, "checkpoint_blocks": True}])
+def test_the_whole_model_under_the_policies_passes_central_differences(tiny_cfg, changes):
+    cfg = tiny_cfg.with_(**changes)
+    rng = np.random.default_rng(5)
+    ids, targets = rng.integers(0, cfg.vocab_size, (2, 4)), rng.integers(0, cfg.vocab_size, (2, 4))
+    report = gradcheck_model(cfg, ids, targets, seed=5, perturb=0.1)
+    failed = {name: gaps for name, gaps in report.items() if not check_passes(*gaps)}
+    assert not failed and len(report) == len(param_shapes(cfg))
