@@ -37,7 +37,7 @@ class Mutant:
         if not where:
             raise ValueError(f"mutant {self.name}: no edit names a function, so it needs `about`")
         path, _, function = where.partition(":")
-        return path, function
+        return path, function.split(".")[0]  # a method's page is its class's
 
 
 def edit(where, old, new):
@@ -50,6 +50,7 @@ LN = "transformer/layernorm.py"
 ATT = "transformer/attention.py"
 FLASH = "transformer/flash_attention.py"
 CKPT = "transformer/activation_checkpoint.py"
+KV = "transformer/kv_cache.py"
 
 MUTANTS = (
     # LayerNorm: the three terms of dx, the 1/sigma factor, the gain gradient, the epsilon.
@@ -223,7 +224,35 @@ MUTANTS = (
     # Generation.
     Mutant("kv-cache-position-off-by-one",
            "Decoding with the KV cache gives the new token the position embedding of the next slot (pos + 1).",
-           (edit("transformer/generate.py:decode_step", 'params["pos_emb"][pos]', 'params["pos_emb"][pos + 1]'),)),
+           (edit("transformer/generate.py:decode_batch", 'params["pos_emb"][positions]',
+                 'params["pos_emb"][positions + 1]'),)),
+    # Serving: the page table, the pool, the replay, batching.
+    Mutant("page-table-off-by-one-page",
+           "The page table is read one logical page early: position p is looked up in page p // S - 1, which "
+           "for the first page wraps round to the request's last page.",
+           (edit(f"{KV}:PagedCache.slot", "self.pages[pos // self.pool.page_size]",
+                 "self.pages[pos // self.pool.page_size - 1]"),)),
+    Mutant("page-returned-twice",
+           "Releasing a request hands its pages back but keeps them in its page table, so a replay appends new "
+           "pages after stale ones and a second release returns the same pages again.",
+           (edit(f"{KV}:PagedCache.release", "pages, self.pages, self.length = self.pages, [], 0",
+                 "pages, self.length = self.pages, 0"),)),
+    Mutant("pool-accepts-a-double-return",
+           "The pool takes back a page that is not leased, so the same page can be leased to two requests.",
+           (edit(f"{KV}:PagePool.give_back", "if page not in self.leased:", "if False:"),
+            edit(f"{KV}:PagePool.give_back", "self.leased.remove(page)", "self.leased.discard(page)"))),
+    Mutant("replay-from-the-wrong-offset",
+           "At the context limit the request replays one token fewer than `keep`.",
+           (edit("transformer/scheduler.py:Scheduler.step", "r.start = len(r.ids) - self.keep",
+                 "r.start = len(r.ids) - self.keep + 1"),)),
+    Mutant("request-reads-another-requests-pages",
+           "A request gathers the first leased pages of the pool instead of the pages of its own page table.",
+           (edit(f"{KV}:PagedCache.read", "used = self.pages[:self.pool.pages_for(stop)]",
+                 "used = sorted(self.pool.leased)[:self.pool.pages_for(stop)]"),)),
+    Mutant("batched-decoding-without-the-own-mask",
+           "Batched decoding lets every request attend to the padding up to the longest request's length.",
+           (edit("transformer/generate.py:decode_batch", "np.where(np.arange(longest) < lengths[:, None], 0.0, -np.inf)",
+                 "np.zeros((len(caches), longest))"),)),
     Mutant("sliding-window-one-token-short",
            "Once the text outgrows the context, the full recomputation sees one token less than the context holds.",
            (edit("transformer/generate.py:window_logits", "ids[-cfg.context_len:]", "ids[-cfg.context_len + 1:]"),)),

@@ -79,9 +79,12 @@ CHECKS = (
 # ---------------------------------------------------------------- applying a mutant
 
 def function_span(source, function, path):
-    """(start, end) character offsets of a top-level or nested function's source."""
+    """(start, end) character offsets of a function's source: a function anywhere, by its name, or a
+    method, as "Class.method"."""
     tree = ast.parse(source)
-    found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function]
+    owner, _, name = function.rpartition(".")
+    scopes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == owner] if owner else [tree]
+    found = [n for scope in scopes for n in ast.walk(scope) if isinstance(n, ast.FunctionDef) and n.name == name]
     if len(found) != 1:
         raise ValueError(f"{path}: expected one function {function}, found {len(found)}")
     lines = source.splitlines(keepends=True)

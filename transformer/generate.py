@@ -1,5 +1,5 @@
 """Generation: sampling the next token, and incremental decoding with a
-key/value cache.
+key/value cache (transformer/kv_cache.py).
 
 Without a cache, producing token t+1 reruns the model over all t tokens. But
 the keys and values of earlier positions never change (a position only
@@ -19,43 +19,17 @@ from .activations import ACTIVATION_FUNCTIONS
 from .block import block_params
 from .config import is_int
 from .errors import InputError
+from .kv_cache import KVCache
 from .layernorm import layer_norm_forward
 from .linear import linear_forward
 from .model import check_ids, check_params, forward
 from .softmax import softmax_forward
 
 
-class KVCache:
-    """Keys and values of every block for positions 0 to length - 1.
-
-    Parameters
-    ----------
-    cfg : ModelConfig
-        Supplies the number of blocks and the array shapes.
-    dtype : numpy.dtype
-        The dtype of the arrays.
-
-    Attributes
-    ----------
-    keys : list of ndarray
-        keys[l] is block l's keys, shape (H, context_len, dh), filled up to `length`.
-    values : list of ndarray
-        values[l] is block l's values, shaped and filled like keys[l].
-    length : int
-        The number of positions cached.
-    """
-
-    def __init__(self, cfg, dtype):
-        shape = (cfg.num_heads, cfg.context_len, cfg.head_dim)
-        self.keys = [np.zeros(shape, dtype) for _ in range(cfg.num_layers)]
-        self.values = [np.zeros(shape, dtype) for _ in range(cfg.num_layers)]
-        self.length = 0
-
-
-def decode_step(params, token, cache: KVCache, cfg):
+def decode_step(params, token, cache, cfg):
     """Feed one token at position cache.length and return its next-token logits.
 
-    The token's keys and values are appended to the cache.
+    The token's keys and values are appended to the cache. It is `decode_batch` for one request.
 
     Parameters
     ----------
@@ -63,7 +37,7 @@ def decode_step(params, token, cache: KVCache, cfg):
         Parameter name to array.
     token : int
         The token id.
-    cache : KVCache
+    cache : KVCache or PagedCache
         The keys and values of the earlier positions; updated in place.
     cfg : ModelConfig
         The model configuration.
@@ -78,25 +52,67 @@ def decode_step(params, token, cache: KVCache, cfg):
     InputError
         If the cache is full (context_len positions) or the token is not a valid id.
     """
-    pos = cache.length
-    if pos >= cfg.context_len:
-        raise InputError(f"the cache is full ({cfg.context_len} positions); slide the window instead")
-    check_ids([token], cfg, what="token")
-    H, dh = cfg.num_heads, cfg.head_dim
+    return decode_batch(params, [token], [cache], cfg)[0]
+
+
+def decode_batch(params, tokens, caches, cfg):
+    """Feed one token to each of R requests at once, token r at position caches[r].length.
+
+    The requests may be at different positions. They share every matmul; in attention each query sees
+    only its own request's cached keys: the keys of all requests are laid side by side, padded to the
+    longest, and the padding is masked out.
+
+    Parameters
+    ----------
+    params : dict
+        Parameter name to array.
+    tokens : sequence of int
+        One token id per request.
+    caches : sequence of KVCache or PagedCache
+        Each request's cache; each is updated in place.
+    cfg : ModelConfig
+        The model configuration.
+
+    Returns
+    -------
+    ndarray of shape (R, n_V)
+        Each request's next-token logits.
+
+    Raises
+    ------
+    InputError
+        If a cache is full or a token is not a valid id.
+    PoolExhausted
+        If a paged cache needs a page and the pool has none.
+    """
+    check_ids(np.asarray(tokens).reshape(-1, 1), cfg, what="token")
+    positions = np.array([cache.length for cache in caches])
+    for cache, pos in zip(caches, positions):
+        if pos >= cfg.context_len:
+            raise InputError(f"the cache is full ({cfg.context_len} positions); slide the window instead")
+        cache.reserve(pos + 1)
+    R, H, dh = len(caches), cfg.num_heads, cfg.head_dim
+    lengths = positions + 1
+    longest = int(lengths.max())
+    # Request r attends to its own positions 0 .. lengths[r] - 1 and to nothing past them.
+    own = np.where(np.arange(longest) < lengths[:, None], 0.0, -np.inf)[:, None, None, :]  # eq:kv-own  (R, 1, 1, n)
     act_forward, _ = ACTIVATION_FUNCTIONS[cfg.activation]
-    x = params["tok_emb"][token] + params["pos_emb"][pos]  # (d,)
+    x = params["tok_emb"][np.asarray(tokens)] + params["pos_emb"][positions]  # (R, d)
     for layer in range(cfg.num_layers):
         p = block_params(params, layer)
         a, _ = layer_norm_forward(x, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
         q, _ = linear_forward(a, p["wq"], p["bq"])  # eq:kv-project
         k, _ = linear_forward(a, p["wk"], p["bk"])  # eq:kv-project
         v, _ = linear_forward(a, p["wv"], p["bv"])  # eq:kv-project
-        keys, values = cache.keys[layer], cache.values[layer]
-        keys[:, pos], values[:, pos] = k.reshape(H, dh), v.reshape(H, dh)  # eq:kv-append
-        q = q.reshape(H, 1, dh) * (1.0 / math.sqrt(dh))
-        scores = q @ keys[:, :pos + 1].transpose(0, 2, 1)  # eq:kv-attend  (H, 1, pos+1): no mask, all are past
+        keys = np.zeros((R, H, longest, dh), dtype=x.dtype)
+        values = np.zeros_like(keys)
+        for r, cache in enumerate(caches):
+            cache.write(layer, positions[r], k[r].reshape(H, 1, dh), v[r].reshape(H, 1, dh))
+            keys[r, :, :lengths[r]], values[r, :, :lengths[r]] = cache.read(layer, lengths[r])
+        q = q.reshape(R, H, 1, dh) * (1.0 / math.sqrt(dh))
+        scores = q @ keys.transpose(0, 1, 3, 2) + own  # eq:kv-attend  (R, H, 1, n): no causal mask, all are past
         att, _ = softmax_forward(scores)
-        heads = (att @ values[:, :pos + 1]).reshape(H * dh)  # eq:kv-attend  (d,)
+        heads = (att @ values).reshape(R, H * dh)  # eq:kv-attend  (R, d)
         a, _ = linear_forward(heads, p["wo"], p["bo"])
         x = x + a
         u, _ = layer_norm_forward(x, p["ln2_g"], p["ln2_b"], cfg.ln_eps)
@@ -104,10 +120,51 @@ def decode_step(params, token, cache: KVCache, cfg):
         u, _ = act_forward(u)
         u, _ = linear_forward(u, p["ff2_w"], p["ff2_b"])
         x = x + u
-    cache.length = pos + 1
+    for cache, pos in zip(caches, positions):
+        cache.length = int(pos) + 1
     x, _ = layer_norm_forward(x, params["lnf_g"], params["lnf_b"], cfg.ln_eps)
     logits, _ = linear_forward(x, params["head_w"], params["head_b"])
     return logits
+
+
+def prefill(params, ids, cache, cfg):
+    """Run a whole prompt through one forward pass and write its keys and values into an empty cache.
+
+    The training forward already computes every block's keys and values of every position; they sit in
+    its attention caches. Prefill copies them into the decoding cache, so a prompt of n tokens costs one
+    batched pass instead of n single-token steps.
+
+    Parameters
+    ----------
+    params : dict
+        Parameter name to array.
+    ids : sequence of int
+        The prompt, at most context_len ids.
+    cache : KVCache or PagedCache
+        An empty cache (length 0); filled with positions 0 to n - 1.
+    cfg : ModelConfig
+        The model configuration.
+
+    Returns
+    -------
+    ndarray of shape (n_V,)
+        The logits of the token after the prompt.
+
+    Raises
+    ------
+    InputError
+        If the cache is not empty, or the prompt is empty, too long or holds an invalid id.
+    """
+    if cache.length:
+        raise InputError(f"prefill needs an empty cache; this one holds {cache.length} positions")
+    ids = check_ids(np.asarray(ids)[None], cfg, what="prompt ids")  # (1, n)
+    cache.reserve(ids.shape[1])
+    logits, model_cache = forward(params, ids, cfg.with_(checkpoint_blocks=False))  # eq:kv-prefill
+    for layer, block_cache in enumerate(model_cache[2]):
+        attn = block_cache.attn_cache  # AttentionCache or FlashCache: both hold k and v, (1, H, n, dh)
+        cache.write(layer, 0, attn.k[0], attn.v[0])  # eq:kv-prefill
+    cache.length = ids.shape[1]
+    return logits[0, -1]
 
 
 def check_sampling(temperature, top_k, vocab_size):
@@ -260,14 +317,12 @@ def check_prompt(prompt_ids, cfg):
 def read_prompt(params, ids, cache: KVCache, cfg):
     """Run the prompt through the model and return the logits of the token after it.
 
-    A prompt that fits the position table goes through the cache one token at a time, filling it; a
-    longer one is a single forward pass over its last context_len ids, and the cache stays empty.
+    A prompt that fits the position table fills the cache in one forward pass (`prefill`); a longer one is
+    a single forward pass over its last context_len ids, and the cache stays empty.
     """
     if len(ids) > cfg.context_len:
         return window_logits(params, ids, cfg)
-    for token in ids:
-        logits = decode_step(params, token, cache, cfg)
-    return logits
+    return prefill(params, ids, cache, cfg)
 
 
 def window_logits(params, ids, cfg):
