@@ -1,250 +1,162 @@
-"""The cache inventory: every cache the model's forward returns and its backward reads, found by running them.
+"""The cache inventory: each cache the model's forward returns and its backward reads, what it holds, where
+it is built and read, its shapes and its bytes, for the memory policies of tools/memory_policies.py. Every
+entry comes from running the real forward and backward (site_scripts/cache_walk.py).
 
-One forward runs with a profiler that notes which transformer function first returned each object as its
-cache (the second item of its result): that function built it. One backward then runs with a profiler that
-notes which function first received each cache as its own cache argument: that function reads it. The
-lines are read from those functions' source (the line that makes the cache, the first line that reads the
-argument), the fields from the NamedTuple or from the builder's docstring (`cache : (x, w)`), the bytes from
-the arrays themselves. A buffer is counted once, at the first field that holds it (a view counts as its
-base, as in tools/memory_policies.owned_bytes), and the parameters are not counted, so the rows of a run add
-up to owned_bytes of its whole cache: the `retained` of tools/memory_policies.py.
-
-Page generators call `inventory_md`; `runs` and `caches` choose what it shows.
+A page generator calls `inventory_md(page, repo_url)`; `runs` picks the policies and `caches` the rows (by
+the start of their path, e.g. "block_caches[l].attn_cache" for attention's caches alone).
 """
 
-import ast
-import inspect
-import sys
-from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
-from tools.memory_policies import POLICIES, owned_bytes
 from transformer.config import PRESETS, ModelConfig
-from transformer.model import backward, forward, init_params
 
-from . import code_facts, sections
-from .common import ROOT, md_table
-from .examples import SEED
+from . import sections
+from .cache_walk import inventory
+from .common import md_table
+from .examples import SEED, default_note, default_run
 
-TRANSFORMER = str(ROOT / "transformer") + "/"
-RUNS = ("materialized", "flash", "checkpointed")  # the policies of tools/memory_policies.py shown by default
-LONG_T = 1024  # the long run: the default config with context_len = LONG_T, one sequence of that length
-# Sizes that differ from each other, so that a shape recorded with them reads back as symbols (d = H d_h).
+RUNS = ("materialized", "flash", "checkpointed")  # policies of tools/memory_policies.py
+LONG_T = 1024  # the long run: the default config with context_len = LONG_T, one sequence that long
+# Sizes unlike each other, so that a shape recorded with them reads back as symbols (d = H d_h, BT = B T).
 SYMBOLIC = ModelConfig(vocab_size=17, context_len=13, emb_dim=14, num_heads=2, num_layers=1, ff_dim=11)
 SYMBOLIC_BT = (3, 5)
-SYMBOLS = {3: "B", 5: "T", 15: "BT", 17: "n_V", 13: r"T_{\max}", 14: "d", 2: "H", 7: "d_h", 11: "F", 42: "3d", 1: "1"}
+SYMBOLS = {3: "B", 5: "T", 15: "BT", 17: "n_V", 13: r"T_{\max}", 14: "d", 2: "H", 7: "d_h", 11: "F", 42: "3d",
+           1: "1"}
 
 
-@dataclass
-class Field:
-    name: str
-    text: str  # what it holds, when not an array
-    shape: tuple | None = None  # an array's shape
-    base_shape: tuple | None = None  # the shape of the buffer it is a view of, when that is larger
-    charged: int = 0  # the bytes counted at this field, over every instance of its cache
-    shared_with: str = ""  # the field that already counted its buffer
-    parameter: bool = False
+def long_config():
+    return PRESETS["default"].with_(context_len=LONG_T)
 
 
-@dataclass
-class Cache:
-    path: str  # as the backward's locals name it: block_caches[l].attn_cache
-    kind: str  # the NamedTuple's name, or "tuple" / "ndarray"
-    built: code_facts.Place  # the line that makes it
-    read: code_facts.Place  # the first line of its backward that reads it
-    fields: list = field(default_factory=list)
-    count: int = 1  # instances (L for a block's caches); the bytes are summed over them
-
-    @property
-    def charged(self):
-        return sum(f.charged for f in self.fields)
+@lru_cache(maxsize=None)
+def runs_of(policy):
+    """(default run, long run, symbolic run) of one policy, each (caches, owned bytes of the whole cache)."""
+    ex = default_run()
+    dtype = ex.params["tok_emb"].dtype
+    long_ids = np.random.default_rng(SEED).integers(0, ex.cfg.vocab_size, (1, LONG_T))
+    symbolic_ids = np.random.default_rng(SEED).integers(0, SYMBOLIC.vocab_size, SYMBOLIC_BT)
+    return (inventory(policy, ex.cfg, ex.ids, dtype), inventory(policy, long_config(), long_ids, dtype),
+            inventory(policy, SYMBOLIC, symbolic_ids, dtype))
 
 
-def profiled(run, event, note):
-    """run() with note(frame, arg) called on each `event` of a function in transformer/."""
-    def profile(frame, what, arg):
-        if what == event and frame.f_code.co_filename.startswith(TRANSFORMER):
-            note(frame, arg)
-    old = sys.getprofile()
-    sys.setprofile(profile)
-    try:
-        return run()
-    finally:
-        sys.setprofile(old)
+def symbolic(shape):
+    return r"\((" + ", ".join(SYMBOLS[n] for n in shape) + ("," if len(shape) == 1 else "") + r")\)"
 
 
-def traced(params, ids, cfg):
-    """(cache, builders, readers): forward's cache; {id: (code, obj)} of the first function that returned each
-    object as the second item of its result; {id: (code, argument name)} of the first function called with
-    it as its second argument. The objects are kept in `builders` so that their ids stay theirs."""
-    builders, readers = {}, {}
-
-    def returned(frame, result):
-        if isinstance(result, tuple) and len(result) >= 2:
-            builders.setdefault(id(result[1]), (frame.f_code, result[1]))
-
-    def called(frame, _):
-        code = frame.f_code
-        if code.co_argcount >= 2:
-            readers.setdefault(id(frame.f_locals[code.co_varnames[1]]), (code, code.co_varnames[1]))
-
-    logits, cache = profiled(lambda: forward(params, ids, cfg), "return", returned)
-    profiled(lambda: backward(np.ones_like(logits), cache), "call", called)
-    return cache, builders, readers
+def size_text(n):
+    """Bytes, exactly, with a KiB or MiB reading beside them."""
+    if n >= 1 << 20:
+        return f"{n:,} ({n / (1 << 20):.2f} MiB)"
+    return f"{n:,} ({n / 1024:.1f} KiB)" if n >= 1024 else f"{n:,}"
 
 
-def function_node(code):
-    """The ast of the function a code object runs."""
-    tree = ast.parse((ROOT / place_path(code)).read_text())
-    return next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
-                and n.name == code.co_name and n.lineno == code.co_firstlineno)
+def holds_text(f, sym):
+    """One field of a cache, with its shape in symbols and at the default run, and how its bytes count."""
+    if f.inner:
+        many = f", a list of {f.items} caches, one per block" if f.items else ", a cache"
+        return f"`{f.name}`{many} (row `{f.inner}`)"
+    if f.shape is None:
+        return f"`{f.name}` = {f.text}"
+    text = f"`{f.name}` {symbolic(sym.shape)} {sections.shape_text(f.shape)}"
+    if f.parameter:
+        return text + ", a parameter (not counted)"
+    if f.shared_with:
+        return text + f", the buffer of `{f.shared_with.split('.')[-1]}` (counted there)"
+    if f.base_shape is not None:
+        return text + f", a view: keeps its whole {symbolic(sym.base_shape)} buffer alive"
+    return text
 
 
-def place_path(code):
-    return code.co_filename[len(str(ROOT)) + 1:]
+def place_link(page, place, repo_url):
+    """file:line, linked to the line in the function's listing on the site, else to the source."""
+    text = f"`{place.path.removeprefix('transformer/')}:{place.line}`"
+    if sections.function_page(place.path, place.function) is None:
+        return f"[{text}]({sections.source_url(repo_url, place.path, place.line)})"
+    return f"[{text}]({sections.function_link(page, place.path, place.function, place.line)})"
 
 
-def built_line(code):
-    """The line of a forward that makes its cache: the return's second item if that is a call, else the last
-    assignment before the return to the name it returns."""
-    fn = function_node(code)
-    ret = [n for n in ast.walk(fn) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)][-1]
-    item = ret.value.elts[1]
-    if not isinstance(item, ast.Name):
-        return ret.lineno
-    return max(n.lineno for n in ast.walk(fn) if isinstance(n, ast.Assign) and n.lineno < ret.lineno
-               and any(isinstance(t, ast.Name) and t.id == item.id for t in n.targets))
+def chosen(caches, prefixes):
+    return [c for c in caches if picked(c, prefixes)]
 
 
-def read_line(code, name):
-    """The first line of a backward that reads its cache argument `name`."""
-    return min(n.lineno for n in ast.walk(function_node(code)) if isinstance(n, ast.Name) and n.id == name
-               and isinstance(n.ctx, ast.Load))
+def picked(c, prefixes):
+    return prefixes is None or c.path.startswith(tuple(prefixes))
 
 
-def field_names(obj, code):
-    """A cache's fields: a NamedTuple's own, else the names its builder's docstring gives (`cache : (x, w)`)."""
-    if hasattr(obj, "_fields"):
-        return list(obj._fields)
-    doc = inspect.getdoc(sys.modules[code_module(code)].__dict__[code.co_name])
-    for line in doc.splitlines():
-        if line.startswith("cache : "):
-            return [n.strip() for n in line[len("cache : "):].strip("()").split(",")]
-    raise LookupError(f"{code.co_name}'s docstring does not name the parts of its cache (`cache : (a, b)`)")
+def run_table(page, policy, repo_url, prefixes=None):
+    """One policy's inventory: a row per cache, with its bytes at the default run and at T = LONG_T."""
+    (short, short_total), (long, long_total), (sym, _) = runs_of(policy)
+    rows = []
+    for c, c_long, c_sym in zip(short, long, sym, strict=True):
+        if not picked(c, prefixes):
+            continue
+        holds = "; ".join(holds_text(f, fs) for f, fs in zip(c.fields, c_sym.fields, strict=True))
+        times = f" × {c.count}" if c.count > 1 else ""
+        rows.append([f"`{c.path}`{times}", holds, f"`{c.built.function}`, {place_link(page, c.built, repo_url)}",
+                     f"`{c.read.function}`, {place_link(page, c.read, repo_url)}", size_text(c.charged),
+                     size_text(c_long.charged)])
+    if prefixes is None:
+        rows.append(["**All of it**", "", "", "", f"**{size_text(short_total)}**", f"**{size_text(long_total)}**"])
+    return md_table(["Passed as", "Holds", "Built at", "Read at", "Bytes, default run", f"Bytes, \\(T\\) = {LONG_T}"],
+                    rows)
 
 
-def code_module(code):
-    return "transformer." + place_path(code).removeprefix("transformer/").removesuffix(".py")
+def scaling_text(policy, prefixes=None):
+    """How the long run's bytes grow with B: only arrays with a batch axis do."""
+    (long, _), (sym, _) = runs_of(policy)[1:]
+    fixed, names = 0, []
+    for c, c_sym in zip(long, sym, strict=True):
+        if picked(c, prefixes):
+            for f, fs in zip(c.fields, c_sym.fields, strict=True):
+                shape = fs.base_shape or fs.shape
+                if f.charged and not {"B", "BT"} & {SYMBOLS[n] for n in shape}:
+                    fixed += f.charged
+                    names.append(f"`{c.path}.{f.name}`")
+    total = sum(c.charged for c in chosen(long, prefixes))
+    if not fixed:
+        return f"With \\(B\\) sequences of \\(T\\) = {LONG_T}, every byte of it is \\(B\\) times the figure shown."
+    return (f"With \\(B\\) sequences of \\(T\\) = {LONG_T}, {size_text(total - fixed)} of it is \\(B\\) times the "
+            f"figure shown; the other {size_text(fixed)} ({', '.join(names)}) has no batch axis and stays.")
 
 
-def base_of(a):
-    while isinstance(a.base, np.ndarray):
-        a = a.base
-    return a
+def policy_text(policy):
+    from tools.memory_policies import POLICIES
+
+    fields = ", ".join(f"{k}={v!r}" for k, v in POLICIES[policy].items())
+    return f"`ModelConfig({fields})`" if fields else "the default `ModelConfig`"
 
 
-# ---------------------------------------------------------------- walking a run's cache
-
-@dataclass
-class Walk:
-    builders: dict
-    readers: dict
-    params: set  # ids of the parameters' buffers
-    counted: dict = field(default_factory=dict)  # id of a buffer -> the field that counted it
-    found: dict = field(default_factory=dict)  # path -> Cache
-
-
-def is_cache(name):
-    return name.endswith(("_cache", "_caches"))
+def comparison_table(runs, prefixes=None):
+    """The runs' totals side by side, each against the first run's at T = LONG_T."""
+    totals = []
+    for policy in runs:
+        short, long = (sum(c.charged for c in chosen(caches, prefixes)) for caches, _ in runs_of(policy)[:2])
+        totals.append((policy, short, long))
+    first = totals[0][2]
+    rows = [[policy, size_text(short), size_text(long), f"{long / first:.3f}"] for policy, short, long in totals]
+    return md_table(["Policy", "Bytes, default run", f"Bytes, \\(T\\) = {LONG_T}",
+                     f"Of the {runs[0]} run's, at \\(T\\) = {LONG_T}"], rows)
 
 
-def visit(obj, path, walk):
-    """Add obj, a cache at `path`, and the caches it holds to walk.found."""
-    code, _ = walk.builders[id(obj)]
-    reader, argument = walk.readers[id(obj)]
-    values = list(obj) if isinstance(obj, tuple) else [obj]
-    names = field_names(obj, code)
-    if len(names) != len(values):
-        raise LookupError(f"{code.co_name}'s cache has {len(values)} parts, its docstring names {names}")
-    if path not in walk.found:
-        walk.found[path] = Cache(path, type(obj).__name__, code_facts.Place(place_path(code), built_line(code), code.co_name),
-                                 code_facts.Place(place_path(reader), read_line(reader, argument), reader.co_name),
-                                 [Field(n, "") for n in names], 0)
-    entry = walk.found[path]
-    entry.count += 1
-    for f, value in zip(entry.fields, values):
-        if is_cache(f.name):
-            items = value if isinstance(value, list) else [value]
-            inner = (f.name if path == "cache" else f"{path}.{f.name}") + ("[l]" if isinstance(value, list) else "")
-            for item in items:
-                visit(item, inner, walk)
-            f.text = (f"{len(items)} × " if isinstance(value, list) else "") + f"`{inner}`"
-        elif isinstance(value, np.ndarray):
-            count_array(f, value, f"{path}.{f.name}", walk)
-        else:
-            f.text = value_text(value, walk)
-
-
-def count_array(f, a, label, walk):
-    """Count an array's buffer at this field, unless it is a parameter's or an earlier field counted it."""
-    base = base_of(a)
-    if f.shape is not None and f.shape != a.shape:
-        raise RuntimeError(f"{label} differs in shape between blocks: the inventory shows one shape per field")
-    f.shape, f.base_shape = a.shape, (base.shape if base.size > a.size else None)
-    if id(base) in walk.params:
-        f.parameter = True
-    elif id(base) in walk.counted:
-        f.shared_with = walk.counted[id(base)]
-    else:
-        walk.counted[id(base)] = label
-        f.charged += base.nbytes
-
-
-def value_text(value, walk):
-    """What a field that is neither an array nor a cache holds, in words."""
-    if isinstance(value, dict):
-        if not all(id(base_of(a)) in walk.params for a in value.values()):
-            raise RuntimeError("a dictionary in the cache holds arrays that are not parameters: count them")
-        return f"{len(value)} parameters (the model's own arrays, not counted)"
-    if isinstance(value, ModelConfig):
-        return "the `ModelConfig`"
-    return f"`{value!r}`"
-
-
-def inventory(policy, cfg, ids, dtype=np.float64):
-    """(caches, owned bytes of the whole cache) of one run of forward under a policy of tools/memory_policies."""
-    cfg = cfg.with_(**POLICIES[policy])
-    params = init_params(cfg, SEED, dtype)
-    cache, builders, readers = traced(params, ids, cfg)
-    walk = Walk(builders, readers, {id(base_of(a)) for a in params.values()})
-    visit(cache, "cache", walk)
-    caches = list(walk.found.values())
-    total = owned_bytes(cache, exclude=params.values())
-    check_total(caches, total)
-    for c in caches:
-        check_lines(c)
-    return caches, total
-
-
-def check_total(caches, total):
-    """The rows must add up to the whole cache's owned bytes: a buffer counted twice, or missed, stops the build."""
-    rows = sum(c.charged for c in caches)
-    if rows != total:
-        raise RuntimeError(f"the inventory's rows add up to {rows} bytes, the cache owns {total}")
-
-
-def check_lines(c):
-    """The built-at line must make the cache (assign `cache =` or call its NamedTuple), the read-at line read it."""
-    lines = (ROOT / c.built.path).read_text().splitlines()
-    made, read = lines[c.built.line - 1], (ROOT / c.read.path).read_text().splitlines()[c.read.line - 1]
-    if "cache = " not in made and f"{c.kind}(" not in made:
-        raise RuntimeError(f"{c.built.path}:{c.built.line} does not make {c.path}: {made.strip()!r}")
-    argument = function_node_at(c.read.path, c.read.function).args.args[1].arg
-    if argument not in read:
-        raise RuntimeError(f"{c.read.path}:{c.read.line} does not read {c.path}: {read.strip()!r}")
-
-
-def function_node_at(path, name):
-    tree = ast.parse((ROOT / path).read_text())
-    return next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
+def inventory_md(page, repo_url, runs=RUNS, caches=None):
+    """The inventory of each policy in `runs`, limited to the caches whose path starts with one of `caches`
+    (None: all of them), then the totals side by side."""
+    ex, long = default_run(), long_config()
+    whole = ("Together the rows make up `owned_bytes` of `forward`'s whole cache, what `tools/memory_policies.py` "
+             "reports as retained" if caches is None else "These rows are part of `forward`'s cache, whose other "
+             f"rows and totals the [Full Model]({sections.page_link(page, 'model', 'cache-inventory')}) page shows")
+    out = [f"The default run is {default_note()}, in {ex.params['tok_emb'].dtype}; the long run is the same "
+           f"config with \\(T_{{\\max}}\\) = {long.context_len} and one sequence of \\(T\\) = {LONG_T} tokens. "
+           "Shapes are written in symbols (read back from a run with sizes unlike each other) and as recorded in "
+           "the default run. A buffer is counted once, at the first field that holds it (a view keeps, and counts, "
+           "the whole array it looks into); the parameters are left out, since the caches only refer to them. "
+           f"A block's row adds up its {ex.cfg.num_layers} blocks. {whole}; the build stops if the rows of the "
+           "whole cache do not add up to it, or if a built-at line does not make its cache.\n"]
+    for policy in runs:
+        out.append(f"**{policy.capitalize()}**, {policy_text(policy)}:\n\n" + run_table(page, policy, repo_url, caches)
+                   + "\n" + scaling_text(policy, caches) + "\n")
+    if len(runs) > 1:
+        out.append("The totals side by side:\n\n" + comparison_table(runs, caches))
+    return "\n".join(out)
