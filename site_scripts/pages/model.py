@@ -282,9 +282,9 @@ def contents(value, source, builder):
     """A cache field of the tiny example, by the names its builder's docstring gives the parts of its cache."""
     if builder is None:
         return f"`{value}`"
-    module, name = source.names[builder]
-    if isinstance(value, list):
+    if isinstance(value, list):  # built by run_block, a local name for block_forward or its checkpointed twin
         return f"{len(value)} × `{type(value[0]).__name__}`: " + ", ".join(f"`{f}`" for f in value[0]._fields)
+    module, name = source.names[builder]
     doc = inspect.getdoc(getattr(importlib.import_module(f"transformer.{module}"), name))
     names = re.search(r"^cache : \((.+)\)$", doc, flags=re.M).group(1).split(", ")
     return "; ".join(f"`{n}` " + (f"array {sections.shape_text(v.shape)}" if isinstance(v, np.ndarray) else f"`{v}`")
