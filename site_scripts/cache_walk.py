@@ -230,14 +230,21 @@ def check_total(caches, total):
 
 
 def check_lines(c):
-    """The built-at line must make the cache (assign `cache =` or call its NamedTuple), the read-at line read it."""
-    lines = (ROOT / c.built.path).read_text().splitlines()
-    made, read = lines[c.built.line - 1], (ROOT / c.read.path).read_text().splitlines()[c.read.line - 1]
-    if "cache = " not in made and f"{c.kind}(" not in made:
-        raise RuntimeError(f"{c.built.path}:{c.built.line} does not make {c.path}: {made.strip()!r}")
-    argument = function_node_at(c.read.path, c.read.function).args.args[1].arg
-    if argument not in read:
-        raise RuntimeError(f"{c.read.path}:{c.read.line} does not read {c.path}: {read.strip()!r}")
+    """The built-at line must assign the name its function returns as the cache (or return a new one), and the
+    read-at line must read the backward's cache argument: a wrong file:line stops the build."""
+    fn = function_node_at(c.built.path, c.built.function)
+    item = [n for n in ast.walk(fn) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)][-1].value.elts[1]
+    name = item.id if isinstance(item, ast.Name) else None
+    makes = any(getattr(n, "lineno", None) == c.built.line and (
+        isinstance(n, ast.Assign) and name in {t.id for t in n.targets if isinstance(t, ast.Name)}
+        or isinstance(n, ast.Return) and name is None) for n in ast.walk(fn))
+    if not makes:
+        raise RuntimeError(f"{c.built.path}:{c.built.line} does not make {c.path}")
+    reader = function_node_at(c.read.path, c.read.function)
+    argument = reader.args.args[1].arg
+    if not any(isinstance(n, ast.Name) and n.id == argument and isinstance(n.ctx, ast.Load)
+               and n.lineno == c.read.line for n in ast.walk(reader)):
+        raise RuntimeError(f"{c.read.path}:{c.read.line} does not read {c.path}")
 
 
 def function_node_at(path, name):
