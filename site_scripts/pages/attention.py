@@ -16,7 +16,8 @@ from transformer.block import ATTENTION_KEYS, block_params
 from transformer.gradcheck import REL_TOL, check_passes, relative_gap
 from transformer.softmax import softmax_backward
 
-from .. import cache_inventory, sections
+from .. import sections
+from ..cache_inventory import inventory_md
 from ..common import md_table
 from ..examples import (H_STEP, SEED, TINY_IDS, biases_moved, collapsed, default_note, default_run, illustrative,
                         tiny, weighted_sum)
@@ -515,7 +516,7 @@ def gradcheck_md():
 
 
 def generate(context):
-    inventory = cache_inventory.inventory_md("attention", context["repo_url"], runs=("materialized", "flash"),
+    inventory = inventory_md("attention", context["repo_url"], runs=("materialized", "flash"),
                                              caches=("block_caches[l].attn_cache",))
     return {"symbols": symbols_md(), "example": example_md(), "derivation-checks": derivation_checks_md(),
             "gradcheck": gradcheck_md(), "cache-inventory": inventory}

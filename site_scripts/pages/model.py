@@ -17,7 +17,8 @@ from transformer.optim import clip_grads, global_norm, is_decayed
 from transformer.softmax import cross_entropy_backward, cross_entropy_forward, softmax_forward
 from transformer.train import TrainConfig, train_step
 
-from .. import cache_inventory, code_facts, depends, sections
+from .. import code_facts, depends, sections
+from ..cache_inventory import inventory_md
 from ..common import md_table, verdict_text
 from ..examples import SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, sizes, tiny
 from ..tiny_backward import tiny_backward
@@ -376,6 +377,6 @@ def generate(context):
         "forward": forward_md(), "follow-forward": follow_forward_md(), "forward-symbols": forward_symbols_md(),
         "forward-shapes": forward_shapes_md(), "logits": softmax_where_md(), "cache": cache_md(), **params_md(),
         "keys": key_pattern_md(), "update": update_md(),
-        "cache-inventory": cache_inventory.inventory_md(PAGE, context["repo_url"]),
+        "cache-inventory": inventory_md(PAGE, context["repo_url"]),
         "sizes": f"At the default config: {sizes(PRESETS['default'])}.\n", **model_backward.fragments(),
     }

@@ -104,3 +104,11 @@ def test_the_page_fragments_show_the_rows_asked_for_and_the_real_totals():
     rows = [r for r in attention.splitlines() if r.startswith("| `")]
     assert rows and all(r.startswith("| `block_caches[l].attn_cache") for r in rows)
     assert "row_max" in attention and "`att`" in attention
+
+
+@pytest.mark.parametrize("page", ["model", "attention"])
+def test_the_pages_cache_keys_cover_the_inventorys_modules(page):
+    from site_scripts import build
+
+    names = [p.name for p in build.page_sources(page)]
+    assert {"cache_inventory.py", "cache_walk.py", "memory_policies.py"} <= set(names)
