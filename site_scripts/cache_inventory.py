@@ -18,6 +18,8 @@ from .common import md_table
 from .examples import SEED, default_note, default_run
 
 RUNS = ("materialized", "flash", "checkpointed")  # policies of tools/memory_policies.py
+ATTENTION = ("block_caches[l].attn_cache",)  # `caches` for attention's rows alone (its cache and those inside)
+BLOCKS = ("block_caches[l]",)  # `caches` for the blocks' rows
 LONG_T = 1024  # the long run: the default config with context_len = LONG_T, one sequence that long
 # Sizes unlike each other, so that a shape recorded with them reads back as symbols (d = H d_h, BT = B T).
 SYMBOLIC = ModelConfig(vocab_size=17, context_len=13, emb_dim=14, num_heads=2, num_layers=1, ff_dim=11)
@@ -114,11 +116,10 @@ def scaling_text(policy, prefixes=None):
                 if f.charged and not {"B", "BT"} & {SYMBOLS[n] for n in shape}:
                     fixed += f.charged
                     names.append(f"`{c.path}.{f.name}`")
-    total = sum(c.charged for c in chosen(long, prefixes))
     if not fixed:
-        return f"With \\(B\\) sequences of \\(T\\) = {LONG_T}, every byte of it is \\(B\\) times the figure shown."
-    return (f"With \\(B\\) sequences of \\(T\\) = {LONG_T}, {size_text(total - fixed)} of it is \\(B\\) times the "
-            f"figure shown; the other {size_text(fixed)} ({', '.join(names)}) has no batch axis and stays.")
+        return f"For \\(B\\) sequences of \\(T\\) = {LONG_T} instead of one, multiply all of these bytes by \\(B\\)."
+    return (f"For \\(B\\) sequences of \\(T\\) = {LONG_T} instead of one, multiply all but {size_text(fixed)} of "
+            f"these bytes by \\(B\\): {', '.join(names)} {'has' if len(names) == 1 else 'have'} no batch axis.")
 
 
 def policy_text(policy):
