@@ -163,9 +163,9 @@ def visit(obj, path, walk):
     if len(names) != len(values):
         raise LookupError(f"{code.co_name}'s cache has {len(values)} parts, its docstring names {names}")
     if path not in walk.found:
-        walk.found[path] = Cache(path, type(obj).__name__, code_facts.Place(place_path(code), built_line(code), code.co_name),
-                                 code_facts.Place(place_path(reader), read_line(reader, argument), reader.co_name),
-                                 [Field(n, "") for n in names], 0)
+        built = code_facts.Place(place_path(code), built_line(code), code.co_name)
+        read = code_facts.Place(place_path(reader), read_line(reader, argument), reader.co_name)
+        walk.found[path] = Cache(path, type(obj).__name__, built, read, [Field(n, "") for n in names], 0)
     entry = walk.found[path]
     entry.count += 1
     for f, value in zip(entry.fields, values):

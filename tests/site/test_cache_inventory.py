@@ -99,8 +99,8 @@ def test_the_page_fragments_show_the_rows_asked_for_and_the_real_totals():
     for policy in cache_inventory.RUNS:
         (_, total), (_, long_total), _ = cache_inventory.runs_of(policy)
         assert f"**{cache_inventory.size_text(total)}** | **{cache_inventory.size_text(long_total)}**" in md
-    attention = cache_inventory.inventory_md("attention", "https://example.invalid/repo", runs=("materialized", "flash"),
-                                             caches=("block_caches[l].attn_cache",))
+    attention = cache_inventory.inventory_md("attention", "https://example.invalid/repo",
+                                             runs=("materialized", "flash"), caches=cache_inventory.ATTENTION)
     rows = [r for r in attention.splitlines() if r.startswith("| `")]
     assert rows and all(r.startswith("| `block_caches[l].attn_cache") for r in rows)
     assert "row_max" in attention and "`att`" in attention
