@@ -17,6 +17,7 @@ from transformer.gradcheck import REL_TOL, check_passes, relative_gap
 from transformer.softmax import softmax_backward
 
 from .. import sections
+from ..cache_inventory import ATTENTION, inventory_md
 from ..common import md_table
 from ..examples import (H_STEP, SEED, TINY_IDS, biases_moved, collapsed, default_note, default_run, illustrative,
                         tiny, weighted_sum)
@@ -515,5 +516,6 @@ def gradcheck_md():
 
 
 def generate(context):
+    inventory = inventory_md("attention", context["repo_url"], runs=("materialized", "flash"), caches=ATTENTION)
     return {"symbols": symbols_md(), "example": example_md(), "derivation-checks": derivation_checks_md(),
-            "gradcheck": gradcheck_md()}
+            "gradcheck": gradcheck_md(), "cache-inventory": inventory}

@@ -18,6 +18,7 @@ from transformer.softmax import cross_entropy_backward, cross_entropy_forward, s
 from transformer.train import TrainConfig, train_step
 
 from .. import code_facts, depends, sections
+from ..cache_inventory import inventory_md
 from ..common import md_table, verdict_text
 from ..examples import SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, sizes, tiny
 from ..tiny_backward import tiny_backward
@@ -282,9 +283,9 @@ def contents(value, source, builder):
     """A cache field of the tiny example, by the names its builder's docstring gives the parts of its cache."""
     if builder is None:
         return f"`{value}`"
-    module, name = source.names[builder]
-    if isinstance(value, list):
+    if isinstance(value, list):  # built by run_block, a local name for block_forward or its checkpointed twin
         return f"{len(value)} × `{type(value[0]).__name__}`: " + ", ".join(f"`{f}`" for f in value[0]._fields)
+    module, name = source.names[builder]
     doc = inspect.getdoc(getattr(importlib.import_module(f"transformer.{module}"), name))
     names = re.search(r"^cache : \((.+)\)$", doc, flags=re.M).group(1).split(", ")
     return "; ".join(f"`{n}` " + (f"array {sections.shape_text(v.shape)}" if isinstance(v, np.ndarray) else f"`{v}`")
@@ -376,5 +377,6 @@ def generate(context):
         "forward": forward_md(), "follow-forward": follow_forward_md(), "forward-symbols": forward_symbols_md(),
         "forward-shapes": forward_shapes_md(), "logits": softmax_where_md(), "cache": cache_md(), **params_md(),
         "keys": key_pattern_md(), "update": update_md(),
+        "cache-inventory": inventory_md(PAGE, context["repo_url"]),
         "sizes": f"At the default config: {sizes(PRESETS['default'])}.\n", **model_backward.fragments(),
     }
