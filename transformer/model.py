@@ -198,8 +198,7 @@ def forward(params, ids, cfg: ModelConfig, trace=None):
 
         - single: True when ids were 1-D, so dlogits gets its batch axis back;
         - emb_cache: the cache of `embedding_forward`;
-        - block_caches: a list of L `BlockCache`, one per block, in order; with cfg.checkpoint_blocks, L
-          `BlockReplay` instead (each block's input only);
+        - block_caches: a list of L `BlockCache` (or, checkpointed, `BlockReplay`), one per block;
         - lnf_cache: the cache of the final `layer_norm_forward`;
         - head_cache: the cache of the output head's `linear_forward`.
 
@@ -217,9 +216,12 @@ def forward(params, ids, cfg: ModelConfig, trace=None):
     block_caches, block_trace = [], None if trace is None else {}
     if trace is not None:
         trace["embedding"] = x
-    run_block = checkpointed_block_forward if cfg.checkpoint_blocks else block_forward
     for layer in range(cfg.num_layers):
-        x, block_cache = run_block(x, block_params(params, layer), cfg, block_trace)  # eq:model-blocks
+        p = block_params(params, layer)
+        if cfg.checkpoint_blocks:  # keep the block's input only, replay it in the backward
+            x, block_cache = checkpointed_block_forward(x, p, cfg, block_trace)  # eq:model-blocks
+        else:
+            x, block_cache = block_forward(x, p, cfg, block_trace)  # eq:model-blocks
         block_caches.append(block_cache)
         if trace is not None:
             trace.update({f"b{layer}.{name}": value for name, value in block_trace.items()})
@@ -253,9 +255,10 @@ def backward(dlogits, cache):
     dx, grads["head_w"], grads["head_b"] = linear_backward(dlogits, head_cache)  # eq:head-grads eq:head-index
     dx, grads["lnf_g"], grads["lnf_b"] = layer_norm_backward(dx, lnf_cache)  # eq:model-lnf-grad
     for layer in reversed(range(len(block_caches))):  # eq:model-blocks-grad eq:model-reverse
-        cache_l = block_caches[layer]
-        undo_block = checkpointed_block_backward if isinstance(cache_l, BlockReplay) else block_backward
-        dx, block_grads = undo_block(dx, cache_l)  # eq:model-blocks-grad eq:model-vjp
+        if isinstance(block_caches[layer], BlockReplay):  # a checkpointed block
+            dx, block_grads = checkpointed_block_backward(dx, block_caches[layer])  # eq:model-blocks-grad eq:model-vjp
+        else:
+            dx, block_grads = block_backward(dx, block_caches[layer])  # eq:model-blocks-grad eq:model-vjp
         grads.update({f"b{layer}.{name}": g for name, g in block_grads.items()})  # eq:model-param-once
     grads["tok_emb"], grads["pos_emb"] = embedding_backward(dx, emb_cache)  # eq:model-embed-grad eq:model-many-uses
     return grads
