@@ -19,7 +19,7 @@ from .activations import ACTIVATION_FUNCTIONS
 from .block import block_params
 from .config import is_int
 from .errors import InputError
-from .kv_cache import KVCache
+from .kv_cache import KVCache, gather
 from .layernorm import layer_norm_forward
 from .linear import linear_forward
 from .model import check_ids, check_params, forward
@@ -104,11 +104,9 @@ def decode_batch(params, tokens, caches, cfg):
         q, _ = linear_forward(a, p["wq"], p["bq"])  # eq:kv-project
         k, _ = linear_forward(a, p["wk"], p["bk"])  # eq:kv-project
         v, _ = linear_forward(a, p["wv"], p["bv"])  # eq:kv-project
-        keys = np.zeros((R, H, longest, dh), dtype=x.dtype)
-        values = np.zeros_like(keys)
         for r, cache in enumerate(caches):
             cache.write(layer, positions[r], k[r].reshape(H, 1, dh), v[r].reshape(H, 1, dh))
-            keys[r, :, :lengths[r]], values[r, :, :lengths[r]] = cache.read(layer, lengths[r])
+        keys, values = gather(caches, layer, lengths)  # (R, H, n, dh), padded past each request's length
         q = q.reshape(R, H, 1, dh) * (1.0 / math.sqrt(dh))
         scores = q @ keys.transpose(0, 1, 3, 2) + own  # eq:kv-attend  (R, H, 1, n): no causal mask, all are past
         att, _ = softmax_forward(scores)

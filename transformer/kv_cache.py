@@ -99,11 +99,14 @@ class PagePool:
         for name, value in (("num_pages", num_pages), ("page_size", page_size)):
             if not (isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1):
                 raise InputError(f"{name} must be a positive integer, got {value!r}")
-        shape = (num_pages, cfg.num_heads, page_size, cfg.head_dim)
+        # One page more than can be leased: the last, never written, stays zeros and pads the shorter
+        # requests' page tables when several requests are gathered at once (see `gather`).
+        shape = (num_pages + 1, cfg.num_heads, page_size, cfg.head_dim)
         self.keys = [np.zeros(shape, dtype) for _ in range(cfg.num_layers)]
         self.values = [np.zeros(shape, dtype) for _ in range(cfg.num_layers)]
         self.page_size, self.num_pages = int(page_size), int(num_pages)
         self.free = list(range(num_pages - 1, -1, -1))  # lease 0, 1, 2, ... first
+        self.blank = num_pages
         self.leased = set()
 
     def lease(self):
@@ -124,6 +127,29 @@ class PagePool:
     def pages_for(self, positions):
         """Pages needed to hold this many positions."""
         return -(-positions // self.page_size)
+
+    def gather(self, tables, layer, n):
+        """Block `layer`'s keys and values of several requests at once, each laid end to end in its
+        logical order: (R, H, n, dh) each. A request with fewer than n positions is padded with the blank
+        page; the decoder masks whatever lies past a request's own length.
+
+        Parameters
+        ----------
+        tables : sequence of list of int
+            Each request's page table.
+        layer : int
+            The block.
+        n : int
+            Positions to return, the longest request's length.
+        """
+        pages = self.pages_for(n)
+        table = np.full((len(tables), pages), self.blank)
+        for r, own in enumerate(tables):
+            table[r, :min(pages, len(own))] = own[:pages]  # eq:page-gather
+        R, (H, S, dh) = len(tables), self.keys[layer].shape[1:]
+        keys = self.keys[layer][table].transpose(0, 2, 1, 3, 4).reshape(R, H, pages * S, dh)  # eq:page-gather
+        values = self.values[layer][table].transpose(0, 2, 1, 3, 4).reshape(R, H, pages * S, dh)  # eq:page-gather
+        return keys[:, :, :n], values[:, :, :n]
 
 
 class PagedCache:
@@ -170,12 +196,8 @@ class PagedCache:
             done += m
 
     def read(self, layer, stop):
-        used = self.pages[:self.pool.pages_for(stop)]
-        H, S, dh = self.pool.keys[layer].shape[1:]
-        # Gather the request's pages in logical order and lay them end to end: (H, pages * S, dh).
-        keys = self.pool.keys[layer][used].transpose(1, 0, 2, 3).reshape(H, len(used) * S, dh)  # eq:page-gather
-        values = self.pool.values[layer][used].transpose(1, 0, 2, 3).reshape(H, len(used) * S, dh)  # eq:page-gather
-        return keys[:, :stop], values[:, :stop]
+        keys, values = self.pool.gather([self.pages], layer, stop)
+        return keys[0], values[0]
 
     def release(self):
         """Hand every page back to the pool (the page table empties first, so a page goes back once)."""
@@ -188,3 +210,21 @@ class PagedCache:
         """Bytes of the pool's arrays this request holds: its pages, in every block, keys and values."""
         per_page = sum(a[0].nbytes for a in (*self.pool.keys, *self.pool.values))
         return len(self.pages) * per_page
+
+
+def gather(caches, layer, lengths):
+    """Block `layer`'s keys and values of several requests side by side for a batched decoding step:
+    request r's positions 0 to lengths[r] - 1, padded to the longest, (R, H, max(lengths), dh) each.
+    Paged caches of one pool are gathered in one indexing operation; any other mix is read cache by cache
+    into zeros. The decoder masks the padding.
+    """
+    n = int(max(lengths))
+    pool = getattr(caches[0], "pool", None)
+    if pool is not None and all(getattr(c, "pool", None) is pool for c in caches):
+        return pool.gather([c.pages for c in caches], layer, n)
+    first, _ = caches[0].read(layer, 1)
+    keys = np.zeros((len(caches), first.shape[0], n, first.shape[2]), dtype=first.dtype)
+    values = np.zeros_like(keys)
+    for r, (cache, stop) in enumerate(zip(caches, lengths)):
+        keys[r, :, :stop], values[r, :, :stop] = cache.read(layer, stop)
+    return keys, values

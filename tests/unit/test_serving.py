@@ -101,11 +101,14 @@ def test_a_cache_never_grows_past_the_context():
 
 # ------------------------------------------------------------------ prefill and batched decoding
 
-@pytest.mark.parametrize("page_size", PAGE_SIZES)
+@pytest.mark.parametrize("page_size", [*PAGE_SIZES, "contiguous"])
 def test_batched_decoding_of_requests_at_different_positions_equals_the_full_forward(params, page_size):
-    pool = PagePool(CFG, 40, page_size, np.float64)
     texts = [[1, 2, 3], [4] * 9, [5, 6], [7, 8, 9, 10, 0, 1, 2]]
-    caches = [PagedCache(pool, CFG.context_len) for _ in texts]
+    if page_size == "contiguous":
+        caches = [KVCache(CFG, np.float64) for _ in texts]
+    else:
+        pool = PagePool(CFG, 40, page_size, np.float64)
+        caches = [PagedCache(pool, CFG.context_len) for _ in texts]
     for text, cache in zip(texts, caches):
         assert_close(prefill(params, text[:-1], cache, CFG), forward(params, np.array(text[:-1]), CFG)[0][-1], "prefill")
     logits = decode_batch(params, [t[-1] for t in texts], caches, CFG)

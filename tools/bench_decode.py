@@ -1,0 +1,141 @@
+"""Benchmark: the cost of decoding, by strategy, context and number of concurrent requests.
+
+Every request has a prompt of half the context and decodes the other half, so the last token it feeds sits
+at position context - 1 and no request reaches the context limit. Three strategies:
+
+- recompute: no cache; each new token reruns `forward` over the whole text so far;
+- contiguous: `prefill` into a `KVCache`, then `decode_step` per token;
+- paged: the `Scheduler` over a `PagePool`, one request at a time (`one by one`) or all of them decoded
+  together in batched steps (`batched`).
+
+Requests of the first three run one after another; tokens per second counts new tokens over the wall time
+of the whole run, prefill included. Bytes per token is what a strategy's caches hold at the end of the
+run (before release), divided by the positions they cache.
+
+    python tools/bench_decode.py [--contexts 32 64 128 256] [--requests 1 4 16] [--json out.json]
+
+The site's KV-cache page imports `measure` and `CONFIG` from here.
+"""
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from transformer.config import ModelConfig
+from transformer.generate import decode_step, prefill, sample_next
+from transformer.kv_cache import KVCache, PagePool
+from transformer.memory import keep_freed_memory
+from transformer.model import forward, init_params
+from transformer.scheduler import Request, Scheduler
+
+CONFIG = ModelConfig(vocab_size=65, context_len=256, emb_dim=64, num_heads=4, num_layers=3, ff_dim=256)
+CONTEXTS = (32, 64, 128, 256)
+REQUESTS = (1, 4, 16)
+STRATEGIES = ("recompute", "contiguous", "paged one by one", "paged batched")
+PAGE_SIZE = 16
+SEED = 0
+
+
+@dataclass(frozen=True)
+class Measurement:
+    strategy: str
+    context: int
+    requests: int
+    tokens: int
+    seconds: float
+    bytes_per_token: float | None  # None for recompute, which keeps nothing between tokens
+
+    @property
+    def tokens_per_second(self):
+        return self.tokens / self.seconds
+
+
+def prompts(context, requests, seed=SEED):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, CONFIG.vocab_size, context // 2).tolist() for _ in range(requests)]
+
+
+def recompute(params, cfg, prompt, n):
+    ids, rng = list(prompt), np.random.default_rng(SEED)
+    for _ in range(n):
+        ids.append(sample_next(forward(params, np.array(ids), cfg)[0][-1], 1.0, None, rng))
+    return None
+
+
+def contiguous(params, cfg, prompt, n):
+    cache, rng = KVCache(cfg, params["tok_emb"].dtype), np.random.default_rng(SEED)
+    logits = prefill(params, prompt, cache, cfg)
+    for i in range(n):
+        token = sample_next(logits, 1.0, None, rng)
+        if i < n - 1:
+            logits = decode_step(params, token, cache, cfg)
+    return cache.nbytes / cache.length
+
+
+def paged(params, cfg, batch, n, max_batch):
+    pool = PagePool(cfg, len(batch) * -(-cfg.context_len // PAGE_SIZE), PAGE_SIZE, params["tok_emb"].dtype)
+    scheduler = Scheduler(params, cfg, pool, max_batch=max_batch, keep=cfg.context_len)
+    held = []
+    real_step = scheduler.step
+
+    def step():  # record what the caches hold before a finishing request hands its pages back
+        held.append(sum(r.cache.nbytes for r in scheduler.running) / sum(r.cache.length for r in scheduler.running))
+        real_step()
+
+    scheduler.step = step
+    for prompt in batch:
+        scheduler.submit(Request(prompt, n, seed=SEED))
+    scheduler.run()
+    return held[-1]
+
+
+def measure(strategy, context, requests, dtype=np.float32):
+    cfg = CONFIG.with_(context_len=context)
+    params = init_params(cfg, SEED, dtype)
+    batch, n = prompts(context, requests), context // 2
+    start = time.perf_counter()
+    if strategy == "recompute":
+        held = [recompute(params, cfg, p, n) for p in batch][-1]
+    elif strategy == "contiguous":
+        held = [contiguous(params, cfg, p, n) for p in batch][-1]
+    else:
+        held = paged(params, cfg, batch, n, max_batch=1 if strategy == "paged one by one" else requests)
+    return Measurement(strategy, context, requests, n * requests, time.perf_counter() - start, held)
+
+
+def measure_all(contexts=CONTEXTS, requests=REQUESTS, strategies=STRATEGIES, log=None):
+    keep_freed_memory()
+    out = []
+    for context in contexts:
+        for count in requests:
+            for strategy in strategies:
+                out.append(measure(strategy, context, count))
+                if log:
+                    log(out[-1])
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--contexts", type=int, nargs="+", default=list(CONTEXTS))
+    parser.add_argument("--requests", type=int, nargs="+", default=list(REQUESTS))
+    parser.add_argument("--json", help="also write the measurements to this file")
+    args = parser.parse_args(argv)
+    print(f"model: {CONFIG} (context_len set per row), float32, page size {PAGE_SIZE}")
+    print(f"{'context':>7} {'requests':>8} {'strategy':<18} {'tokens/s':>9} {'bytes/token':>11}")
+
+    def log(m):
+        held = "" if m.bytes_per_token is None else f"{m.bytes_per_token:>11.0f}"
+        print(f"{m.context:>7} {m.requests:>8} {m.strategy:<18} {m.tokens_per_second:>9.0f} {held}", flush=True)
+
+    results = measure_all(args.contexts, args.requests, log=log)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([asdict(m) | {"tokens_per_second": m.tokens_per_second} for m in results], f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
