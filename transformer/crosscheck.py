@@ -221,6 +221,9 @@ def check_device(device, torch_device, dtype, cfg, params, ids, targets, adam_st
     from .crosscheck_memory import check_policies  # it imports this module
 
     rows += check_policies(device, torch_device, dtype, cfg, params, ids, targets)
+    from .crosscheck_serving import check_paged  # it imports this module
+
+    rows += check_paged(device, torch_device, dtype, cfg, params)
     return rows
 
 

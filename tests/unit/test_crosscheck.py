@@ -202,3 +202,17 @@ def test_a_wrong_flash_backward_and_a_wrong_replay_are_reported(monkeypatch):
     monkeypatch.setattr(activation_checkpoint, "block_forward",
                         lambda x, p, cfg, trace=None: real_forward(x * (1 + 1e-6), p, cfg, trace))
     assert failed_checks() == {"checkpointed"}
+
+
+def test_paged_decoding_of_several_requests_is_checked_and_a_crossed_table_fails(monkeypatch):
+    """Three requests decoded together over pages, past the context limit, against torch's full forward;
+    negative control: each request gathers through another request's page table."""
+    from transformer.kv_cache import PagePool
+
+    rows = [r for r in run_crosscheck(["cpu"])["rows"] if r["check"] == "paged"]
+    assert len(rows) == 3 and all(r["passed"] for r in rows)
+    assert any("0 replays" not in r["tensor"] for r in rows)  # the context limit was crossed
+    real_gather = PagePool.gather
+    monkeypatch.setattr(PagePool, "gather", lambda self, tables, layer, n: real_gather(self, tables[::-1], layer, n))
+    failed = {r["check"] for r in run_crosscheck(["cpu"])["rows"] if not r["passed"]}
+    assert failed == {"paged"}
