@@ -98,7 +98,17 @@ def add_sample_parser(sub):
                         help="divides the logits; 0 picks the most likely token (default: 1.0)")
     sample.add_argument("--top-k", type=int, default=None,
                         help="sample among the k most likely tokens (default: all)")
-    sample.add_argument("--seed", type=non_negative_int, default=0, help="seed of the draws (default: 0)")
+    sample.add_argument("--seed", type=non_negative_int, default=0,
+                        help="seed of the draws; request i of a prompts file uses seed + i (default: 0)")
+    serving = sample.add_argument_group(
+        "several requests (decoded together over a pool of KV pages; any of these options selects it)")
+    serving.add_argument("--prompts-file", help="UTF-8 text file, one prompt per line")
+    serving.add_argument("--page-size", type=int, help="positions per KV page (default: 16)")
+    serving.add_argument("--pool-pages", type=int,
+                         help="pages in the pool (default: enough for every request at once)")
+    serving.add_argument("--max-batch", type=int, help="requests decoded together at most (default: 16)")
+    serving.add_argument("--keep", type=int, help="tokens replayed when a request reaches the context "
+                                                  "(default: half the context)")
 
 
 def add_choice_option(parser, name="activation"):
@@ -214,10 +224,53 @@ def cmd_sample(args):
     prompt = args.prompt
     if prompt is None:
         prompt = "\n" if ckpt.tokenizer.kind == "byte" or "\n" in ckpt.tokenizer.chars else ckpt.tokenizer.chars[0]
+    serving = (args.prompts_file, args.page_size, args.pool_pages, args.max_batch, args.keep)
+    if any(option is not None for option in serving):
+        return sample_together(ckpt, args, [prompt] if args.prompts_file is None else read_prompts(args))
     prompt_ids = ckpt.tokenizer.encode(prompt)
     new = generate(ckpt.params, ckpt.cfg, prompt_ids, args.tokens, temperature=args.temperature,
                    top_k=args.top_k, seed=args.seed)
     print(prompt + ckpt.tokenizer.decode(new))
+    return 0
+
+
+def read_prompts(args):
+    """The prompts of --prompts-file, one per line; an empty file or an empty line is refused."""
+    if args.prompt is not None:
+        raise TransformerError("give --prompt or --prompts-file, not both")
+    try:
+        with open(args.prompts_file, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise TransformerError(f"cannot read the prompts file {args.prompts_file}: {e}") from None
+    if not lines:
+        raise TransformerError(f"the prompts file {args.prompts_file} holds no prompt")
+    empty = [i + 1 for i, line in enumerate(lines) if not line]
+    if empty:
+        raise TransformerError(f"line {empty[0]} of the prompts file {args.prompts_file} is empty")
+    return lines
+
+
+def sample_together(ckpt, args, prompts):
+    """Decode every prompt together with the scheduler over a pool of pages; print each continuation."""
+    import numpy as np
+
+    from .kv_cache import PagePool
+    from .scheduler import Request, serve
+
+    cfg, page_size = ckpt.cfg, 16 if args.page_size is None else args.page_size
+    requests = [Request(ckpt.tokenizer.encode(p), args.tokens, args.temperature, args.top_k, args.seed + i)
+                for i, p in enumerate(prompts)]
+    if args.pool_pages is None:  # every request at once, up to a whole context each
+        pool_pages = len(requests) * -(-cfg.context_len // page_size) if page_size >= 1 else 1
+    else:
+        pool_pages = args.pool_pages
+    pool = PagePool(cfg, pool_pages, page_size, ckpt.params["tok_emb"].dtype)
+    serve(ckpt.params, cfg, pool, requests, 16 if args.max_batch is None else args.max_batch, args.keep)
+    for i, (prompt, request) in enumerate(zip(prompts, requests)):
+        if len(requests) > 1:
+            print(f"==> request {i + 1} of {len(requests)} <==")
+        print(prompt + ckpt.tokenizer.decode(request.new))
     return 0
 
 

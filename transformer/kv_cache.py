@@ -96,7 +96,7 @@ class PagePool:
     """
 
     def __init__(self, cfg, num_pages, page_size, dtype):
-        for name, value in (("num_pages", num_pages), ("page_size", page_size)):
+        for name, value in (("page_size", page_size), ("num_pages", num_pages)):
             if not (isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1):
                 raise InputError(f"{name} must be a positive integer, got {value!r}")
         # One page more than can be leased: the last, never written, stays zeros and pads the shorter

@@ -271,3 +271,35 @@ def test_crosscheck_with_no_device_present_is_an_error_not_a_pass(capsys):
     code, out, err = run_cli(["crosscheck", "--devices", *missing], capsys)
     assert "NOTHING CHECKED" in out
     assert_one_line_error(code, err, "nothing was checked")
+
+
+def test_several_prompts_are_decoded_together(tmp_path, checkpoint, capsys):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("ab\nc\nddd\n")
+    code, out, _ = run_cli(["sample", "--checkpoint", checkpoint, "--prompts-file", prompts, "--tokens", "6",
+                            "--page-size", "3", "--seed", "2"], capsys)
+    assert code == 0
+    headers = [line for line in out.splitlines() if line.startswith("==> request")]
+    texts = [line for line in out.splitlines() if not line.startswith("==> request")]
+    assert headers == [f"==> request {i} of 3 <==" for i in (1, 2, 3)]
+    assert [t[:len(p)] for t, p in zip(texts, ("ab", "c", "ddd"))] == ["ab", "c", "ddd"]
+    assert [len(t) for t in texts] == [2 + 6, 1 + 6, 3 + 6]
+    # Request i draws with seed + i: alone, the second prompt with seed 3 continues the same way.
+    code, alone, _ = run_cli(["sample", "--checkpoint", checkpoint, "--prompt", "c", "--tokens", "6",
+                              "--page-size", "3", "--seed", "3"], capsys)
+    assert alone.strip() == texts[1]
+
+
+@pytest.mark.parametrize("content,args,message", [
+    ("ab\n", ["--page-size", "0"], "page_size must be a positive integer, got 0"),
+    ("ab\n", ["--pool-pages", "1", "--page-size", "1"], "the pool has 1"),
+    ("", [], "holds no prompt"),
+    ("ab\n\nc\n", [], "line 2 of the prompts file"),
+    ("ab\n", ["--prompt", "a"], "not both"),
+    ("ab\n", ["--keep", "0"], "keep must be an integer"),
+])
+def test_bad_serving_options_are_one_line(tmp_path, checkpoint, capsys, content, args, message):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(content)
+    code, _, err = run_cli(["sample", "--checkpoint", checkpoint, "--prompts-file", prompts, *args], capsys)
+    assert_one_line_error(code, err, message)
