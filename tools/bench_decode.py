@@ -118,6 +118,33 @@ def measure_all(contexts=CONTEXTS, requests=REQUESTS, strategies=STRATEGIES, log
     return out
 
 
+def speedup(results, faster, slower, context, requests):
+    """tokens/s of `faster` over `slower` in the same run, or None when the run lacks one of them."""
+    cell = {(m.strategy, m.context, m.requests): m.tokens_per_second for m in results}
+    if (faster, context, requests) in cell and (slower, context, requests) in cell:
+        return cell[faster, context, requests] / cell[slower, context, requests]
+    return None
+
+
+BARS = (  # (faster, slower, context, requests, at least)
+    ("contiguous", "recompute", 256, 1, 5.0),
+    ("paged one by one", "recompute", 256, 1, 5.0),
+    ("paged batched", "paged one by one", 256, 16, 3.0),
+)
+
+
+def bars(results):
+    """One line per bar of the issue that the run measured: the ratio, the bar and the verdict."""
+    lines = []
+    for faster, slower, context, requests, least in BARS:
+        ratio = speedup(results, faster, slower, context, requests)
+        if ratio is not None:
+            verdict = "meets" if ratio >= least else "MISSES"
+            lines.append(f"bar: {faster} / {slower} at context {context}, {requests} request(s): {ratio:.1f}x, "
+                         f"{verdict} the bar of {least:g}x")
+    return lines
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--contexts", type=int, nargs="+", default=list(CONTEXTS))
@@ -132,6 +159,8 @@ def main(argv=None):
         print(f"{m.context:>7} {m.requests:>8} {m.strategy:<18} {m.tokens_per_second:>9.0f} {held}", flush=True)
 
     results = measure_all(args.contexts, args.requests, log=log)
+    for line in bars(results):
+        print(line)
     if args.json:
         with open(args.json, "w") as f:
             json.dump([asdict(m) | {"tokens_per_second": m.tokens_per_second} for m in results], f, indent=1)
