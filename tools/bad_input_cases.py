@@ -40,7 +40,9 @@ def setup():
     from transformer.config import PRESETS, ModelConfig
     from transformer.data import CharTokenizer, load_corpus
     from transformer.generate import generate
+    from transformer.kv_cache import PagePool
     from transformer.model import forward, init_params, loss_and_grads
+    from transformer.scheduler import Request, Scheduler
     from transformer.train import TrainConfig, train
     cfg = PRESETS["tiny"]
     params = init_params(cfg, seed=0)
@@ -122,6 +124,16 @@ GROUPS = {
              call='train("corpus.txt", "new", cfg, TrainConfig(seq_len=cfg.context_len + 1))',
              cli="train --corpus corpus.txt --out new --seq-len 64", names=("is longer than context_len",),
              tests=(BAD_SETTINGS, TRAIN_ERRORS)),
+        Case("flash-tile-zero", "Flash attention with tiles of no keys",
+             "A tile of zero keys never reaches the end of the sequence.",
+             call="ModelConfig(attention='flash', flash_tile=0)",
+             cli="train --corpus corpus.txt --out new --attention flash --flash-tile 0",
+             names=("flash_tile must be a positive integer",),
+             tests=("test_bad_memory_policy_settings_are_refused_by_name",)),
+        Case("attention-unknown", "An attention that does not exist",
+             "Attention is computed materialized or flash, nothing else.",
+             call="ModelConfig(attention='sparse')", names=("attention must be one of",),
+             tests=("test_bad_memory_policy_settings_are_refused_by_name",)),
         Case("zero-steps", "A run of zero steps", "There would be nothing to train.",
              call="TrainConfig(steps=0)", cli="train --corpus corpus.txt --out new --steps 0",
              names=("steps must be a positive integer",), tests=(BAD_SETTINGS, TRAIN_ERRORS)),
@@ -256,6 +268,21 @@ GROUPS = {
         Case("prompt-empty", "An empty prompt", "The first token is drawn from the logits after the prompt.",
              call="generate(params, cfg, [], 10)", cli="sample --checkpoint model.npz --prompt ''",
              names=("non-empty",), tests=(GENERATION_ERRORS, SAMPLE_ERRORS)),
+        Case("page-size-zero", "KV pages of zero positions", "A page of no positions can hold no key.",
+             call="PagePool(cfg, 4, 0, np.float64)",
+             cli="sample --checkpoint model.npz --prompts-file prompts.txt --page-size 0",
+             names=("page_size must be a positive integer",),
+             tests=("test_bad_pool_sizes_are_refused_by_name", "test_bad_serving_options_are_one_line")),
+        Case("pool-too-small", "A pool too small for one request",
+             "The request could never be admitted: it would wait for pages forever.",
+             call="Scheduler(params, cfg, PagePool(cfg, 1, 1, np.float64)).submit(Request([0, 1], 4))",
+             cli="sample --checkpoint model.npz --prompts-file prompts.txt --pool-pages 1 --page-size 1",
+             names=("the pool has 1",),
+             tests=("test_a_request_the_pool_could_never_hold_is_refused_at_submission",
+                    "test_bad_serving_options_are_one_line")),
+        Case("prompts-file-empty", "A prompts file with no prompt", "There is nothing to decode.",
+             cli="sample --checkpoint model.npz --prompts-file empty.txt", names=("holds no prompt",),
+             tests=("test_bad_serving_options_are_one_line",)),
     ),
     "Checking commands": (
         Case("gradcheck-batch", "A gradient check on no sequences", "--batch 0 leaves nothing to check.",
@@ -315,6 +342,7 @@ def make_fixtures(folder):
         Path("short.txt").write_text("abc")
         Path("latin1.txt").write_bytes("café au lait\n".encode("latin-1"))
         Path("notes.txt").write_text("a file, not a folder\n")
+        Path("prompts.txt").write_text("ab\ncab\n")
         Path("texts").mkdir()
         cfg, chars = PRESETS["tiny"], CharTokenizer("abcde")
         save_checkpoint("model.npz", Checkpoint(init_params(cfg, seed=SEED), cfg, chars))
