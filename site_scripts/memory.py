@@ -15,7 +15,7 @@ from . import depends
 from .common import CACHE, ROOT, cached_json, hash_parts, mode, numpy_version
 
 QUICK_LENGTHS = (64, 128, 256)  # the quick build's; the full build measures tool.LENGTHS
-STEPS = 2  # timed steps per policy and length (the median is shown)
+STEPS = 3  # timed steps per policy and length (the median is shown)
 MIB = 1 << 20
 TOOL = ROOT / "tools" / "memory_policies.py"
 
