@@ -223,6 +223,16 @@ def growth(found, policy, field, lengths):
     return math.log(getattr(found[policy, hi], field) / getattr(found[policy, lo], field)) / math.log(hi / lo)
 
 
+def speed_text(ratios, lengths):
+    """Slower, faster or both, as the measured ratios say; no claim the times do not show."""
+    slow = [T for r, T in zip(ratios, lengths) if r > 1]
+    if len(slow) == len(lengths):
+        return f"slower at every length measured, by up to {max(ratios):.2f} times"
+    if not slow:
+        return "not slower at any length measured on this machine"
+    return f"slower at \\(T\\) = {', '.join(map(str, slow))}, not at the other lengths"
+
+
 def memory_md():
     found, lengths = memory.measurements(), memory.lengths()
     cfg, tool = memory.tool.CONFIG, memory.tool
@@ -248,10 +258,11 @@ def memory_md():
             + md_table(["\\(T\\)", "policy", "attention peak (MiB)", "step peak (MiB)", "retained (MiB)",
                         "time per step (ms)"], rows)
             + f"\nThe times are the median of {memory.STEPS} steps on the machine that built this page, without "
-              "tracemalloc, and change with the machine and its load; the bytes do not. Flash's step took "
-              f"between {min(slower):.2f} and {max(slower):.2f} times the materialized step's time here: its tiles "
-              "are a Python loop of small matmuls where the materialized path makes one large one, so NumPy gains "
-              "no speed from it, only memory. Flash's step peak is the smaller one at "
+              "tracemalloc, and change with the machine and its load; the bytes do not. Flash's step time over the "
+              "materialized one's: " + ", ".join(f"{r:.2f} at \\(T\\) = {T}" for r, T in zip(slower, lengths))
+            + f" ({speed_text(slower, lengths)}). In NumPy its tiles are a Python loop of small matmuls where the "
+              "materialized path makes one large one; a GPU kernel also saves reads of slow memory, which NumPy "
+              "cannot. Flash's step peak is the smaller one at "
               + (f"every length measured, from \\(T\\) = {smaller[0]}" if smaller == list(lengths)
                  else f"\\(T\\) = {', '.join(map(str, smaller)) or 'no length measured'}")
               + ": it is worth turning on when a step's memory, not its time, is what limits the window or the "

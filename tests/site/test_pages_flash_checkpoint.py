@@ -105,3 +105,10 @@ def test_the_training_paragraph_tabulates_the_measured_step_peaks(quick):
     for T in training.POLICY_LENGTHS:
         cells = " | ".join(memory.mib(found[p, T].step_peak) for p in memory.tool.POLICIES)
         assert f"| {T} | {cells} |" in text
+
+
+def test_the_speed_sentence_claims_only_what_the_times_show():
+    lengths = (64, 128)
+    assert flash_page.speed_text([1.3, 1.2], lengths).startswith("slower at every length")
+    assert flash_page.speed_text([0.9, 1.2], lengths) == "slower at \\(T\\) = 128, not at the other lengths"
+    assert flash_page.speed_text([0.9, 0.8], lengths).startswith("not slower at any length")
