@@ -29,6 +29,7 @@ from . import depends, equations, registry
 from .common import ROOT, hash_parts, is_current, mode, numpy_version, torch_version, write_if_changed
 
 SNIPPETS = ROOT / "build" / "snippets"
+FIGURE = ".png"  # a fragment named like this is a figure: PNG bytes, served beside its page (hook.on_files)
 DERIVATION = re.compile(r"^## Derivation\b", flags=re.M)
 SHARED = ["build.py", "common.py", "depends.py", "equations.py", "examples.py", "markers.py", "code_facts.py",
           "registry.py", "sections.py"]
@@ -120,8 +121,9 @@ def fragments(name, context):
 
     entry = registry.BY_ID[name]
     out = code_fragments(entry, context["repo_url"])
-    if entry.crosscheck:
-        out["devices"] = devices_md(name, entry.crosscheck)
+    devices = devices_md(name, entry.crosscheck) if entry.crosscheck else None
+    if devices is not None:
+        out["devices"] = devices
     if generator_path(name):
         out.update(importlib.import_module(f"site_scripts.pages.{name}").generate(context))
     return out
@@ -134,9 +136,15 @@ def generate(name, context, force=False) -> bool:
     if not force and is_current(stamp, key):
         return False
     made = fragments(name, context)
-    for fragment, text in made.items():
-        write_if_changed(SNIPPETS / name / f"{fragment}.md", text)
-    for stale in set((SNIPPETS / name).glob("*.md")) - {SNIPPETS / name / f"{f}.md" for f in made}:
+    files = {SNIPPETS / name / (f if f.endswith(FIGURE) else f"{f}.md"): text for f, text in made.items()}
+    for path, content in files.items():
+        if isinstance(content, bytes):
+            if not path.exists() or path.read_bytes() != content:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(content)
+        else:
+            write_if_changed(path, content)
+    for stale in {*(SNIPPETS / name).glob("*.md"), *(SNIPPETS / name).glob(f"*{FIGURE}")} - set(files):
         stale.unlink()  # a fragment the generator no longer makes must not linger
     write_if_changed(stamp, key)
     return True
@@ -145,6 +153,16 @@ def generate(name, context, force=False) -> bool:
 def made_fragments(name):
     """The names of the fragments the page's last run made."""
     return {p.stem for p in (SNIPPETS / name).glob("*.md")}
+
+
+def figure_files():
+    """(path in the site, file on disk) of every page's figures: page <id>'s figure F is served as
+    <folder of its docs page>/<id>/F, so its markdown links it as `<id>/F`."""
+    import posixpath
+
+    for page in registry.PAGES:
+        for figure in sorted((SNIPPETS / page.id).glob(f"*{FIGURE}")):
+            yield posixpath.join(posixpath.dirname(page.path), page.id, figure.name), figure
 
 
 def registry_problems(root=ROOT):

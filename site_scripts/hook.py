@@ -44,10 +44,11 @@ def on_pre_build(config, **kwargs):
 
 
 def on_files(files, config, **kwargs):
-    """Add the rendered notebooks and their figures (they live in build/, not docs/)."""
+    """Add the rendered notebooks and their figures, and the page generators' figures (they live in build/,
+    not docs/)."""
     from mkdocs.structure.files import File
 
-    for src_uri, path in notebooks.site_files():
+    for src_uri, path in [*notebooks.site_files(), *build.figure_files()]:
         files.append(File.generated(config, src_uri, abs_src_path=str(path)))
     return files
 

@@ -191,7 +191,7 @@ def flash_attention_forward(x, p, num_heads, tile=8):
     """
     q_scaled, k, v, qkv_cache = project_qkv(x, p, num_heads)
     heads, row_max, row_sum = flash_core_forward(q_scaled, k, v, tile)
-    y, o_cache = linear_forward(merge_heads(heads), p["wo"], p["bo"])  # eq:attn-out
+    y, o_cache = linear_forward(merge_heads(heads), p["wo"], p["bo"])  # eq:flash-out
     return y, FlashCache(q_scaled, k, v, row_max, row_sum, tile, qkv_cache, o_cache)
 
 
@@ -214,7 +214,7 @@ def flash_attention_backward(dy, cache):
     """
     q_scaled, k, v, row_max, row_sum, tile, qkv_cache, o_cache = cache
     num_heads = k.shape[1]
-    dheads, dwo, dbo = linear_backward(dy, o_cache)  # eq:attn-grad-out
+    dheads, dwo, dbo = linear_backward(dy, o_cache)  # eq:flash-grad-out
     heads = split_heads(o_cache[0], num_heads)  # O, from the output projection's own input
     dq_scaled, dk, dv = flash_core_backward(split_heads(dheads, num_heads), q_scaled, k, v, heads,
                                             row_max, row_sum, tile)

@@ -13,7 +13,7 @@ from transformer.data import TRAIN_FRACTION, CharTokenizer, sample_batch, train_
 from transformer.model import forward
 from transformer.train import TrainConfig, new_run, train
 
-from .. import sections
+from .. import memory, sections
 from ..examples import SEED
 
 TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
@@ -135,5 +135,25 @@ def symbols_md():
     return sections.symbols_md(rows, f"`sample_batch` on 10000 ids with B = {tc.batch_size}, T = {cfg.context_len}")
 
 
+POLICY_LENGTHS = (64, 256)  # measured by the quick and the full build alike, so this page is the same in both
+
+
+def policies_md():
+    """The step peaks of the four memory policies at two lengths (bytes: the same on every run)."""
+    if not set(POLICY_LENGTHS) <= set(memory.QUICK_LENGTHS) & set(memory.tool.LENGTHS):
+        raise RuntimeError(f"{POLICY_LENGTHS} must be measured in both builds")
+    found, cfg = memory.measurements(), memory.tool.CONFIG
+    rows = [[T] + [memory.mib(found[policy, T].step_peak) for policy in memory.tool.POLICIES] for T in POLICY_LENGTHS]
+    lo, hi = POLICY_LENGTHS
+    gain = lambda policy, T: found["materialized", T].step_peak / found[policy, T].step_peak  # noqa: E731
+    return ("Peak memory of one training step (MiB above the parameters and AdamW's moments), measured with "
+            f"tracemalloc by `tools/memory_policies.py` on \\(B\\) = {memory.tool.BATCH} windows of a model with "
+            f"\\(d\\) = {cfg.emb_dim}, \\(L\\) = {cfg.num_layers}, float32:\n\n"
+            + sections.md_table(["\\(T\\)", *(f"`{p}`" for p in memory.tool.POLICIES)], rows)
+            + "\nThe materialized step's peak divided by each policy's, at " + f"\\(T\\) = {lo} and {hi}: "
+            + "; ".join(f"`{p}` {gain(p, lo):.1f} and {gain(p, hi):.1f}" for p in list(memory.tool.POLICIES)[1:])
+            + ".\n")
+
+
 def generate(context):
-    return {"symbols": symbols_md(), "example": example_md(), "run": run_md()}
+    return {"symbols": symbols_md(), "example": example_md(), "run": run_md(), "policies": policies_md()}
