@@ -95,8 +95,10 @@ PAGES = (
                     "flash_attention:flash_core_forward", "flash_attention:flash_core_backward"),
          listings=("flash_attention:tile_scores", "flash_attention:diagonal_mask", "flash_attention:FlashCache"),
          seeds=EXAMPLE_SEEDS, reads=("mode",),
-         crosscheck=Rows("torch.nn.functional.scaled_dot_product_attention(is_causal=True) and autograd",
-                         {"flash": ("*",)}, pending="the flash rows of the cross-check are being added")),
+         crosscheck=Rows("the torch mirror with `torch.nn.functional.scaled_dot_product_attention(is_causal=True)` "
+                         "and autograd (the whole model); our tiled core against torch's own flash kernel "
+                         "(`sdpa_kernel(SDPBackend.FLASH_ATTENTION)`; float16 on CUDA)",
+                         {"flash": ("*",), "flash kernel": ("*",)})),
     Page("block", "model/block.md", "Transformer Block", "Model",
          functions=("block:block_forward", "block:block_backward"), listings=("block:block_params",), seeds=EXAMPLE_SEEDS,
          crosscheck=Rows("the torch mirror of a block (`torch_block`) and autograd",
@@ -123,7 +125,9 @@ PAGES = (
     Page("activation_checkpoint", "training/activation-checkpointing.md", "Activation checkpointing", "Training",
          functions=("activation_checkpoint:checkpointed_block_forward",
                     "activation_checkpoint:checkpointed_block_backward"),
-         listings=("activation_checkpoint:BlockReplay",), seeds=EXAMPLE_SEEDS, reads=("mode",)),
+         listings=("activation_checkpoint:BlockReplay",), seeds=EXAMPLE_SEEDS, reads=("mode",),
+         crosscheck=Rows("the torch mirror with every block wrapped in `torch.utils.checkpoint.checkpoint` and "
+                         "autograd", {"checkpointed": ("*",)})),
     Page("checkpoints", "training/checkpoints.md", "Checkpoints", "Training",
          functions=("checkpoint:save_checkpoint", "checkpoint:load_checkpoint"),
          listings=("checkpoint:save_checkpoint", "checkpoint:load_checkpoint"), seeds=("init_params",)),

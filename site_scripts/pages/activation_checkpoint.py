@@ -14,6 +14,7 @@ from transformer.model import forward, init_params, loss_and_grads
 from tools.memory_policies import owned_bytes
 
 from .. import memory, sections
+from ..cache_inventory import BLOCKS, inventory_md
 from ..common import md_table, mode
 from ..examples import (H_STEP, SEED, TINY_IDS, TINY_TARGETS, biases_moved, default_note, default_run, illustrative,
                         tiny, weighted_sum)
@@ -149,5 +150,7 @@ def measured_md():
 
 
 def generate(context):
+    inventory = inventory_md("activation_checkpoint", context["repo_url"], runs=("materialized", "checkpointed"),
+                             caches=BLOCKS)
     return {"symbols": symbols_md(), "example": example_md(), "gradcheck": gradcheck_md(),
-            "measured": measured_md()}
+            "measured": measured_md(), "cache-inventory": inventory}

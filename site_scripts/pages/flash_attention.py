@@ -16,6 +16,7 @@ from transformer.gradcheck import relative_gap
 from transformer.layernorm import layer_norm_forward
 
 from .. import memory, sections
+from ..cache_inventory import ATTENTION, inventory_md
 from ..common import md_table, mode
 from ..examples import H_STEP, SEED, biases_moved, default_note, default_run, illustrative, tiny, weighted_sum
 from ..figures import new_figure, png
@@ -271,5 +272,7 @@ def memory_md():
 
 def generate(context):
     found, lengths = memory.measurements(), memory.lengths()
+    inventory = inventory_md("flash_attention", context["repo_url"], runs=("materialized", "flash"), caches=ATTENTION)
     return {"symbols": symbols_md(), "example": example_md(), "equality": equality_md(),
-            "gradcheck": gradcheck_md(), "memory": memory_md(), FIGURE: figure_png(found, lengths)}
+            "gradcheck": gradcheck_md(), "memory": memory_md(), FIGURE: figure_png(found, lengths),
+            "cache-inventory": inventory}
