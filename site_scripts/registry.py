@@ -135,7 +135,7 @@ PAGES = (
          functions=("generate:sample_next", "generate:generate"), listings=("generate:generate", "generate:window_logits"),
          seeds=("init_params", "sampling")),
     Page("kvcache", "generation/kv-cache.md", "KV cache", "Generation",
-         functions=("generate:decode_step", "generate:KVCache"), listings=("generate:KVCache",), seeds=("init_params",),
+         functions=("generate:decode_step", "kv_cache:KVCache"), listings=("kv_cache:KVCache",), seeds=("init_params",),
          crosscheck=Rows("our `decode_step`, one token at a time, against torch's full causal forward over "
                          "the whole sequence", {"kv-cache": ("*",)})),
     Page("shakespeare", "experiments/shakespeare.md", "Training on Tiny Shakespeare", "Experiments", notebook=True),
