@@ -165,9 +165,12 @@ def check_crosscheck(copy, ctx):
                       "--activation", activation, "--json", str(report)], copy)
         if result is None:
             return True, f"{activation}: timed out after {TIMEOUT_S} s"
-        if result.returncode not in (0, 1) or not report.exists():
+        try:  # a crash after the command made the (empty) report file exits 1 too, like a failed check
+            rows = json.loads(report.read_text())["rows"] if result.returncode in (0, 1) else None
+        except (OSError, ValueError, KeyError):
+            rows = None
+        if rows is None:
             return True, f"{activation}: crashed ({crash_line(result)})"
-        rows = json.loads(report.read_text())["rows"]
         bad = [r for r in rows if not r["passed"]]
         if result.returncode == 1 or bad:
             kinds = sorted({r["check"] for r in bad})
