@@ -12,7 +12,10 @@ store each as the index of the nearest value of an 8-bit "dynamic" table (signed
 coarsely near 1) after dividing by its block's absmax, a float32 per `block_size2` scales.
 
 Every table is built here from its construction, in float32 as bitsandbytes builds it, so its values match
-bitsandbytes' bit for bit (tests/unit/test_nf4.py compares them where bitsandbytes is installed).
+bitsandbytes' bit for bit, and so do the packed codes, the plain scales and the dequantized weights
+(tests/unit/test_nf4.py compares them where bitsandbytes is installed). Double quantization differs in two
+counted ways: the offset is the mean rounded once (bitsandbytes sums in float32, so the last bit may
+differ), and each scale's 8-bit code is the nearest value (bitsandbytes' search sometimes is not).
 """
 
 from dataclasses import dataclass
@@ -157,7 +160,7 @@ def quantize(w, block_size=64, double=True, block_size2=256):
     packed = pack(codes)
     if not double:
         return NF4Weight(packed, w.shape, block_size, absmax=absmax)
-    offset = np.float32(absmax.mean(dtype=np.float32))
+    offset = np.float32(absmax.mean(dtype=np.float64))  # the mean, rounded once to float32
     absmax_codes, absmax2 = quantize_blocks(absmax - offset, dynamic_code(), block_size2)
     return NF4Weight(packed, w.shape, block_size, absmax_codes=absmax_codes, absmax2=absmax2, offset=offset,
                      block_size2=block_size2)
