@@ -160,6 +160,10 @@ def test_double_quantization_against_bitsandbytes_every_difference_is_ours_being
     assert np.all(np.abs(scaled[differ] - code[ours.absmax_codes[differ]])
                   < np.abs(scaled[differ] - code[theirs[differ]]))
     assert differ.size <= 0.005 * theirs.size  # a handful: 0 to 0.3% of the scales in these shapes
-    mismatch = nf4.dequantize(ours).reshape(-1) != bnb.dequantize_4bit(packed, state).numpy().reshape(-1)
-    blocks = np.unique(np.nonzero(mismatch)[0] // block_size)
-    assert set(blocks) <= set(differ)
+    # The weights: outside the blocks whose code differs, only the offset's last bit separates them, so
+    # each weight agrees to a few float32 units of its block's scale.
+    gap = np.abs(nf4.dequantize(ours).reshape(-1) - bnb.dequantize_4bit(packed, state).numpy().reshape(-1))
+    same = np.ones(scales.size, dtype=bool)
+    same[differ] = False
+    block_of = np.arange(gap.size) // block_size
+    assert np.all(gap[same[block_of]] <= 4e-7 * scales[block_of][same[block_of]])
