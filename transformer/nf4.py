@@ -19,6 +19,7 @@ differ), and each scale's 8-bit code is the nearest value (bitsandbytes' search 
 """
 
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import NormalDist
 
 import numpy as np
@@ -43,6 +44,7 @@ def float32_linspace(start, stop, num):
     return np.where(i < num // 2, up, down).astype(np.float32)
 
 
+@lru_cache(maxsize=None)
 def nf4_code():
     """The 16 NF4 values, ascending, from -1 to 1 with an exact 0: 8 positive and 7 negative normal quantiles,
     each half spaced evenly in probability from NF4_OFFSET to 0.5, divided by the largest."""
@@ -50,9 +52,12 @@ def nf4_code():
     positive = [normal.inv_cdf(float(p)) for p in float32_linspace(NF4_OFFSET, 0.5, 9)[:-1]]
     negative = [-normal.inv_cdf(float(p)) for p in float32_linspace(NF4_OFFSET, 0.5, 8)[:-1]]
     values = np.sort(np.array([*positive, 0.0, *negative], dtype=np.float32))
-    return values / values.max()
+    values /= values.max()
+    values.setflags(write=False)  # built once and shared
+    return values
 
 
+@lru_cache(maxsize=None)
 def dynamic_code():
     """The 256 values of the signed 8-bit dynamic table the scales are stored in (bitsandbytes'
     `create_dynamic_map`): for e = 0 .. 6, 2^e values spaced evenly in [0.1, 1] times 10^(e - 6), with both
@@ -63,7 +68,9 @@ def dynamic_code():
         means = (bounds[:-1] + bounds[1:]) / np.float32(2)
         scale = np.float32(10.0 ** (e - 6))  # the products are float32, as bitsandbytes computes them
         values += [*(scale * means), *(-scale * means)]
-    return np.sort(np.array(values, dtype=np.float32))
+    values = np.sort(np.array(values, dtype=np.float32))
+    values.setflags(write=False)  # built once and shared
+    return values
 
 
 def nearest(scaled, code):
@@ -172,6 +179,32 @@ def dequantize(q):
     values = nf4_code()[unpack(q.packed, n)]
     scales = np.repeat(q.scales(), q.block_size)[:n]
     return (values * scales).reshape(q.shape)
+
+
+def dequantize_range(q, start, stop, scales=None):
+    """Values start to stop - 1 of the flattened weight, decoded without decoding the rest.
+
+    Parameters
+    ----------
+    q : NF4Weight
+    start, stop : int
+        A range of positions of the flattened weight.
+    scales : ndarray, optional
+        q.scales(), when the caller decodes many ranges (the double-quantized scales are decoded once).
+
+    Returns
+    -------
+    ndarray of shape (stop - start,), float32
+    """
+    scales = q.scales() if scales is None else scales
+    first = start - start % 2  # unpack whole bytes
+    codes = unpack(q.packed[first // 2:(stop + 1) // 2], stop - first)[start - first:]
+    first_block = start // q.block_size
+    spread = np.repeat(scales[first_block:(stop - 1) // q.block_size + 1], q.block_size)
+    begin = start - first_block * q.block_size
+    values = nf4_code()[codes]
+    values *= spread[begin:begin + stop - start]
+    return values
 
 
 def payload_bytes(n, block_size=64, double=True, block_size2=256):

@@ -2,6 +2,9 @@
 
 import numpy as np
 
+from .config import is_int
+from .errors import InputError
+
 
 def softmax_forward(x):
     """Softmax over the last axis, `p_i = exp(x_i - max x) / sum_j exp(x_j - max x)`.
@@ -109,3 +112,49 @@ def cross_entropy_backward(dloss, cache):
     probs[np.arange(n), t] -= 1.0  # eq:xent-row-grad
     dlogits = probs * (dloss / n)  # eq:xent-grad eq:xent-slow
     return dlogits.reshape(shape)
+
+
+def cross_entropy_time_range_forward(logits, targets, time_offset, time_count):
+    """The mean cross-entropy over positions time_offset to time_offset + time_count - 1 of every window.
+
+    For fine-tuning on part of a window (a reply after its cue): the other positions still pass through
+    the model, as context, but add nothing to the loss and get a gradient of exactly zero.
+
+    Parameters
+    ----------
+    logits : ndarray of shape (B, T, n_V)
+    targets : ndarray of shape (B, T)
+    time_offset : int
+        The first position counted, 0 <= time_offset < T.
+    time_count : int
+        How many positions are counted, 1 <= time_count <= T - time_offset.
+
+    Returns
+    -------
+    loss : float
+        The mean over the B * time_count counted positions.
+    cache : (time_offset, time_count, T, the cache of cross_entropy_forward on the counted positions)
+
+    Raises
+    ------
+    InputError
+        If the range is empty or reaches outside the window.
+    """
+    T = logits.shape[1]
+    if not (is_int(time_offset) and is_int(time_count) and 0 <= time_offset and time_count >= 1
+            and time_offset + time_count <= T):
+        raise InputError(f"time range [{time_offset!r}, {time_offset!r} + {time_count!r}) is not a non-empty "
+                         f"range of the window's {T} positions")
+    stop = time_offset + time_count
+    loss, cache = cross_entropy_forward(logits[:, time_offset:stop], targets[:, time_offset:stop])
+    return loss, (time_offset, time_count, T, cache)
+
+
+def cross_entropy_time_range_backward(dloss, cache):
+    """Gradient of `cross_entropy_time_range_forward`: the counted positions' (P - e_y) / (B time_count),
+    exactly zero elsewhere."""
+    time_offset, time_count, T, inner = cache
+    counted = cross_entropy_backward(dloss, inner)  # (B, time_count, n_V)
+    dlogits = np.zeros((counted.shape[0], T, counted.shape[2]), dtype=counted.dtype)
+    dlogits[:, time_offset:time_offset + time_count] = counted
+    return dlogits
