@@ -1,7 +1,7 @@
 """Benchmark: the cost of decoding, by strategy, context and number of concurrent requests.
 
-Every request has a prompt of half the context and decodes the other half, so the last token it feeds sits
-at position context - 1 and no request reaches the context limit. Three strategies:
+Every request has a prompt of half the context and draws as many tokens again, so the last token it feeds
+sits at position context - 2 and no request reaches the context limit. Three strategies:
 
 - recompute: no cache; each new token reruns `forward` over the whole text so far;
 - contiguous: `prefill` into a `KVCache`, then `decode_step` per token;

@@ -107,8 +107,9 @@ def add_sample_parser(sub):
     serving.add_argument("--pool-pages", type=int,
                          help="pages in the pool (default: enough for every request at once)")
     serving.add_argument("--max-batch", type=int, help="requests decoded together at most (default: 16)")
-    serving.add_argument("--keep", type=int, help="tokens replayed when a request reaches the context "
-                                                  "(default: half the context)")
+    serving.add_argument("--keep", type=int, help="tokens replayed when a request reaches the context; "
+                                                  "fewer replay less often but see less (default: the whole "
+                                                  "context, the same text as without these options)")
 
 
 def add_choice_option(parser, name="activation"):
@@ -266,7 +267,8 @@ def sample_together(ckpt, args, prompts):
     else:
         pool_pages = args.pool_pages
     pool = PagePool(cfg, pool_pages, page_size, ckpt.params["tok_emb"].dtype)
-    serve(ckpt.params, cfg, pool, requests, 16 if args.max_batch is None else args.max_batch, args.keep)
+    keep = cfg.context_len if args.keep is None else args.keep
+    serve(ckpt.params, cfg, pool, requests, 16 if args.max_batch is None else args.max_batch, keep)
     for i, (prompt, request) in enumerate(zip(prompts, requests)):
         if len(requests) > 1:
             print(f"==> request {i + 1} of {len(requests)} <==")

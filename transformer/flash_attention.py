@@ -8,7 +8,8 @@ after the last tile they are exactly what one softmax over the whole row gives. 
 each tile's probabilities from the saved m and l.
 
 Each step sweeps all the query rows that can see the tile at once (numpy's vectorisation stands in for
-the query tiles a GPU kernel runs in parallel), so the largest temporary is (B, H, T, tile): linear in T.
+the query tiles a GPU kernel runs in parallel), so the largest array either pass makes is
+(B, H, T, max(tile, dh)): linear in T, and never (T, T).
 """
 
 import math

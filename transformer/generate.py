@@ -85,17 +85,21 @@ def decode_batch(params, tokens, caches, cfg):
     PoolExhausted
         If a paged cache needs a page and the pool has none.
     """
+    if len(tokens) != len(caches) or not caches:
+        raise InputError(f"got {len(tokens)} tokens for {len(caches)} caches: one token per request")
     check_ids(np.asarray(tokens).reshape(-1, 1), cfg, what="token")
     positions = np.array([cache.length for cache in caches])
-    for cache, pos in zip(caches, positions):
+    for r, (cache, pos) in enumerate(zip(caches, positions)):
         if pos >= cfg.context_len:
-            raise InputError(f"the cache is full ({cfg.context_len} positions); slide the window instead")
+            which = f"request {r}'s cache" if len(caches) > 1 else "the cache"
+            raise InputError(f"{which} is full ({cfg.context_len} positions); slide the window instead")
         cache.reserve(pos + 1)
     R, H, dh = len(caches), cfg.num_heads, cfg.head_dim
     lengths = positions + 1
     longest = int(lengths.max())
     # Request r attends to its own positions 0 .. lengths[r] - 1 and to nothing past them.
-    own = np.where(np.arange(longest) < lengths[:, None], 0.0, -np.inf)[:, None, None, :]  # eq:kv-own  (R, 1, 1, n)
+    dtype = params["tok_emb"].dtype  # the mask must not promote float32 scores to float64
+    own = np.where(np.arange(longest) < lengths[:, None], 0.0, -np.inf).astype(dtype)[:, None, None, :]  # eq:kv-own  (R, 1, 1, n)
     act_forward, _ = ACTIVATION_FUNCTIONS[cfg.activation]
     x = params["tok_emb"][np.asarray(tokens)] + params["pos_emb"][positions]  # (R, d)
     for layer in range(cfg.num_layers):

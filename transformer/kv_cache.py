@@ -219,6 +219,9 @@ def gather(caches, layer, lengths):
     into zeros. The decoder masks the padding.
     """
     n = int(max(lengths))
+    if len(caches) == 1 and not hasattr(caches[0], "pool"):  # one contiguous cache: its own arrays, no copy
+        keys, values = caches[0].read(layer, n)
+        return keys[None], values[None]
     pool = getattr(caches[0], "pool", None)
     if pool is not None and all(getattr(c, "pool", None) is pool for c in caches):
         return pool.gather([c.pages for c in caches], layer, n)

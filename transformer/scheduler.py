@@ -11,8 +11,11 @@ reaches context_len, its cache cannot simply drop the oldest page: every remaini
 new position. So the request resets its pages and replays the last `keep` tokens from position 0 in one
 prefill, then decodes on. `keep = context_len` reproduces `generate` exactly (its sliding window sees the
 last context_len tokens every step), at the price of a full forward pass per token once the limit is
-reached; a smaller `keep` replays once every context_len - keep + 1 tokens, and each token sees at least
-keep - 1 tokens of context.
+reached; a smaller `keep` replays once every context_len - keep + 1 tokens, and after the first replay each
+token's logits see at least `keep` tokens.
+
+The pool belongs to the scheduler: pages leased from it by anything else can leave a waiting request with
+no way in, which `run` reports instead of waiting forever.
 """
 
 from collections import deque
@@ -23,7 +26,7 @@ import numpy as np
 from .config import is_int
 from .errors import InputError
 from .generate import check_prompt, check_sampling, decode_batch, prefill, sample_next
-from .kv_cache import PagedCache
+from .kv_cache import PagedCache, PoolExhausted
 
 
 @dataclass
@@ -101,12 +104,16 @@ class Scheduler:
         self.steps = []  # the batch size of every decode step, for the pages and the benchmark
 
     def pages_needed(self, request):
-        """Pages a request can fill at most: its positions never exceed context_len."""
-        return self.pool.pages_for(min(len(request.prompt) + request.num_tokens, self.cfg.context_len))
+        """Pages a request can fill at most: its prompt and every token it draws but the last (which is never
+        fed back), and never more than context_len positions."""
+        fed = len(request.prompt) + max(request.num_tokens - 1, 0)
+        return self.pool.pages_for(min(fed, self.cfg.context_len))
 
     def submit(self, request):
         """Queue a request, checking it first; a request the whole pool could never hold is refused."""
         check_sampling(request.temperature, request.top_k, self.cfg.vocab_size)
+        if not (is_int(request.seed) and request.seed >= 0):
+            raise InputError(f"seed must be a non-negative integer, got {request.seed!r}")
         request.prompt = check_prompt(request.prompt, self.cfg)
         if not is_int(request.num_tokens) or request.num_tokens < 0:
             raise InputError(f"number of tokens must be a non-negative integer, got {request.num_tokens!r}")
@@ -124,6 +131,10 @@ class Scheduler:
         try:
             while self.waiting or self.running:
                 self.admit()
+                if not self.running:  # nothing can run, so no page will come back
+                    need = self.pages_needed(self.waiting[0])
+                    raise PoolExhausted(f"the next request needs {need} pages and the pool has "
+                                        f"{len(self.pool.free)} free: pages leased outside the scheduler")
                 self.step()
         finally:
             for r in self.running:
@@ -139,8 +150,8 @@ class Scheduler:
                 break  # it waits for pages to come back
             r = Running(self.waiting.popleft(), self.pool, self.cfg)
             self.running.append(r)
-            promised += need
             r.logits = prefill(self.params, r.ids[r.start:], r.cache, self.cfg)
+            promised += need - len(r.cache.pages)  # what prefill leased has left the free list already
 
     def step(self):
         """Draw one token for every running request, retire the finished ones, advance the others."""

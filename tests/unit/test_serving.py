@@ -20,7 +20,7 @@ from transformer.scheduler import Request, Scheduler, serve
 
 EQUAL_REL = 1e-12
 CFG = ModelConfig(vocab_size=11, context_len=16, emb_dim=16, num_heads=4, num_layers=2, ff_dim=24)
-PAGE_SIZES = (1, 3, 16, CFG.context_len)
+PAGE_SIZES = (1, 3, 5, CFG.context_len, CFG.context_len + 4)  # a page may be wider than the context
 
 
 @pytest.fixture(scope="module")
@@ -145,10 +145,65 @@ def test_every_request_sees_exactly_its_own_text(params, page_size, max_batch):
     assert sum(r.replays for r in done) > 0  # the context limit was crossed
 
 
-def test_with_keep_equal_to_the_context_the_tokens_are_generates(params):
+def test_with_keep_equal_to_the_context_the_tokens_and_logits_are_generates(params):
     done = serve(params, CFG, PagePool(CFG, 40, 3, np.float64), requests(1), max_batch=4, keep=CFG.context_len)
     for r in done:
-        assert r.new == generate(params, CFG, r.prompt, r.num_tokens, seed=r.seed)
+        new, drawn_from = generate(params, CFG, r.prompt, r.num_tokens, seed=r.seed, return_logits=True)
+        assert r.new == new
+        for ours, theirs in zip(r.drawn_from, drawn_from, strict=True):
+            assert_close(ours, theirs, "against generate")
+
+
+@pytest.mark.parametrize("page_size", [3, "contiguous"])
+def test_float32_decoding_stays_float32_and_agrees_with_float64(page_size):
+    params32 = init_params(CFG, seed=0, dtype=np.float32)
+    params64 = {k: v.astype(np.float64) for k, v in params32.items()}
+    runs = {}
+    for dtype, params in ((np.float32, params32), (np.float64, params64)):
+        if page_size == "contiguous":
+            caches = [KVCache(CFG, dtype), KVCache(CFG, dtype)]
+        else:
+            pool = PagePool(CFG, 20, page_size, dtype)
+            caches = [PagedCache(pool, CFG.context_len) for _ in range(2)]
+        rows = [prefill(params, [1, 2, 3], caches[0], CFG), prefill(params, [4, 5], caches[1], CFG)]
+        rows += list(decode_batch(params, [6, 7], caches, CFG))
+        runs[dtype] = rows
+    assert all(row.dtype == np.float32 for row in runs[np.float32])
+    for ours, reference in zip(runs[np.float32], runs[np.float64]):
+        assert np.abs(ours - reference).max() <= 1e-5 * np.abs(reference).max()  # float32 rounding, a few layers
+
+
+def test_a_request_for_no_tokens_takes_nothing_and_gives_every_page_back(params):
+    pool = PagePool(CFG, 8, 4, np.float64)
+    (r,) = serve(params, CFG, pool, [Request([1, 2, 3], 0)])
+    assert r.new == [] and r.windows == [] and len(pool.free) == pool.num_pages
+
+
+def test_admission_fills_the_batch_as_far_as_the_pool_allows(params):
+    """Two requests that hold at most 2 pages each fit a pool of 4 together: the first step runs both."""
+    sched = Scheduler(params, CFG, PagePool(CFG, 4, 4, np.float64), max_batch=4)
+    for _ in range(2):
+        sched.submit(Request([1, 2, 3, 4], 2))
+    sched.run()
+    assert sched.steps == [2]
+
+
+def test_a_pool_leased_elsewhere_is_an_error_not_a_wait_forever(params):
+    pool = PagePool(CFG, 4, 4, np.float64)
+    PagedCache(pool, CFG.context_len).reserve(1)  # one page taken by something else
+    sched = Scheduler(params, CFG, pool)
+    sched.submit(Request([1, 2, 3], 20))
+    with pytest.raises(PoolExhausted, match="needs 4 pages and the pool has 3 free"):
+        sched.run()
+
+
+def test_one_token_per_request_and_a_valid_seed_are_required(params):
+    pool = PagePool(CFG, 8, 4, np.float64)
+    caches = [PagedCache(pool, CFG.context_len) for _ in range(2)]
+    with pytest.raises(InputError, match="got 1 tokens for 2 caches"):
+        decode_batch(params, [7], caches, CFG)
+    with pytest.raises(InputError, match="seed must be a non-negative integer"):
+        Scheduler(params, CFG, pool).submit(Request([1], 2, seed=-1))
 
 
 def test_a_replay_keeps_exactly_the_last_keep_tokens(params):
@@ -204,5 +259,6 @@ def test_a_request_the_pool_could_never_hold_is_refused_at_submission(params):
     sched = Scheduler(params, CFG, PagePool(CFG, 3, 4, np.float64))
     with pytest.raises(InputError, match="needs up to 4 pages of 4 positions; the pool has 3"):
         sched.submit(Request([1, 2, 3], 20))
+    sched.submit(Request([1, 2, 3], 10))  # 3 + 9 fed positions: 3 pages, though 13 positions are drawn
     with pytest.raises(InputError, match="non-empty"):
         sched.submit(Request([], 2))
