@@ -81,7 +81,7 @@ def test_pages_hold_what_a_contiguous_cache_holds(page_size):
             cache.reserve(start + n)
             cache.write(0, start, k, v if cache is not other else -v)
         start += n
-    for stop in (1, page_size, start):
+    for stop in (1, min(page_size, start), start):
         for got, want in zip(paged.read(0, stop), contiguous.read(0, stop)):
             np.testing.assert_array_equal(got, want)
     assert len(paged.pages) == pool.pages_for(start) and not set(paged.pages) & set(other.pages)
