@@ -116,7 +116,9 @@ PAGES = (
          functions=("generate:sample_next", "generate:generate"), listings=("generate:generate", "generate:window_logits"),
          seeds=("init_params", "sampling")),
     Page("kvcache", "generation/kv-cache.md", "KV cache", "Generation",
-         functions=("generate:decode_step", "generate:KVCache"), listings=("generate:KVCache",), seeds=("init_params",),
+         functions=("generate:decode_step", "generate:decode_batch", "generate:prefill", "kv_cache:KVCache",
+                    "kv_cache:PagedCache", "kv_cache:PagePool"),
+         listings=("generate:decode_step", "kv_cache:gather"), seeds=("init_params",),
          crosscheck=Rows("our `decode_step`, one token at a time, against torch's full causal forward over "
                          "the whole sequence", {"kv-cache": ("*",)})),
     Page("shakespeare", "experiments/shakespeare.md", "Training on Tiny Shakespeare", "Experiments", notebook=True),
