@@ -9,7 +9,7 @@ from transformer.model import forward, init_params
 
 from .. import sections
 from ..examples import SEED, TINY_IDS, default_note, illustrative, tiny
-from . import _paged
+from ._paged import PAGE_SIZE as PAGED_SIZE, bytes_md, pages_md, symbol_rows
 
 TINY_PAGE = 2  # positions per page of the tiny example's paged cache
 
@@ -130,11 +130,11 @@ def symbols_md():
         (r"o_t", "heads", (cfg.emb_dim,), "the new position's"),
         (r"z", "logits", logits.shape, "the new position's next-token logits"),
     ]
-    return sections.symbols_md(rows + _paged.symbol_rows(), default_note(batch=False)
+    return sections.symbols_md(rows + symbol_rows(), default_note(batch=False)
                                + f", after {SYMBOL_STEPS} tokens fed to `decode_step` (the paged symbols: two "
-                               f"requests over pages of {_paged.PAGE_SIZE} positions, as below)")
+                               f"requests over pages of {PAGED_SIZE} positions, as below)")
 
 
 def generate(context):
-    return {"symbols": symbols_md(), "example": example_md(), "cost": cost_md(), "pages": _paged.pages_md(),
-            "bytes": _paged.bytes_md()}
+    return {"symbols": symbols_md(), "example": example_md(), "cost": cost_md(), "pages": pages_md(),
+            "bytes": bytes_md()}

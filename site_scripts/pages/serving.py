@@ -17,7 +17,7 @@ from transformer.scheduler import Request, Scheduler
 from .. import sections
 from ..common import mode
 from ..examples import SEED, default_note
-from . import _bench
+from ._bench import fragments as bench_fragments
 
 PAGE_SIZE = 4
 BATCH_SIZES = ((5, 6), (3, 20), (10, 4), (2, 12), (7, 9), (4, 3))  # (prompt length, tokens to add) per request
@@ -229,4 +229,4 @@ def symbols_md():
 
 def generate(context):
     return {"symbols": symbols_md(), "batching": batching_md(), "replay": replay_md(), "generate": generate_md(),
-            "windows": windows_md(), **_bench.fragments()}
+            "windows": windows_md(), **bench_fragments()}
