@@ -30,13 +30,19 @@ def cells():
     return QUICK if mode() == "quick" else {"contexts": bench.CONTEXTS, "requests": bench.REQUESTS}
 
 
+def timed(name, source, compute, *parts):
+    """compute()'s JSON result, kept in build/cache/<name>-<mode>.json under a key of `source` (the file that
+    times), the transformer units it reaches, the numpy version and `parts`: a timing is measured once per
+    change of the code it times, so that a rerun with nothing changed prints the same numbers."""
+    key = hash_parts(source.read_text(), depends.units_text(depends.page_units(source)), numpy_version(), *parts)
+    return cached_json(CACHE / f"{name}-{mode()}.json", key, compute)
+
+
 def measurements():
     """Every Measurement of the cells, from the cache while the code it ran is unchanged."""
     chosen = cells()
-    key = hash_parts(SOURCE.read_text(), depends.units_text(depends.page_units(SOURCE)), numpy_version(),
-                     json.dumps(chosen, sort_keys=True))
-    stored = cached_json(CACHE / f"bench_decode-{mode()}.json", key,
-                         lambda: [asdict(m) for m in bench.measure_all(**chosen)])
+    stored = timed("bench_decode", SOURCE, lambda: [asdict(m) for m in bench.measure_all(**chosen)],
+                   json.dumps(chosen, sort_keys=True))
     return [bench.Measurement(**m) for m in stored]
 
 

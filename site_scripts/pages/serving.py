@@ -5,6 +5,7 @@ the served logits with a full forward and with `generate`, and the decoding benc
 
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from transformer.scheduler import Request, Scheduler
 from .. import sections
 from ..common import mode
 from ..examples import SEED, default_note
-from ._bench import fragments as bench_fragments
+from ._bench import fragments as bench_fragments, timed
 
 PAGE_SIZE = 4
 BATCH_SIZES = ((5, 6), (3, 20), (10, 4), (2, 12), (7, 9), (4, 3))  # (prompt length, tokens to add) per request
@@ -144,17 +145,23 @@ def replay_row(cfg, params, keep, prompt, n):
             f"{1e3 * seconds / n:.2f}"]
 
 
-def replay_md():
-    cfg, params = setting()
-    T, n = cfg.context_len, cfg.context_len * (2 if mode() == "quick" else 4)
-    prompt = np.random.default_rng(SEED).integers(0, cfg.vocab_size, T // 2).tolist()
+def replay_rows(cfg, prompt, n):
+    """A row per T_keep, then the sliding window's (`generate`): counted, and timed."""
+    params = init_params(cfg, seed=SEED)
     rows = [replay_row(cfg, params, keep, prompt, n) for keep in replay_cases(cfg)]
     start = time.perf_counter()
     generate_tokens(params, cfg, prompt, n, seed=SEED)
     seconds = time.perf_counter() - start
     counts = positions_run(lambda: generate_tokens(params, cfg, prompt, n, seed=SEED))
-    rows.append(["`generate` (sliding window)", "-", "-", f"{T}", counts["forward"], counts["decode"],
-                 f"{(counts['forward'] + counts['decode']) / n:.1f}", f"{1e3 * seconds / n:.2f}"])
+    return rows + [["`generate` (sliding window)", "-", "-", f"{cfg.context_len}", counts["forward"],
+                    counts["decode"], f"{(counts['forward'] + counts['decode']) / n:.1f}", f"{1e3 * seconds / n:.2f}"]]
+
+
+def replay_md():
+    cfg = PRESETS["default"]
+    T, n = cfg.context_len, cfg.context_len * (2 if mode() == "quick" else 4)
+    prompt = np.random.default_rng(SEED).integers(0, cfg.vocab_size, T // 2).tolist()
+    rows = timed("serving_replay", Path(__file__), lambda: replay_rows(cfg, prompt, n), repr(cfg), prompt, n)
     default = next(row for row in rows if row[0] == T // 2)
     ratio = float(rows[-1][6]) / float(default[6])
     return (f"One request with a prompt of {len(prompt)} ids adds {n} tokens, {n // T} times "

@@ -99,6 +99,13 @@ def test_the_timeline_marks_every_step_a_request_ran(batching):
 
 # ---------------------------------------------------------------- Serving: replay and equality
 
+def test_the_replay_table_is_timed_once_and_then_read_from_its_cache(monkeypatch):
+    monkeypatch.setenv("SITE_QUICK", "1")
+    first = serving.replay_md()
+    monkeypatch.setattr(serving, "replay_row", lambda *a: pytest.fail("the replays were timed again"))
+    assert serving.replay_md() == first
+
+
 def test_replays_come_every_t_max_minus_keep_plus_one_tokens():
     cfg, params = serving.setting()
     prompt = list(range(cfg.context_len // 2))
@@ -141,6 +148,7 @@ def test_keep_equal_to_the_context_draws_generates_tokens():
 # ---------------------------------------------------------------- Serving: the benchmark
 
 def test_the_benchmark_is_read_from_its_cache_while_its_code_is_unchanged(monkeypatch):
+    monkeypatch.setenv("SITE_QUICK", "1")  # the quick cells: the full run takes minutes
     first = _bench.measurements()
     monkeypatch.setattr(bench, "measure_all", lambda **kw: pytest.fail("the benchmark ran again"))
     assert _bench.measurements() == first
