@@ -135,9 +135,17 @@ PAGES = (
          functions=("generate:sample_next", "generate:generate"), listings=("generate:generate", "generate:window_logits"),
          seeds=("init_params", "sampling")),
     Page("kvcache", "generation/kv-cache.md", "KV cache", "Generation",
-         functions=("generate:decode_step", "kv_cache:KVCache"), listings=("kv_cache:KVCache",), seeds=("init_params",),
+         functions=("generate:decode_step", "generate:decode_batch", "generate:prefill", "kv_cache:KVCache",
+                    "kv_cache:PagedCache", "kv_cache:PagePool"),
+         listings=("generate:decode_step", "kv_cache:gather"), seeds=("init_params",),
          crosscheck=Rows("our `decode_step`, one token at a time, against torch's full causal forward over "
                          "the whole sequence", {"kv-cache": ("*",)})),
+    # The benchmark's cells and the run lengths are fewer in the quick build.
+    Page("serving", "generation/serving.md", "Serving several requests", "Generation",
+         functions=("scheduler:Scheduler", "scheduler:serve"), listings=("scheduler:Request", "scheduler:serve"),
+         seeds=("init_params", "sampling"), reads=("mode",),
+         crosscheck=Rows("our `Scheduler` (several requests over pages, across the context limit) against torch's "
+                         "full causal forward over each window a token was drawn from", {"paged": ("*",)})),
     Page("shakespeare", "experiments/shakespeare.md", "Training on Tiny Shakespeare", "Experiments", notebook=True),
     Page("attention_maps", "experiments/attention_maps.md", "Attention patterns", "Experiments", notebook=True),
     Page("why_ffn", "experiments/why_ffn.md", "Why a block needs its FFN", "Experiments", notebook=True),

@@ -3,11 +3,15 @@
 import numpy as np
 
 from transformer.config import PRESETS
-from transformer.generate import KVCache, decode_step
+from transformer.generate import decode_step
+from transformer.kv_cache import KVCache, PagedCache, PagePool
 from transformer.model import forward, init_params
 
 from .. import sections
 from ..examples import SEED, TINY_IDS, default_note, illustrative, tiny
+from ._paged import PAGE_SIZE as PAGED_SIZE, bytes_md, pages_md, symbol_rows
+
+TINY_PAGE = 2  # positions per page of the tiny example's paged cache
 
 
 def example_md():
@@ -27,7 +31,29 @@ def example_md():
         f"Block 0's cached keys after the last step, head 0 (rows = positions; the rest of the {cfg.context_len} "
         "rows are still zero):\n",
         sections.array_md("keys[0][head 0]", cache.keys[0][0], row_label="position"),
+        paged_example_md(ex, cache),
     ])
+
+
+def paged_example_md(ex, contiguous):
+    """The same ids through a paged cache: its page table after each step, and its logits and keys against the
+    contiguous cache's."""
+    cfg, full = ex.cfg, ex.trace["logits"][0]
+    pool = PagePool(cfg, cfg.context_len // TINY_PAGE, TINY_PAGE, np.float64)
+    cache = PagedCache(pool, cfg.context_len)
+    rows = []
+    for t, token in enumerate(TINY_IDS):
+        logits = decode_step(ex.params, token, cache, cfg)
+        rows.append([t, token, f"`{cache.pages}`", f"{cache.slot(t)}", f"{np.abs(logits - full[t]).max():.1e}"])
+    keys, _ = cache.read(0, cache.length)
+    gap = np.abs(keys - contiguous.keys[0][:, :cache.length]).max()
+    return ("\nThe same ids through a `PagedCache` over a pool of "
+            f"{pool.num_pages} pages of {TINY_PAGE} positions; (page, offset) is `cache.slot(t)`, where position "
+            "\\(t\\)'s key and value went:\n\n"
+            + sections.md_table(["\\(t\\)", "token id", "page table after", "(page, offset) of \\(t\\)",
+                                 "max gap to forward"], rows)
+            + f"\nBlock 0's keys read back through the page table differ from the contiguous cache's above by "
+              f"{sections.gap_text(gap)}.\n")
 
 
 LINEAR_WEIGHTS = ("wq", "wk", "wv", "wo", "ff1_w", "ff2_w")  # a block's matrices, each used once per position
@@ -104,9 +130,11 @@ def symbols_md():
         (r"o_t", "heads", (cfg.emb_dim,), "the new position's"),
         (r"z", "logits", logits.shape, "the new position's next-token logits"),
     ]
-    return sections.symbols_md(rows, default_note(batch=False) + f", after {SYMBOL_STEPS} tokens fed to "
-                               "`decode_step`")
+    return sections.symbols_md(rows + symbol_rows(), default_note(batch=False)
+                               + f", after {SYMBOL_STEPS} tokens fed to `decode_step` (the paged symbols: two "
+                               f"requests over pages of {PAGED_SIZE} positions, as below)")
 
 
 def generate(context):
-    return {"symbols": symbols_md(), "example": example_md(), "cost": cost_md()}
+    return {"symbols": symbols_md(), "example": example_md(), "cost": cost_md(), "pages": pages_md(),
+            "bytes": bytes_md()}
