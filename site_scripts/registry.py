@@ -22,9 +22,6 @@ class Rows:
     gradient, kv-cache) to the tensor names it keeps, as shell patterns; `what` says what torch ran."""
     what: str
     select: dict
-    # Why the report may hold none of these rows yet (a check still being added to transformer/crosscheck.py):
-    # then the page shows no cross-check section instead of failing the build. Empty: no row is an error.
-    pending: str = ""
 
 
 @dataclass(frozen=True)

@@ -49,14 +49,11 @@ def missing_md(report):
 
 
 def devices_md(page, rows):
-    """The page's rows of the cross-check, as its registry entry selects them (Rows or Steps); None for rows
-    that are pending and not in the report yet."""
+    """The page's rows of the cross-check, as its registry entry selects them (Rows or Steps)."""
     if isinstance(rows, Steps):
         return steps_md(page, rows)
     report = crosscheck_report()
     picked = [r for r in report["rows"] if any(fnmatchcase(r.tensor, p) for p in rows.select.get(r.check, ()))]
-    if not picked and rows.pending:
-        return None  # no section until the rows exist (registry.Rows.pending says why)
     if not picked:
         raise RuntimeError(f"no cross-check row matches the selection of page {page}: the selection or the check "
                            "changed")
