@@ -149,6 +149,16 @@ def bytes_md():
               "requests really use, where contiguous caches reserve \\(T_{\\max}\\) positions per request.\n")
 
 
+def profiled(call, profile):
+    """Run call() with `profile` as the interpreter's profile function (sys.setprofile), then restore it."""
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(previous)
+
+
 def locals_at_return(function, call):
     """The local variables of `function` as it returns during `call()` (its last return)."""
     seen = {}
@@ -156,12 +166,7 @@ def locals_at_return(function, call):
     def profile(frame, event, arg):
         if event == "return" and frame.f_code is function.__code__:
             seen.update(frame.f_locals)
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(previous)
+    profiled(call, profile)
     return seen
 
 

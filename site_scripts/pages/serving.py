@@ -3,7 +3,6 @@ for pages), the replay at the context limit and what it costs against the slidin
 the served logits with a full forward and with `generate`, and the decoding benchmark (site_scripts/pages/_bench.py).
 """
 
-import sys
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from .. import sections
 from ..common import mode
 from ..examples import SEED, default_note
 from ._bench import fragments as bench_fragments, timed
+from ._paged import profiled
 
 PAGE_SIZE = 4
 BATCH_SIZES = ((5, 6), (3, 20), (10, 4), (2, 12), (7, 9), (4, 3))  # (prompt length, tokens to add) per request
@@ -88,7 +88,7 @@ def batching_md():
             f"{PAGE_SIZE} positions, at most {MAX_BATCH} decoded together:\n\n"
             + sections.md_table(["request", "prompt ids", "tokens to add", "pages promised", "first step",
                                  "last step"], rows)
-            + f"\nEach step draws one token for every running request. Who ran at each step (`#`), and who "
+            + "\nEach step draws one token for every running request. Who ran at each step (`#`), and who "
               "had been submitted but waited (`.`):\n\n" + timeline(log, len(requests))
             + f"\nThe batch sizes of the decoding steps, `scheduler.steps`, were `{scheduler.steps}`. "
               + (f"At {len(waited)} steps (the first at step {waited[0]}) a request waited although the batch had "
@@ -107,12 +107,7 @@ def positions_run(call):
             counts["forward"] += int(np.asarray(frame.f_locals["ids"]).size)
         elif event == "call" and frame.f_code is decode_batch.__code__:
             counts["decode"] += len(frame.f_locals["tokens"])
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(previous)
+    profiled(call, profile)
     return counts
 
 
