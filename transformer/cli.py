@@ -254,8 +254,6 @@ def read_prompts(args):
 
 def sample_together(ckpt, args, prompts):
     """Decode every prompt together with the scheduler over a pool of pages; print each continuation."""
-    import numpy as np
-
     from .kv_cache import PagePool
     from .scheduler import Request, serve
 
