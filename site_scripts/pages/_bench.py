@@ -1,4 +1,4 @@
-"""The decoding benchmark of tools/bench_decode.py on the Serving page, drawn and tabulated.
+"""The decoding benchmark of tools/bench_decode.py on the KV cache page, drawn and tabulated.
 
 Timings differ from run to run, so the measurements are kept in build/cache/ under a key of the code they run
 (the benchmark, and the transformer units it reaches), the numpy version and the cells measured; a page rerun

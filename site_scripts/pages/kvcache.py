@@ -9,6 +9,7 @@ from transformer.model import forward, init_params
 
 from .. import sections
 from ..examples import SEED, TINY_IDS, default_note, illustrative, tiny
+from ._bench import fragments as bench_fragments
 from ._paged import PAGE_SIZE as PAGED_SIZE, bytes_md, pages_md, symbol_rows
 
 TINY_PAGE = 2  # positions per page of the tiny example's paged cache
@@ -137,4 +138,4 @@ def symbols_md():
 
 def generate(context):
     return {"symbols": symbols_md(), "example": example_md(), "cost": cost_md(), "pages": pages_md(),
-            "bytes": bytes_md()}
+            "bytes": bytes_md(), **bench_fragments()}

@@ -17,7 +17,7 @@ from transformer.scheduler import Request, Scheduler
 from .. import sections
 from ..common import mode
 from ..examples import SEED, default_note
-from ._bench import fragments as bench_fragments, timed
+from ._bench import timed
 from ._paged import profiled
 
 PAGE_SIZE = 4
@@ -231,4 +231,4 @@ def symbols_md():
 
 def generate(context):
     return {"symbols": symbols_md(), "batching": batching_md(), "replay": replay_md(), "generate": generate_md(),
-            "windows": windows_md(), **bench_fragments()}
+            "windows": windows_md()}
