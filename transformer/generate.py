@@ -56,7 +56,7 @@ def decode_step(params, token, cache, cfg):
 
 
 def decode_batch(params, tokens, caches, cfg):
-    """Feed one token to each of R requests at once, token r at position caches[r].length.
+    """Feed one token to each of R requests at once, token r at position `caches[r].length`.
 
     The requests may be at different positions. They share every matmul; in attention each query sees
     only its own request's cached keys: the keys of all requests are laid side by side, padded to the

@@ -39,9 +39,9 @@ class KVCache:
     Attributes
     ----------
     keys : list of ndarray
-        keys[l] is block l's keys, shape (H, context_len, dh), filled up to `length`.
+        `keys[l]` is block l's keys, shape (H, context_len, dh), filled up to `length`.
     values : list of ndarray
-        values[l] is block l's values, shaped and filled like keys[l].
+        `values[l]` is block l's values, shaped and filled like `keys[l]`.
     length : int
         The number of positions cached.
     """
@@ -90,7 +90,7 @@ class PagePool:
     Attributes
     ----------
     keys, values : list of ndarray
-        keys[l][page] is one physical page of block l's keys, shape (H, S, dh).
+        `keys[l][page]` is one physical page of block l's keys, shape (H, S, dh).
     free : list of int
         The pages not leased, the next to lease last.
     """
@@ -165,7 +165,7 @@ class PagedCache:
     Attributes
     ----------
     pages : list of int
-        The page table: pages[i] is the physical page holding logical page i, positions i S to (i + 1) S - 1.
+        The page table: `pages[i]` is the physical page holding logical page i, positions i S to (i + 1) S - 1.
     length : int
         The number of positions cached.
     """
@@ -214,7 +214,7 @@ class PagedCache:
 
 def gather(caches, layer, lengths):
     """Block `layer`'s keys and values of several requests side by side for a batched decoding step:
-    request r's positions 0 to lengths[r] - 1, padded to the longest, (R, H, max(lengths), dh) each.
+    request r's positions 0 to `lengths[r] - 1`, padded to the longest, (R, H, max(lengths), dh) each.
     Paged caches of one pool are gathered in one indexing operation; any other mix is read cache by cache
     into zeros. The decoder masks the padding.
     """

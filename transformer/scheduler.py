@@ -47,7 +47,7 @@ class Request:
         The logits each new token was drawn from.
     windows : list of (int, int)
         For each new token, the span [start, stop) of the request's text its logits saw: a full forward
-        over text[start:stop] gives the same logits.
+        over `text[start:stop]` gives the same logits.
     replays : int
         How many times the request reset its pages at the context limit.
     """
