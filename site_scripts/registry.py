@@ -134,7 +134,7 @@ PAGES = (
     Page("kvcache", "generation/kv-cache.md", "KV cache", "Generation",
          functions=("generate:decode_step", "generate:decode_batch", "generate:prefill", "kv_cache:KVCache",
                     "kv_cache:PagedCache", "kv_cache:PagePool"),
-         listings=("generate:decode_step", "kv_cache:gather"), seeds=("init_params",),
+         listings=("generate:decode_step", "kv_cache:BatchStep"), seeds=("init_params",),
          reads=("mode",),  # the decoding benchmark measures fewer cells in the quick build
          crosscheck=Rows("our `decode_step`, one token at a time, against torch's full causal forward over "
                          "the whole sequence", {"kv-cache": ("*",)})),

@@ -247,7 +247,7 @@ MUTANTS = (
                  "r.start = len(r.ids) - self.keep + 1"),)),
     Mutant("request-reads-another-requests-pages",
            "A batched step gathers each request's keys and values through another request's page table.",
-           (edit(f"{KV}:PagePool.gather", "for r, own in enumerate(tables):",
+           (edit(f"{KV}:PagePool.table", "for r, own in enumerate(tables):",
                  "for r, own in enumerate(tables[::-1]):"),)),
     Mutant("batched-decoding-without-the-own-mask",
            "Batched decoding lets every request attend to the padding up to the longest request's length.",

@@ -19,7 +19,7 @@ from .activations import ACTIVATION_FUNCTIONS
 from .block import block_params
 from .config import is_int
 from .errors import InputError
-from .kv_cache import KVCache, gather
+from .kv_cache import BatchStep, KVCache
 from .layernorm import layer_norm_forward
 from .linear import linear_forward
 from .model import check_ids, check_params, forward
@@ -94,6 +94,7 @@ def decode_batch(params, tokens, caches, cfg):
             which = f"request {r}'s cache" if len(caches) > 1 else "the cache"
             raise InputError(f"{which} is full ({cfg.context_len} positions); slide the window instead")
         cache.reserve(pos + 1)
+    step = BatchStep(caches, positions)  # where each request writes and what it reads, worked out once
     R, H, dh = len(caches), cfg.num_heads, cfg.head_dim
     lengths = positions + 1
     longest = int(lengths.max())
@@ -108,9 +109,8 @@ def decode_batch(params, tokens, caches, cfg):
         q, _ = linear_forward(a, p["wq"], p["bq"])  # eq:kv-project
         k, _ = linear_forward(a, p["wk"], p["bk"])  # eq:kv-project
         v, _ = linear_forward(a, p["wv"], p["bv"])  # eq:kv-project
-        for r, cache in enumerate(caches):
-            cache.write(layer, positions[r], k[r].reshape(H, 1, dh), v[r].reshape(H, 1, dh))
-        keys, values = gather(caches, layer, lengths)  # (R, H, n, dh), padded past each request's length
+        step.write(layer, k.reshape(R, H, dh), v.reshape(R, H, dh))
+        keys, values = step.read(layer)  # (R, H, n, dh), padded past each request's length
         q = q.reshape(R, H, 1, dh) * (1.0 / math.sqrt(dh))
         scores = q @ keys.transpose(0, 1, 3, 2) + own  # eq:kv-attend  (R, H, 1, n): no causal mask, all are past
         att, _ = softmax_forward(scores)
@@ -227,7 +227,11 @@ def sample_next(logits, temperature, top_k, rng):
         kth_largest = np.partition(z, -top_k)[-top_k]
         z = np.where(z >= kth_largest, z, -np.inf)  # eq:sample-topk
     probs, _ = softmax_forward(z)  # eq:sample-temperature
-    return int(rng.choice(z.size, p=probs))
+    # The first token whose cumulative probability passes a uniform draw: rng.choice(n, p=probs)'s own
+    # method, so the same stream gives the same tokens, without choice's checks of p on every token.
+    cdf = probs.cumsum()
+    cdf /= cdf[-1]
+    return int(cdf.searchsorted(rng.random(), side="right"))
 
 
 def generate(params, cfg, prompt_ids, num_tokens, temperature=1.0, top_k=None, seed=0,

@@ -90,7 +90,8 @@ class PagePool:
     Attributes
     ----------
     keys, values : list of ndarray
-        `keys[l][page]` is one physical page of block l's keys, shape (H, S, dh).
+        `keys[l][page]` is one physical page of block l's keys, shape (S, H, dh): position by position, so a
+        request's pages laid end to end are its keys in order without moving the heads.
     free : list of int
         The pages not leased, the next to lease last.
     """
@@ -101,7 +102,7 @@ class PagePool:
                 raise InputError(f"{name} must be a positive integer, got {value!r}")
         # One page more than can be leased: the last, never written, stays zeros and pads the shorter
         # requests' page tables when several requests are gathered at once (see `gather`).
-        shape = (num_pages + 1, cfg.num_heads, page_size, cfg.head_dim)
+        shape = (num_pages + 1, page_size, cfg.num_heads, cfg.head_dim)
         self.keys = [np.zeros(shape, dtype) for _ in range(cfg.num_layers)]
         self.values = [np.zeros(shape, dtype) for _ in range(cfg.num_layers)]
         self.page_size, self.num_pages = int(page_size), int(num_pages)
@@ -128,28 +129,30 @@ class PagePool:
         """Pages needed to hold this many positions."""
         return -(-positions // self.page_size)
 
-    def gather(self, tables, layer, n):
-        """Block `layer`'s keys and values of several requests at once, each laid end to end in its
-        logical order: (R, H, n, dh) each. A request with fewer than n positions is padded with the blank
-        page; the decoder masks whatever lies past a request's own length.
-
-        Parameters
-        ----------
-        tables : sequence of list of int
-            Each request's page table.
-        layer : int
-            The block.
-        n : int
-            Positions to return, the longest request's length.
-        """
+    def table(self, tables, n):
+        """The page tables of several requests as one (R, pages) array covering n positions, the shorter
+        ones padded with the blank page."""
         pages = self.pages_for(n)
         table = np.full((len(tables), pages), self.blank)
         for r, own in enumerate(tables):
             table[r, :min(pages, len(own))] = own[:pages]  # eq:page-gather
-        R, (H, S, dh) = len(tables), self.keys[layer].shape[1:]
-        keys = self.keys[layer][table].transpose(0, 2, 1, 3, 4).reshape(R, H, pages * S, dh)  # eq:page-gather
-        values = self.values[layer][table].transpose(0, 2, 1, 3, 4).reshape(R, H, pages * S, dh)  # eq:page-gather
-        return keys[:, :, :n], values[:, :, :n]
+        return table
+
+    def gather(self, table, layer, n):
+        """Block `layer`'s keys and values of the requests of a `table`, each laid end to end in its logical
+        order: (R, H, n, dh) each. Past a request's own length lie the blank page's zeros (or another page's
+        leftovers), which the decoder masks."""
+        (R, pages), (S, H, dh) = table.shape, self.keys[layer].shape[1:]
+        # One copy, (R, pages, S, H, dh); joining the pages and putting the heads first are views of it.
+        keys = self.keys[layer][table].reshape(R, pages * S, H, dh)[:, :n]  # eq:page-gather
+        values = self.values[layer][table].reshape(R, pages * S, H, dh)[:, :n]  # eq:page-gather
+        return keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3)
+
+    def scatter(self, slots, layer, k, v):
+        """Write one position of each of several requests at once: slots = (pages, offsets), one of each per
+        request, k and v of shape (R, H, dh)."""
+        pages, offsets = slots
+        self.keys[layer][pages, offsets], self.values[layer][pages, offsets] = k, v  # eq:kv-append
 
 
 class PagedCache:
@@ -191,12 +194,12 @@ class PagedCache:
         while done < n:  # page by page: the part of k and v that falls in each
             page, offset = self.slot(start + done)
             m = min(self.pool.page_size - offset, n - done)
-            keys[page, :, offset:offset + m] = k[:, done:done + m]  # eq:kv-append
-            values[page, :, offset:offset + m] = v[:, done:done + m]  # eq:kv-append
+            keys[page, offset:offset + m] = k[:, done:done + m].transpose(1, 0, 2)  # eq:kv-append
+            values[page, offset:offset + m] = v[:, done:done + m].transpose(1, 0, 2)  # eq:kv-append
             done += m
 
     def read(self, layer, stop):
-        keys, values = self.pool.gather([self.pages], layer, stop)
+        keys, values = self.pool.gather(self.pool.table([self.pages], stop), layer, stop)
         return keys[0], values[0]
 
     def release(self):
@@ -212,22 +215,49 @@ class PagedCache:
         return len(self.pages) * per_page
 
 
-def gather(caches, layer, lengths):
-    """Block `layer`'s keys and values of several requests side by side for a batched decoding step:
-    request r's positions 0 to `lengths[r] - 1`, padded to the longest, (R, H, max(lengths), dh) each.
-    Paged caches of one pool are gathered in one indexing operation; any other mix is read cache by cache
-    into zeros. The decoder masks the padding.
-    """
-    n = int(max(lengths))
-    if len(caches) == 1 and not hasattr(caches[0], "pool"):  # one contiguous cache: its own arrays, no copy
-        keys, values = caches[0].read(layer, n)
-        return keys[None], values[None]
+def one_pool(caches):
+    """The pool every cache of the list leases from, or None when they are not all paged from one pool."""
     pool = getattr(caches[0], "pool", None)
-    if pool is not None and all(getattr(c, "pool", None) is pool for c in caches):
-        return pool.gather([c.pages for c in caches], layer, n)
-    first, _ = caches[0].read(layer, 1)
-    keys = np.zeros((len(caches), first.shape[0], n, first.shape[2]), dtype=first.dtype)
-    values = np.zeros_like(keys)
-    for r, (cache, stop) in enumerate(zip(caches, lengths)):
-        keys[r, :, :stop], values[r, :, :stop] = cache.read(layer, stop)
-    return keys, values
+    return pool if pool is not None and all(getattr(c, "pool", None) is pool for c in caches) else None
+
+
+class BatchStep:
+    """Several requests' caches seen together for one batched decoding step, request r fed at positions[r]
+    (its room already reserved): where each writes, and what each reads, in every block.
+
+    When every cache is paged from one pool, the step works out once where the new positions go (their
+    pages and offsets) and the joint page table, and each block then writes and reads all requests in one
+    indexing operation each; any other mix of caches is written and read cache by cache.
+    """
+
+    def __init__(self, caches, positions):
+        self.caches, self.positions = caches, positions
+        self.lengths = positions + 1
+        self.pool = one_pool(caches)
+        if self.pool is not None:
+            self.slots = tuple(np.array([c.slot(int(p)) for c, p in zip(caches, positions)]).T)
+            self.table = self.pool.table([c.pages for c in caches], int(self.lengths.max()))
+
+    def write(self, layer, k, v):
+        """Store block `layer`'s key and value of each request's new position, k and v of shape (R, H, dh)."""
+        if self.pool is not None:
+            self.pool.scatter(self.slots, layer, k, v)
+            return
+        for r, (cache, pos) in enumerate(zip(self.caches, self.positions)):
+            cache.write(layer, int(pos), k[r][:, None], v[r][:, None])
+
+    def read(self, layer):
+        """Block `layer`'s keys and values of every request side by side, (R, H, max(lengths), dh) each,
+        request r's positions 0 to lengths[r] - 1 and padding after them, which the decoder masks."""
+        n = int(self.lengths.max())
+        if self.pool is not None:
+            return self.pool.gather(self.table, layer, n)
+        if len(self.caches) == 1:  # one contiguous cache: its own arrays, no copy
+            keys, values = self.caches[0].read(layer, n)
+            return keys[None], values[None]
+        first, _ = self.caches[0].read(layer, 1)
+        keys = np.zeros((len(self.caches), first.shape[0], n, first.shape[2]), dtype=first.dtype)
+        values = np.zeros_like(keys)
+        for r, (cache, stop) in enumerate(zip(self.caches, self.lengths)):
+            keys[r, :, :stop], values[r, :, :stop] = cache.read(layer, stop)
+        return keys, values

@@ -12,7 +12,7 @@ import numpy as np
 
 from transformer.config import PRESETS
 from transformer.generate import decode_batch, prefill
-from transformer.kv_cache import KVCache, PagedCache, PagePool, gather
+from transformer.kv_cache import KVCache, PagedCache, PagePool
 from transformer.model import forward, init_params
 
 from .. import sections
@@ -175,7 +175,7 @@ def symbol_rows():
     run = two_requests(steps=2)
     tokens = [own[n + 1] for own, n in zip(run.ids, PROMPTS)]
     inside = locals_at_return(decode_batch, lambda: decode_batch(run.params, tokens, run.caches, run.cfg))
-    keys, _ = gather(run.caches, 0, [c.length for c in run.caches])  # what the step attends over, after it
+    keys = inside["keys"]  # what the step attended over, in its last block
     pool, table = run.pool, run.caches[0].pages
     return [
         (r"S_{\mathrm{page}}", "pool.page_size", "int", f"{pool.page_size}"),

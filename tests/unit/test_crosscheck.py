@@ -212,7 +212,7 @@ def test_paged_decoding_of_several_requests_is_checked_and_a_crossed_table_fails
     rows = [r for r in run_crosscheck(["cpu"])["rows"] if r["check"] == "paged"]
     assert len(rows) == 3 and all(r["passed"] for r in rows)
     assert any("0 replays" not in r["tensor"] for r in rows)  # the context limit was crossed
-    real_gather = PagePool.gather
-    monkeypatch.setattr(PagePool, "gather", lambda self, tables, layer, n: real_gather(self, tables[::-1], layer, n))
+    real_table = PagePool.table
+    monkeypatch.setattr(PagePool, "table", lambda self, tables, n: real_table(self, tables[::-1], n))
     failed = {r["check"] for r in run_crosscheck(["cpu"])["rows"] if not r["passed"]}
     assert failed == {"paged"}

@@ -122,3 +122,18 @@ def test_parameters_that_do_not_fit_the_config_are_named():
         forward({**params, "extra": np.zeros(3)}, [1, 2], cfg)
     with pytest.raises(ConfigError, match="'head_b' is missing"):
         generate({k: v for k, v in params.items() if k != "head_b"}, cfg, [1], 2)
+
+
+@pytest.mark.parametrize("temperature,top_k", [(1.0, None), (0.7, 5), (2.0, 1), (1e-3, None)])
+def test_sample_next_draws_what_rng_choice_draws_from_the_same_stream(temperature, top_k):
+    """sample_next draws by the inverse CDF, as Generator.choice(n, p=...) does: two generators with one
+    seed, one through sample_next and one through choice on the same probabilities, agree token by token."""
+    ours, theirs = np.random.default_rng(7), np.random.default_rng(7)
+    logits = np.random.default_rng(0).standard_normal((300, 11))
+    for z in logits:
+        w = (z - z.max()) / temperature
+        if top_k is not None:
+            w = np.where(w >= np.partition(w, -top_k)[-top_k], w, -np.inf)
+        with np.errstate(under="ignore"):
+            p = np.exp(w - w.max())
+        assert sample_next(z, temperature, top_k, ours) == theirs.choice(z.size, p=p / p.sum())
