@@ -95,39 +95,64 @@ def decode_batch(params, tokens, caches, cfg):
             raise InputError(f"{which} is full ({cfg.context_len} positions); slide the window instead")
         cache.reserve(pos + 1)
     step = BatchStep(caches, positions)  # where each request writes and what it reads, worked out once
-    R, H, dh = len(caches), cfg.num_heads, cfg.head_dim
     lengths = positions + 1
     longest = int(lengths.max())
     # Request r attends to its own positions 0 .. lengths[r] - 1 and to nothing past them.
     dtype = params["tok_emb"].dtype  # the mask must not promote float32 scores to float64
     own = np.where(np.arange(longest) < lengths[:, None], 0.0, -np.inf).astype(dtype)[:, None, None, :]  # eq:kv-own  (R, 1, 1, n)
-    act_forward, _ = ACTIVATION_FUNCTIONS[cfg.activation]
     x = params["tok_emb"][np.asarray(tokens)] + params["pos_emb"][positions]  # (R, d)
     for layer in range(cfg.num_layers):
-        p = block_params(params, layer)
-        a, _ = layer_norm_forward(x, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
-        q, _ = linear_forward(a, p["wq"], p["bq"])  # eq:kv-project
-        k, _ = linear_forward(a, p["wk"], p["bk"])  # eq:kv-project
-        v, _ = linear_forward(a, p["wv"], p["bv"])  # eq:kv-project
-        step.write(layer, k.reshape(R, H, dh), v.reshape(R, H, dh))
-        keys, values = step.read(layer)  # (R, H, n, dh), padded past each request's length
-        q = q.reshape(R, H, 1, dh) * (1.0 / math.sqrt(dh))
-        scores = q @ keys.transpose(0, 1, 3, 2) + own  # eq:kv-attend  (R, H, 1, n): no causal mask, all are past
-        att, _ = softmax_forward(scores)
-        heads = (att @ values).reshape(R, H * dh)  # eq:kv-attend  (R, d)
-        a, _ = linear_forward(heads, p["wo"], p["bo"])
-        x = x + a
-        u, _ = layer_norm_forward(x, p["ln2_g"], p["ln2_b"], cfg.ln_eps)
-        u, _ = linear_forward(u, p["ff1_w"], p["ff1_b"])
-        u, _ = act_forward(u)
-        u, _ = linear_forward(u, p["ff2_w"], p["ff2_b"])
-        x = x + u
+        x = decode_block(x, block_params(params, layer), layer, step, own, cfg)
     for cache, pos in zip(caches, positions):
         cache.length = int(pos) + 1
     x, _ = layer_norm_forward(x, params["lnf_g"], params["lnf_b"], cfg.ln_eps)
     logits, _ = linear_forward(x, params["head_w"], params["head_b"])
     return logits
 
+
+def decode_block(x, p, layer, step, own, cfg):
+    """One block of a batched decoding step: the new positions' rows through attention over each request's
+    cache and through the feed-forward network.
+
+    Parameters
+    ----------
+    x : ndarray of shape (R, d)
+        The residual stream of each request's new position.
+    p : dict
+        The block's parameters, as `block_params` returns them.
+    layer : int
+        The block's index, where its keys and values are cached.
+    step : BatchStep
+        Where each request writes its new key and value, and what it reads.
+    own : ndarray of shape (R, 1, 1, n)
+        0 at each request's own positions, -inf past them.
+    cfg : ModelConfig
+        The model configuration.
+
+    Returns
+    -------
+    ndarray of shape (R, d)
+        The residual stream leaving the block.
+    """
+    R, H, dh = x.shape[0], cfg.num_heads, cfg.head_dim
+    act_forward, _ = ACTIVATION_FUNCTIONS[cfg.activation]
+    a, _ = layer_norm_forward(x, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
+    q, _ = linear_forward(a, p["wq"], p["bq"])  # eq:kv-project
+    k, _ = linear_forward(a, p["wk"], p["bk"])  # eq:kv-project
+    v, _ = linear_forward(a, p["wv"], p["bv"])  # eq:kv-project
+    step.write(layer, k.reshape(R, H, dh), v.reshape(R, H, dh))
+    keys, values = step.read(layer)  # (R, H, n, dh), padded past each request's length
+    q = q.reshape(R, H, 1, dh) * (1.0 / math.sqrt(dh))
+    scores = q @ keys.transpose(0, 1, 3, 2) + own  # eq:kv-attend  (R, H, 1, n): no causal mask, all are past
+    att, _ = softmax_forward(scores)
+    heads = (att @ values).reshape(R, H * dh)  # eq:kv-attend  (R, d)
+    a, _ = linear_forward(heads, p["wo"], p["bo"])
+    x = x + a
+    u, _ = layer_norm_forward(x, p["ln2_g"], p["ln2_b"], cfg.ln_eps)
+    u, _ = linear_forward(u, p["ff1_w"], p["ff1_b"])
+    u, _ = act_forward(u)
+    u, _ = linear_forward(u, p["ff2_w"], p["ff2_b"])
+    return x + u
 
 def prefill(params, ids, cache, cfg):
     """Run a whole prompt through one forward pass and write its keys and values into an empty cache.

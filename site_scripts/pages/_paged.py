@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from transformer.config import PRESETS
-from transformer.generate import decode_batch, prefill
+from transformer.generate import decode_batch, decode_block, prefill
 from transformer.kv_cache import KVCache, PagedCache, PagePool
 from transformer.model import forward, init_params
 
@@ -159,13 +159,15 @@ def profiled(call, profile):
         sys.setprofile(previous)
 
 
-def locals_at_return(function, call):
-    """The local variables of `function` as it returns during `call()` (its last return)."""
-    seen = {}
+def locals_at_return(call, *functions):
+    """The local variables of each of `functions` as it returns during `call()` (its last return), one dict
+    per function, in order."""
+    seen = [{} for _ in functions]
+    codes = [f.__code__ for f in functions]
 
     def profile(frame, event, arg):
-        if event == "return" and frame.f_code is function.__code__:
-            seen.update(frame.f_locals)
+        if event == "return" and frame.f_code in codes:
+            seen[codes.index(frame.f_code)].update(frame.f_locals)
     profiled(call, profile)
     return seen
 
@@ -174,8 +176,9 @@ def symbol_rows():
     """The paged symbols, recorded on a batched step of the two requests (after their prefills)."""
     run = two_requests(steps=2)
     tokens = [own[n + 1] for own, n in zip(run.ids, PROMPTS)]
-    inside = locals_at_return(decode_batch, lambda: decode_batch(run.params, tokens, run.caches, run.cfg))
-    keys = inside["keys"]  # what the step attended over, in its last block
+    inside, block = locals_at_return(lambda: decode_batch(run.params, tokens, run.caches, run.cfg),
+                                     decode_batch, decode_block)
+    keys = block["keys"]  # what the step attended over, in its last block
     pool, table = run.pool, run.caches[0].pages
     return [
         (r"S_{\mathrm{page}}", "pool.page_size", "int", f"{pool.page_size}"),

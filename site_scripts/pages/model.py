@@ -200,7 +200,7 @@ def softmax_where_md():
     probs = line_with(cross_entropy_backward, "probs = np.exp(")
     sampler = line_with(sample_next, "softmax_forward(")
     others = [c for c in code_facts.called_by("softmax_forward") if c.function != sample_next.__name__]
-    if {c.function for c in others} != {"attention_forward", "decode_batch"}:
+    if {c.function for c in others} != {"attention_forward", "decode_block"}:
         raise RuntimeError(f"softmax_forward is called by {others}: say what each call turns into probabilities")
     low, high, total = (sections.fixed(v) for v in (z[0].min(), z[0].max(), z[0].sum()))
     return (f"Row 0 of the tiny example's logits runs from {low} to {high} and sums to {total}: scores, not a "
