@@ -46,6 +46,13 @@ def merge_heads(x):
     return x.transpose(0, 2, 1, 3).reshape(B, T, H * dh)
 
 
+class SeparateQKV(NamedTuple):
+    """The caches of the q, k and v projections when they run one by one (frozen weights)."""
+    q: tuple
+    k: tuple
+    v: tuple
+
+
 def project_qkv(x, p, num_heads):
     """The queries, keys and values of every head: the first step of attention, shared by
     `attention_forward` and `flash_attention_forward`.
@@ -64,14 +71,20 @@ def project_qkv(x, p, num_heads):
     q_scaled, k, v : ndarray of shape (B, H, T, dh)
         The queries (already times 1/sqrt(dh)), the keys and the values.
     qkv_cache : tuple
-        The cache of the fused projection's `linear_forward`: (x, the (d, 3d) weights).
+        The cache of the fused projection's `linear_forward`: (x, the (d, 3d) weights); with frozen
+        weights, a `SeparateQKV` of the three projections' caches.
     """
-    # q, k and v are three projections of the same input, so one matmul with
-    # the weights side by side, (d, 3d), computes all three at once.
-    w_qkv = np.concatenate([p["wq"], p["wk"], p["wv"]], axis=1)  # (d, 3d)
-    b_qkv = np.concatenate([p["bq"], p["bk"], p["bv"]])  # (3d,)
-    qkv, qkv_cache = linear_forward(x, w_qkv, b_qkv)  # eq:attn-qkv  (B, T, 3d)
-    q, k, v = (split_heads(a, num_heads) for a in np.split(qkv, 3, axis=-1))  # (B, H, T, dh)
+    if all(isinstance(p[w], np.ndarray) for w in ("wq", "wk", "wv")):
+        # q, k and v are three projections of the same input, so one matmul with
+        # the weights side by side, (d, 3d), computes all three at once.
+        w_qkv = np.concatenate([p["wq"], p["wk"], p["wv"]], axis=1)  # (d, 3d)
+        b_qkv = np.concatenate([p["bq"], p["bk"], p["bv"]])  # (3d,)
+        qkv, qkv_cache = linear_forward(x, w_qkv, b_qkv)  # eq:attn-qkv  (B, T, 3d)
+        q, k, v = (split_heads(a, num_heads) for a in np.split(qkv, 3, axis=-1))  # (B, H, T, dh)
+    else:  # frozen weights (fine-tuning) are not joined: each projection is its own layer
+        outputs = [linear_forward(x, p[f"w{name}"], p[f"b{name}"]) for name in "qkv"]
+        q, k, v = (split_heads(y, num_heads) for y, _ in outputs)
+        qkv_cache = SeparateQKV(*(cache for _, cache in outputs))
     # Scaling q (B, H, T, dh) instead of the scores (B, H, T, T) is the same
     # product on a smaller array whenever T > dh.
     q_scaled = q * (1.0 / math.sqrt(q.shape[-1]))  # eq:attn-scores
@@ -95,12 +108,23 @@ def project_qkv_backward(dq, dk, dv, qkv_cache):
     grads : dict
         The gradients of wq, bq, wk, bk, wv and bv.
     """
+    if isinstance(qkv_cache, SeparateQKV):  # fine-tuning: see project_qkv
+        return separate_qkv_backward((dq, dk, dv), qkv_cache)
     dqkv = np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)  # eq:attn-grad-split (B, T, 3d)
     # x fed all three projections: the one matmul sums their contributions to dx.
     dx, dw_qkv, db_qkv = linear_backward(dqkv, qkv_cache)  # eq:attn-grad-input eq:attn-grad-params
     dwq, dwk, dwv = np.split(dw_qkv, 3, axis=1)  # eq:attn-grad-params
     dbq, dbk, dbv = np.split(db_qkv, 3)  # eq:attn-grad-params eq:attn-grad-key-bias
     grads = {"wq": dwq, "bq": dbq, "wk": dwk, "bk": dbk, "wv": dwv, "bv": dbv}
+    return dx, grads
+
+
+def separate_qkv_backward(dqkv, qkv_cache: SeparateQKV):
+    """`project_qkv_backward` for projections run one by one: x fed all three, so dx is the sum."""
+    dx, grads = 0, {}
+    for name, d, cache in zip("qkv", dqkv, qkv_cache):
+        dx_part, grads[f"w{name}"], grads[f"b{name}"] = linear_backward(merge_heads(d), cache)
+        dx = dx + dx_part
     return dx, grads
 
 

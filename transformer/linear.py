@@ -1,4 +1,10 @@
-"""Linear (affine) layer: y = x W + b, weights stored (in, out)."""
+"""Linear (affine) layer: y = x W + b, weights stored (in, out).
+
+Fine-tuning freezes the weights: a weight wrapped in `lora.Frozen` (dense or NF4, with or without LoRA
+adapters) is computed by `lora.frozen_linear_forward` instead, and its backward forms no weight gradient.
+"""
+
+from .lora import Frozen, FrozenCache, frozen_linear_backward, frozen_linear_forward
 
 
 def linear_forward(x, w, b):
@@ -23,6 +29,8 @@ def linear_forward(x, w, b):
         - x, the input, shape (..., in): dW = x^T dy;
         - w, the weights, shape (in, out): dx = dy W^T.
     """
+    if isinstance(w, Frozen):  # fine-tuning: W and b are frozen
+        return frozen_linear_forward(x, w, b)
     # One 2-D matmul over all rows (every position of every sequence) is
     # faster in numpy than a stacked (B, T, in) @ (in, out) product.
     y = x.reshape(-1, x.shape[-1]) @ w  # eq:linear eq:linear-entry
@@ -46,10 +54,13 @@ def linear_backward(dy, cache):
     dx : ndarray of shape (..., in)
         Gradient with respect to x.
     dw : ndarray of shape (in, out)
-        Gradient with respect to w.
+        Gradient with respect to w; for a `Frozen` weight, its adapters' gradients (dA, dB), or None.
     db : ndarray of shape (out,)
-        Gradient with respect to b.
+        Gradient with respect to b; None for a frozen bias.
     """
+    if isinstance(cache, FrozenCache):
+        dx, adapter_grads = frozen_linear_backward(dy, cache)
+        return dx, adapter_grads, None
     x, w = cache
     # Flatten the leading dimensions: every row (every position of every
     # sequence) adds its outer product x_row^T dy_row into dw in one matmul.

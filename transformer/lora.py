@@ -9,14 +9,14 @@ The base weight may be a dense array or an `NF4Weight` (QLoRA): the backward nev
 """
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from .config import is_int
 from .errors import ConfigError
-from .linear import linear_forward
 from .nf4 import NF4Weight
-from .quantized_linear import nf4_linear_backward, nf4_linear_forward
+from .quantized_linear import ROWS, nf4_linear_backward, nf4_linear_forward
 
 # What a target names: the weight of each projection, in every block (the head once).
 TARGETS = {"q": "wq", "k": "wk", "v": "wv", "o": "wo", "ff1": "ff1_w", "ff2": "ff2_w", "head": "head_w"}
@@ -73,51 +73,88 @@ def init_adapters(param_shapes, lora: LoRAConfig, seed=0, dtype=np.float64):
     return adapters
 
 
-def lora_linear_forward(x, w, b, a, bm, scale):
-    """y = x W + b + scale (x A) B, with W and b frozen.
+@dataclass(frozen=True)
+class Frozen:
+    """A weight fine-tuning leaves alone, and the LoRA adapters trained beside it, if its layer has any.
+
+    `linear_forward` hands a Frozen weight to `frozen_linear_forward`; the bias beside it is frozen too.
+
+    Attributes
+    ----------
+    base : ndarray of shape (in, out), or an NF4Weight
+        The frozen weight W.
+    a : ndarray of shape (in, r), optional
+        The adapter A; None for a layer without adapters.
+    bm : ndarray of shape (r, out), optional
+        The adapter B (named bm beside the bias b).
+    scale : float
+        alpha / r.
+    """
+    base: object
+    a: np.ndarray | None = None
+    bm: np.ndarray | None = None
+    scale: float = 0.0
+
+    @property
+    def shape(self):
+        return tuple(self.base.shape)
+
+
+class FrozenCache(NamedTuple):
+    """What `frozen_linear_forward` keeps: the input only where adapters need it (dA = x^T dxa), and the
+    input times A (dB = scale (x A)^T dy). A frozen layer without adapters keeps no input at all."""
+    x: np.ndarray | None
+    weight: Frozen
+    xa: np.ndarray | None
+
+
+def frozen_linear_forward(x, w: Frozen, b):
+    """y = x W + b + scale (x A) B, with W and b frozen; without adapters, y = x W + b.
 
     Parameters
     ----------
     x : ndarray of shape (..., in)
-    w : ndarray of shape (in, out), or an NF4Weight
+    w : Frozen
+        The frozen weight (dense or NF4) and its adapters.
     b : ndarray of shape (out,)
-    a : ndarray of shape (in, r)
-    bm : ndarray of shape (r, out)
-        The adapter B (named bm beside the bias b).
-    scale : float
-        alpha / r.
+        The frozen bias.
 
     Returns
     -------
     y : ndarray of shape (..., out)
-    cache : (x, base_cache, a, bm, xa, scale)
+    cache : FrozenCache
     """
-    if isinstance(w, NF4Weight):
-        y, base_cache = nf4_linear_forward(x, w, b)
+    if isinstance(w.base, NF4Weight):
+        y, _ = nf4_linear_forward(x, w.base, b)
     else:
-        y, base_cache = linear_forward(x, w, b)
-    xa = x @ a  # (..., r)
-    return y + scale * (xa @ bm), (x, base_cache, a, bm, xa, scale)
+        y = x @ w.base + b
+    if w.a is None:
+        return y, FrozenCache(None, w, None)
+    xa = x @ w.a  # (..., r)
+    y += w.scale * (xa @ w.bm)
+    return y, FrozenCache(x, w, xa)
 
 
-def lora_linear_backward(dy, cache):
-    """Gradients of `lora_linear_forward` for x and the adapters; none for the frozen W and b.
+def frozen_linear_backward(dy, cache: FrozenCache):
+    """Gradients of `frozen_linear_forward` for x and the adapters; W and b get none, and none is formed.
 
     Returns
     -------
     dx : ndarray of shape (..., in)
-    da : ndarray of shape (in, r)
-    dbm : ndarray of shape (r, out)
+    adapter_grads : (dA (in, r), dB (r, out)), or None for a layer without adapters
     """
-    x, base_cache, a, bm, xa, scale = cache
-    dxa = scale * (dy @ bm.T)  # (..., r)
-    dbm = scale * xa.reshape(-1, xa.shape[-1]).T @ dy.reshape(-1, dy.shape[-1])
-    da = x.reshape(-1, x.shape[-1]).T @ dxa.reshape(-1, dxa.shape[-1])
-    if isinstance(base_cache[0], NF4Weight):
-        dx_base, _ = nf4_linear_backward(dy, base_cache)
+    x, w, xa = cache
+    if isinstance(w.base, NF4Weight):
+        dx = nf4_linear_backward(dy, (w.base, ROWS))
     else:
-        dx_base = dy @ base_cache[1].T  # the frozen weight's gradient is never formed
-    return dx_base + dxa @ a.T, da, dbm
+        dx = dy @ w.base.T
+    if w.a is None:
+        return dx, None
+    dxa = w.scale * (dy @ w.bm.T)  # (..., r)
+    dbm = w.scale * xa.reshape(-1, xa.shape[-1]).T @ dy.reshape(-1, dy.shape[-1])
+    da = x.reshape(-1, x.shape[-1]).T @ dxa.reshape(-1, dxa.shape[-1])
+    dx += dxa @ w.a.T
+    return dx, (da, dbm)
 
 
 def merge(params, adapters, lora: LoRAConfig):

@@ -233,7 +233,7 @@ def forward(params, ids, cfg: ModelConfig, trace=None):
     return (logits[0] if single else logits), cache
 
 
-def backward(dlogits, cache):
+def backward(dlogits, cache, embeddings=True):
     """Backpropagate a gradient of the logits to every parameter.
 
     Parameters
@@ -242,11 +242,14 @@ def backward(dlogits, cache):
         Gradient with respect to the logits, shaped like them.
     cache : tuple
         The cache from `forward`.
+    embeddings : bool
+        Compute the embedding tables' gradients; fine-tuning, which freezes them, passes False.
 
     Returns
     -------
     grads : dict
-        Gradient of each parameter, with the keys of params.
+        Gradient of each parameter, with the keys of params. A frozen weight (`lora.Frozen`, in
+        fine-tuning) has its adapters' gradients (dA, dB) or None instead, and its bias None.
     """
     single, emb_cache, block_caches, lnf_cache, head_cache = cache
     if single:
@@ -260,7 +263,8 @@ def backward(dlogits, cache):
         else:
             dx, block_grads = block_backward(dx, block_caches[layer])  # eq:model-blocks-grad eq:model-vjp
         grads.update({f"b{layer}.{name}": g for name, g in block_grads.items()})  # eq:model-param-once
-    grads["tok_emb"], grads["pos_emb"] = embedding_backward(dx, emb_cache)  # eq:model-embed-grad eq:model-many-uses
+    if embeddings:
+        grads["tok_emb"], grads["pos_emb"] = embedding_backward(dx, emb_cache)  # eq:model-embed-grad eq:model-many-uses
     return grads
 
 

@@ -3,8 +3,8 @@
 `y = x W + b` with W of shape (in, out) held as an `NF4Weight`. The forward decodes `rows` input rows of W
 at a time and adds their contribution, `x[..., rows] W[rows]`, to y; the backward does the same for
 `dx[..., rows] = dy W[rows]^T`. At no moment does a float32 copy of the whole of W exist: the largest is
-rows x out. The weight is frozen (QLoRA trains adapters beside it), so there is no weight gradient, and the
-backward needs no input: the cache is the weight itself.
+rows x out. The weight and the bias are frozen (QLoRA trains adapters beside them), so the backward computes
+dx alone and needs no input: the cache is the weight itself.
 """
 
 import numpy as np
@@ -50,7 +50,7 @@ def nf4_linear_forward(x, q: NF4Weight, b, rows=ROWS):
 
 
 def nf4_linear_backward(dy, cache):
-    """dx and db of `nf4_linear_forward`; the frozen weight gets no gradient.
+    """dx of `nf4_linear_forward`; the frozen weight and bias get no gradient.
 
     Parameters
     ----------
@@ -60,7 +60,6 @@ def nf4_linear_backward(dy, cache):
     Returns
     -------
     dx : ndarray of shape (..., in)
-    db : ndarray of shape (out,)
     """
     q, rows = cache
     scales = q.scales()
@@ -68,5 +67,4 @@ def nf4_linear_backward(dy, cache):
     for start in range(0, q.shape[0], rows):
         stop = min(start + rows, q.shape[0])
         dx[..., start:stop] = dy @ weight_rows(q, start, stop, scales).astype(dy.dtype).T
-    db = dy.reshape(-1, dy.shape[-1]).sum(axis=0)
-    return dx, db
+    return dx
