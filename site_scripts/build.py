@@ -11,8 +11,8 @@ the registry among them); the transformer units (functions, classes,
 tables) reachable from what the generator imports and from the units its entry names; the callers
 and tests of those units (the pages print them); the files its entry lists under `reads`, for code it
 runs in ways no import shows; the titles of all pages and the ids, pages and titles of all equations
-(links print them; the prose alone shows the rest); the symbols of the Notation page; the numpy and torch versions
-and the build context. Editing one function therefore reruns exactly the pages that can reach it.
+(links print them; the prose alone shows the rest); the symbols of the Notation page; the numpy, torch and
+bitsandbytes versions (the NF4 page compares with bitsandbytes where it is installed) and the build context. Editing one function therefore reruns exactly the pages that can reach it.
 Files are rewritten only when their content changes, so `mkdocs serve` does not rebuild forever.
 
     python -m site_scripts.build [--page NAME ...] [--force]
@@ -26,7 +26,7 @@ import sys
 import time
 
 from . import depends, equations, registry
-from .common import ROOT, hash_parts, is_current, mode, numpy_version, torch_version, write_if_changed
+from .common import ROOT, hash_parts, is_current, mode, numpy_version, package_version, torch_version, write_if_changed
 
 SNIPPETS = ROOT / "build" / "snippets"
 FIGURE = ".png"  # a fragment named like this is a figure: PNG bytes, served beside its page (hook.on_files)
@@ -110,7 +110,7 @@ def page_key(name, context, root=ROOT) -> str:
                       *[(root / "site_scripts" / s).read_text() for s in SHARED],
                       depends.units_text(units, root), code_facts_text(units, root), titles_text(root),
                       equations.table_text(root), notation_text(root),
-                      read_files(registry.BY_ID[name], root), numpy_version(), torch_version(),
+                      read_files(registry.BY_ID[name], root), numpy_version(), torch_version(), package_version("bitsandbytes"),
                       json.dumps(context, sort_keys=True))
 
 

@@ -128,6 +128,12 @@ PAGES = (
     Page("checkpoints", "training/checkpoints.md", "Checkpoints", "Training",
          functions=("checkpoint:save_checkpoint", "checkpoint:load_checkpoint"),
          listings=("checkpoint:save_checkpoint", "checkpoint:load_checkpoint"), seeds=("init_params",)),
+    # Fine-tuning. bitsandbytes, where installed, is the independent implementation the NF4 page compares with.
+    Page("nf4", "finetuning/nf4.md", "NF4 and double quantization", "Fine-tuning",
+         functions=("nf4:quantize", "nf4:dequantize", "nf4:NF4Weight", "nf4:nf4_code", "nf4:dynamic_code",
+                    "nf4:pack", "nf4:unpack", "nf4:dequantize_range", "nf4:payload_bytes",
+                    "quantized_linear:nf4_linear_forward", "quantized_linear:nf4_linear_backward"),
+         listings=("nf4:float32_linspace", "quantized_linear:weight_rows"), seeds=("weights", "inputs")),
     Page("sampling", "generation/sampling.md", "Sampling", "Generation",
          functions=("generate:sample_next", "generate:generate"), listings=("generate:generate", "generate:window_logits"),
          seeds=("init_params", "sampling")),

@@ -49,10 +49,10 @@ def nf4_code():
     """The 16 NF4 values, ascending, from -1 to 1 with an exact 0: 8 positive and 7 negative normal quantiles,
     each half spaced evenly in probability from NF4_OFFSET to 0.5, divided by the largest."""
     normal = NormalDist()
-    positive = [normal.inv_cdf(float(p)) for p in float32_linspace(NF4_OFFSET, 0.5, 9)[:-1]]
-    negative = [-normal.inv_cdf(float(p)) for p in float32_linspace(NF4_OFFSET, 0.5, 8)[:-1]]
+    positive = [normal.inv_cdf(float(p)) for p in float32_linspace(NF4_OFFSET, 0.5, 9)[:-1]]  # eq:nf4-code
+    negative = [-normal.inv_cdf(float(p)) for p in float32_linspace(NF4_OFFSET, 0.5, 8)[:-1]]  # eq:nf4-code
     values = np.sort(np.array([*positive, 0.0, *negative], dtype=np.float32))
-    values /= values.max()
+    values /= values.max()  # eq:nf4-code
     values.setflags(write=False)  # built once and shared
     return values
 
@@ -67,7 +67,7 @@ def dynamic_code():
         bounds = float32_linspace(0.1, 1, 2 ** e + 1)
         means = (bounds[:-1] + bounds[1:]) / np.float32(2)
         scale = np.float32(10.0 ** (e - 6))  # the products are float32, as bitsandbytes computes them
-        values += [*(scale * means), *(-scale * means)]
+        values += [*(scale * means), *(-scale * means)]  # eq:nf4-dynamic
     values = np.sort(np.array(values, dtype=np.float32))
     values.setflags(write=False)  # built once and shared
     return values
@@ -76,7 +76,7 @@ def dynamic_code():
 def nearest(scaled, code):
     """Index of the nearest value of an ascending code; a value exactly between two goes to the lower."""
     midpoints = (code[:-1] + code[1:]) / np.float32(2)
-    return np.searchsorted(midpoints, scaled, side="left").astype(np.uint8)
+    return np.searchsorted(midpoints, scaled, side="left").astype(np.uint8)  # eq:nf4-nearest
 
 
 def quantize_blocks(x, code, block_size):
@@ -84,12 +84,12 @@ def quantize_blocks(x, code, block_size):
     n = x.size
     full = n - n % block_size
     blocks = x[:full].reshape(-1, block_size)
-    absmax = np.abs(blocks).max(axis=1)
-    scaled = np.clip(blocks * (np.float32(1) / np.maximum(absmax, np.float32(1e-38)))[:, None], -1, 1)
+    absmax = np.abs(blocks).max(axis=1)  # eq:nf4-absmax
+    scaled = np.clip(blocks * (np.float32(1) / np.maximum(absmax, np.float32(1e-38)))[:, None], -1, 1)  # eq:nf4-nearest
     parts, scales = [scaled.reshape(-1)], [absmax]
     if full < n:  # the short last block
-        last = np.maximum(np.abs(x[full:]).max(), np.float32(1e-38))
-        parts.append(np.clip(x[full:] / last, -1, 1))
+        last = np.maximum(np.abs(x[full:]).max(), np.float32(1e-38))  # eq:nf4-absmax
+        parts.append(np.clip(x[full:] / last, -1, 1))  # eq:nf4-nearest
         scales.append(np.array([last], dtype=np.float32))
     return nearest(np.concatenate(parts), code), np.concatenate(scales).astype(np.float32)
 
@@ -98,13 +98,13 @@ def pack(codes):
     """Two 4-bit codes per byte, the first in the high nibble; an odd count is padded with the code of 0."""
     if codes.size % 2:
         codes = np.append(codes, np.uint8(7))  # nf4_code()[7] == 0
-    return (codes[0::2] << 4) | codes[1::2]
+    return (codes[0::2] << 4) | codes[1::2]  # eq:nf4-pack
 
 
 def unpack(packed, n):
     """The first n 4-bit codes of packed bytes, in order."""
     codes = np.empty(packed.size * 2, dtype=np.uint8)
-    codes[0::2], codes[1::2] = packed >> 4, packed & 0x0F
+    codes[0::2], codes[1::2] = packed >> 4, packed & 0x0F  # eq:nf4-pack
     return codes[:n]
 
 
@@ -131,8 +131,8 @@ class NF4Weight:
         """The float32 absmax of every block, decoded from the double quantization where there is one."""
         if self.absmax is not None:
             return self.absmax
-        return dynamic_code()[self.absmax_codes] * np.repeat(self.absmax2, self.block_size2)[:self.absmax_codes.size] \
-            + self.offset
+        second = np.repeat(self.absmax2, self.block_size2)[:self.absmax_codes.size]
+        return dynamic_code()[self.absmax_codes] * second + self.offset  # eq:nf4-scales
 
 
 def check_block_size(name, value):
@@ -167,8 +167,8 @@ def quantize(w, block_size=64, double=True, block_size2=256):
     packed = pack(codes)
     if not double:
         return NF4Weight(packed, w.shape, block_size, absmax=absmax)
-    offset = np.float32(absmax.mean(dtype=np.float64))  # the mean, rounded once to float32
-    absmax_codes, absmax2 = quantize_blocks(absmax - offset, dynamic_code(), block_size2)
+    offset = np.float32(absmax.mean(dtype=np.float64))  # the mean, rounded once to float32; eq:nf4-offset
+    absmax_codes, absmax2 = quantize_blocks(absmax - offset, dynamic_code(), block_size2)  # eq:nf4-double
     return NF4Weight(packed, w.shape, block_size, absmax_codes=absmax_codes, absmax2=absmax2, offset=offset,
                      block_size2=block_size2)
 
@@ -178,7 +178,7 @@ def dequantize(q):
     n = int(np.prod(q.shape))
     values = nf4_code()[unpack(q.packed, n)]
     scales = np.repeat(q.scales(), q.block_size)[:n]
-    return (values * scales).reshape(q.shape)
+    return (values * scales).reshape(q.shape)  # eq:nf4-dequantize
 
 
 def dequantize_range(q, start, stop, scales=None):
@@ -203,7 +203,7 @@ def dequantize_range(q, start, stop, scales=None):
     spread = np.repeat(scales[first_block:(stop - 1) // q.block_size + 1], q.block_size)
     begin = start - first_block * q.block_size
     values = nf4_code()[codes]
-    values *= spread[begin:begin + stop - start]
+    values *= spread[begin:begin + stop - start]  # eq:nf4-dequantize
     return values
 
 
@@ -212,5 +212,5 @@ def payload_bytes(n, block_size=64, double=True, block_size2=256):
     blocks = -(-n // block_size)
     codes = -(-n // 2)
     if not double:
-        return codes + 4 * blocks
-    return codes + blocks + 4 * -(-blocks // block_size2) + 4
+        return codes + 4 * blocks  # eq:nf4-payload
+    return codes + blocks + 4 * -(-blocks // block_size2) + 4  # eq:nf4-payload
