@@ -51,6 +51,8 @@ ATT = "transformer/attention.py"
 FLASH = "transformer/flash_attention.py"
 CKPT = "transformer/activation_checkpoint.py"
 KV = "transformer/kv_cache.py"
+NF4 = "transformer/nf4.py"
+QLIN = "transformer/quantized_linear.py"
 
 MUTANTS = (
     # LayerNorm: the three terms of dx, the 1/sigma factor, the gain gradient, the epsilon.
@@ -221,6 +223,35 @@ MUTANTS = (
            "keeps one token.",
            (edit("transformer/config.py:is_int", "isinstance(value, (int, np.integer)) and not isinstance(value, bool)",
                  "isinstance(value, (int, np.integer))"),)),
+    # NF4 and the NF4 linear layer.
+    Mutant("nf4-nibble-order-swapped",
+           "Packing puts the second code of a pair in the high nibble instead of the first. Unpacking still reads "
+           "the first from the high nibble, so every pair of weights comes back swapped.",
+           (edit(f"{NF4}:pack", "(codes[0::2] << 4) | codes[1::2]", "(codes[1::2] << 4) | codes[0::2]"),)),
+    Mutant("nf4-offset-not-added-back",
+           "Decoding the double-quantized scales forgets to add the offset back: every scale is off by the mean "
+           "of the scales.",
+           (edit(f"{NF4}:NF4Weight.scales", "* second + self.offset", "* second"),)),
+    Mutant("nf4-absmax-not-divided",
+           "Block-wise quantization does not divide a full block by its absmax: small weights are rounded against "
+           "a code meant for [-1, 1], and most fall to its 0.",
+           (edit(f"{NF4}:quantize_blocks", "scaled = np.clip(blocks * (np.float32(1) / np.maximum(absmax, "
+                                           "np.float32(1e-38)))[:, None], -1, 1)",
+                 "scaled = np.clip(blocks, -1, 1)"),)),
+    Mutant("nf4-wrong-quantile-offset",
+           "The positive half of the NF4 code starts at the quantile 1 - 1/32 instead of the QLoRA paper's "
+           "midpoint, so its values are not bitsandbytes' and not the page's table.",
+           (edit(f"{NF4}:nf4_code", "float32_linspace(NF4_OFFSET, 0.5, 9)", "float32_linspace(0.96875, 0.5, 9)"),)),
+    Mutant("nf4-layer-last-rows-dropped",
+           "The NF4 layer's forward loops only over whole groups of rows: the input rows past the last whole "
+           "group never reach the output.",
+           (edit(f"{QLIN}:nf4_linear_forward", "for start in range(0, q.shape[0], rows):",
+                 "for start in range(0, q.shape[0] - rows + 1, rows):"),)),
+    Mutant("nf4-layer-dx-from-the-first-rows",
+           "The NF4 layer's backward decodes the first group of rows of W for every group, so each group of dx "
+           "is computed with the wrong rows of the weight.",
+           (edit(f"{QLIN}:nf4_linear_backward", "weight_rows(q, start, stop, scales)",
+                 "weight_rows(q, 0, stop - start, scales)"),)),
     # Generation.
     Mutant("kv-cache-position-off-by-one",
            "Decoding with the KV cache gives the new token the position embedding of the next slot (pos + 1).",

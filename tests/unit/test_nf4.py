@@ -53,9 +53,8 @@ def test_nearest_finds_the_nearest_value_and_the_lower_one_at_a_midpoint():
 
 def test_two_codes_share_a_byte_the_first_in_the_high_nibble():
     codes = np.array([12, 13, 1, 11, 7], dtype=np.uint8)
-    packed = nf4.pack(codes)
-    assert packed.tolist() == [0xCD, 0x1B, 0x77]  # the odd fifth code is padded with 0's code, 7
-    assert np.array_equal(nf4.unpack(packed, 5), codes)
+    assert nf4.pack(codes).tolist() == [0xCD, 0x1B, 0x77]  # the odd fifth code is padded with 0's code, 7
+    assert np.array_equal(nf4.unpack(np.array([0xCD, 0x1B, 0x77], dtype=np.uint8), 5), codes)
 
 
 @pytest.mark.parametrize("shape,block_size", [((64, 256), 64), ((37, 129), 64), ((100, 30), 32), ((5,), 64)])
@@ -76,6 +75,24 @@ def test_double_quantized_scales_are_within_half_a_gap_of_the_true_ones():
     half_gap = np.diff(nf4.dynamic_code()).max() / 2
     assert np.all(np.abs(double.scales() - single.absmax) <= second * half_gap * (1 + 1e-6) + 1e-9)
     assert np.array_equal(double.packed, single.packed)  # the weights' codes do not depend on how scales are stored
+
+
+def test_an_nf4weight_decodes_each_scale_as_its_code_times_its_second_level_scale_plus_the_offset():
+    q = nf4.quantize(weights((100, 64)), block_size2=16)  # 100 scales: six second-level blocks and a short seventh
+    assert q.absmax2.size == 7 and q.absmax is None
+    by_hand = [nf4.dynamic_code()[q.absmax_codes[k]] * q.absmax2[k // 16] + q.offset for k in range(100)]
+    assert np.array_equal(q.scales(), np.array(by_hand, dtype=np.float32))
+    assert q.nbytes == q.packed.nbytes + q.absmax_codes.nbytes + q.absmax2.nbytes + 4
+
+
+def test_dequantize_range_decodes_any_range_as_dequantize_does():
+    q = nf4.quantize(weights((37, 129)))  # an odd count, and blocks that straddle the rows
+    whole = nf4.dequantize(q).reshape(-1)
+    rng = np.random.default_rng(2)
+    ranges = [(0, whole.size), (63, 65), (64, 128), (1, 2), (whole.size - 1, whole.size)]
+    ranges += [tuple(sorted(rng.choice(whole.size + 1, 2, replace=False))) for _ in range(50)]
+    for start, stop in ranges:
+        assert np.array_equal(nf4.dequantize_range(q, start, stop), whole[start:stop]), (start, stop)
 
 
 @pytest.mark.parametrize("n", [1, 63, 64, 65, 4096, 64 * 256 + 1])
