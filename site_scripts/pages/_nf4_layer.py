@@ -1,8 +1,14 @@
 """The NF4 page's sections on the NF4 linear layer: equal to a dense layer holding the decoded weight, its dx
-against central differences, and its peak memory (tracemalloc) beside a dense float32 layer's."""
+against central differences, and its peak memory (tracemalloc) beside a dense float32 layer's.
 
+The peaks move by a few hundred bytes from one process to the next (Python's and numpy's small allocations
+depend on what ran before), so they are measured once per change of the code they measure and kept in
+build/cache/, as the memory policies are (site_scripts/memory.py): a forced rerun prints the same bytes."""
+
+import gc
 import tracemalloc
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -12,8 +18,8 @@ from transformer.linear import linear_backward, linear_forward
 from transformer.model import param_shapes
 from transformer.quantized_linear import ROWS, nf4_linear_backward, nf4_linear_forward
 
-from .. import sections
-from ..common import md_table
+from .. import depends, sections
+from ..common import CACHE, cached_json, hash_parts, md_table, numpy_version
 from ..examples import H_STEP, SEED, weighted_sum
 
 EQUAL_SHAPE = (200, 48)  # three groups of ROWS rows and a short fourth
@@ -82,13 +88,18 @@ class Memory:
 
 
 def peak(f):
-    """The most bytes numpy and Python allocated at once while f ran, above what was allocated before."""
+    """The most bytes numpy and Python allocated at once while f ran, above what was allocated before. The
+    garbage collector is run first and held off meanwhile, so that a collection of earlier garbage cannot land
+    inside the measurement (it made the bytes differ between builds)."""
+    gc.collect()
+    gc.disable()
     tracemalloc.start()
     try:
         f()
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+        gc.enable()
 
 
 def dense_dx(dy, w):
@@ -110,6 +121,16 @@ def measure(shape):
                    peak(lambda: nf4_linear_backward(dy, cache)))]
 
 
+def measurements():
+    """measure() of every shape of memory_shapes(), from build/cache/ while the code it measures is unchanged."""
+    here = Path(__file__)
+    key = hash_parts(here.read_text(), depends.units_text(depends.page_units(here)), numpy_version(),
+                     memory_shapes(), MEMORY_BATCH)
+    value = cached_json(CACHE / "nf4_layer_memory.json", key,
+                        lambda: [[asdict(m) for m in measure(shape)] for _, shape in memory_shapes()])
+    return [[Memory(**m) for m in found] for found in value]
+
+
 def memory_shapes():
     default, b = param_shapes(PRESETS["default"]), param_shapes(PRESETS["B"])
     return [("default: `ff1_w`", default["b0.ff1_w"]), ("B: `ff1_w`", b["b0.ff1_w"]), ("B: `ff2_w`", b["b0.ff2_w"]),
@@ -118,8 +139,7 @@ def memory_shapes():
 
 def memory_md():
     rows, below, above, per_group = [], [], [], []
-    for where, shape in memory_shapes():
-        found = measure(shape)
+    for (where, shape), found in zip(memory_shapes(), measurements(), strict=True):
         dense, grouped = found[0], found[2]
         worst = max(grouped.forward, grouped.backward)
         (below if worst < dense.stored else above).append(f"{sections.shape_text(shape)}")
