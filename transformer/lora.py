@@ -108,6 +108,11 @@ class FrozenCache(NamedTuple):
     xa: np.ndarray | None
 
 
+def rows_matmul(x, w):
+    """x (..., in) @ w (in, out) as one 2-D product over all rows, which numpy runs faster than a stacked one."""
+    return (x.reshape(-1, x.shape[-1]) @ w).reshape(*x.shape[:-1], w.shape[1])
+
+
 def frozen_linear_forward(x, w: Frozen, b):
     """y = x W + b + scale (x A) B, with W and b frozen; without adapters, y = x W + b.
 
@@ -127,11 +132,11 @@ def frozen_linear_forward(x, w: Frozen, b):
     if isinstance(w.base, NF4Weight):
         y, _ = nf4_linear_forward(x, w.base, b)
     else:
-        y = x @ w.base + b
+        y = rows_matmul(x, w.base) + b
     if w.a is None:
         return y, FrozenCache(None, w, None)
-    xa = x @ w.a  # (..., r)
-    y += w.scale * (xa @ w.bm)
+    xa = rows_matmul(x, w.a)  # (..., r)
+    y += w.scale * rows_matmul(xa, w.bm)
     return y, FrozenCache(x, w, xa)
 
 
@@ -147,13 +152,13 @@ def frozen_linear_backward(dy, cache: FrozenCache):
     if isinstance(w.base, NF4Weight):
         dx = nf4_linear_backward(dy, (w.base, ROWS))
     else:
-        dx = dy @ w.base.T
+        dx = rows_matmul(dy, w.base.T)
     if w.a is None:
         return dx, None
-    dxa = w.scale * (dy @ w.bm.T)  # (..., r)
+    dxa = w.scale * rows_matmul(dy, w.bm.T)  # (..., r)
     dbm = w.scale * xa.reshape(-1, xa.shape[-1]).T @ dy.reshape(-1, dy.shape[-1])
     da = x.reshape(-1, x.shape[-1]).T @ dxa.reshape(-1, dxa.shape[-1])
-    dx += dxa @ w.a.T
+    dx += rows_matmul(dxa, w.a.T)
     return dx, (da, dbm)
 
 
