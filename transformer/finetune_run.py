@@ -23,9 +23,9 @@ from .finetune import QUANTIZE, adapter_loss_and_grads, frozen_params, params_sh
 from .lora import LoRAConfig, adapter_shapes, init_adapters
 from .model import param_shapes
 from .optim import adamw_init
-from .train import DTYPES, Run, TrainConfig, resumed_run, run_session, start_session
+from .train import DTYPES, RUN_FILES, Run, TrainConfig, resumed_run, run_session, start_session
 
-ADAPTER_NAME = "adapter.npz"
+ADAPTER_NAME = RUN_FILES[1]
 # Where fine-tuning's defaults differ from train's: a shorter run at a lower rate, from a trained model.
 FINETUNE_DEFAULTS = {"steps": 500, "lr": 1e-3, "min_lr": 1e-4, "warmup": 20, "eval_every": 100, "ckpt_every": 100}
 FORMAT = "numpy-transformer-adapter"

@@ -31,6 +31,7 @@ from .optim import AdamWConfig, adamw_init, adamw_update, clip_grads, lr_at
 from .softmax import cross_entropy_forward
 
 CHECKPOINT_NAME = "checkpoint.npz"
+RUN_FILES = (CHECKPOINT_NAME, "adapter.npz")  # what marks a folder as holding a run: train's, or finetune's
 METRICS_NAME = "metrics.jsonl"
 DTYPES = {"float32": np.float32, "float64": np.float64}
 
@@ -526,7 +527,7 @@ def start_session(corpus_path, out_dir, resume, overwrite, max_minutes, new, res
         Ready for the training loop; its clock starts now.
     """
     out_dir = Path(out_dir)
-    _check_out_dir(out_dir, resume, overwrite, max_minutes, file_name)
+    _check_out_dir(out_dir, resume, overwrite, max_minutes)
     text = load_corpus(corpus_path)
     corpus_sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
     ckpt_path, metrics_path = out_dir / file_name, out_dir / METRICS_NAME
@@ -541,18 +542,19 @@ def start_session(corpus_path, out_dir, resume, overwrite, max_minutes, new, res
         out_dir.mkdir(parents=True, exist_ok=True)
         # With overwrite, the old run's checkpoint goes with its metrics: were it kept, a new run that
         # fails before its first checkpoint would leave it beside the new metrics, and --resume would mix both.
-        ckpt_path.unlink(missing_ok=True)
+        for name in RUN_FILES:
+            (out_dir / name).unlink(missing_ok=True)
         metrics_path.write_text("")
     return Session(run, train_ids, val_ids, seq_len, out_dir, corpus_path, corpus_sha256, max_minutes)
 
 
-def _check_out_dir(out_dir, resume, overwrite, max_minutes, file_name):
+def _check_out_dir(out_dir, resume, overwrite, max_minutes):
     """Refuse a bad time limit, an out_dir that is a file, and a new run over an old one (see `train`)."""
     if max_minutes is not None and not (is_finite_number(max_minutes) and max_minutes > 0):
         raise ConfigError(f"max_minutes must be a positive number, got {max_minutes!r}")
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"{out_dir} is a file; --out must name a folder (new or holding a run)")
-    if not resume and not overwrite and (out_dir / file_name).exists():
+    if not resume and not overwrite and any((out_dir / name).exists() for name in RUN_FILES):
         raise ConfigError(f"{out_dir} already holds a run; continue it with --resume, "
                           "start again with --overwrite, or choose another --out")
 

@@ -9,7 +9,7 @@ import pytest
 from transformer.checkpoint import load_checkpoint
 from transformer.cli import main
 from transformer.config import PRESETS
-from transformer.errors import CheckpointError, InputError
+from transformer.errors import CheckpointError, ConfigError, InputError
 from transformer.finetune_run import ADAPTER_NAME, finetune, load_adapter, save_adapter
 from transformer.lora import LoRAConfig, merge
 from transformer.generate import generate
@@ -171,3 +171,15 @@ def test_a_torn_adapter_file_is_refused_and_a_failed_save_keeps_the_previous_one
         save_adapter(path, load_adapter(path))
     assert path.read_bytes() == good and sorted(p.name for p in path.parent.iterdir()) == [ADAPTER_NAME,
                                                                                            "metrics.jsonl"]
+
+
+def test_a_folder_holding_either_kind_of_run_is_refused_and_overwrite_removes_both(files, tmp_path):
+    base = files / "base" / "checkpoint.npz"
+    out = tmp_path / "run"
+    finetune(base, files / "reply.txt", out, LORA, small(steps=2), progress=False)
+    with pytest.raises(ConfigError, match="already holds a run"):
+        finetune(base, files / "reply.txt", out, None, small(steps=2), progress=False)  # full into an adapter run
+    with pytest.raises(ConfigError, match="already holds a run"):
+        train(files / "corpus.txt", out, MODEL, small(steps=2), progress=False)
+    finetune(base, files / "reply.txt", out, None, small(steps=2), overwrite=True, progress=False)
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.npz", "metrics.jsonl"]
