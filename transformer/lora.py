@@ -125,7 +125,7 @@ def frozen_linear_forward(x, w: Frozen, b):
     cache : FrozenCache
     """
     if isinstance(w.base, NF4Weight):
-        y, _ = nf4_linear_forward(x, w.base, b)  # eq:qlora-forward
+        y, _ = nf4_linear_forward(x, w.base, b)
     else:
         y = x @ w.base + b  # eq:lora-forward
     if w.a is None:
@@ -145,7 +145,7 @@ def frozen_linear_backward(dy, cache: FrozenCache):
     """
     x, w, xa = cache
     if isinstance(w.base, NF4Weight):
-        dx = nf4_linear_backward(dy, (w.base, ROWS))  # eq:qlora-grad-x
+        dx = nf4_linear_backward(dy, (w.base, ROWS))
     else:
         dx = dy @ w.base.T  # eq:lora-grad-x
     if w.a is None:
