@@ -1,10 +1,14 @@
 """The QLoRA page's memory section: the bytes of weights, gradients and AdamW state of full fine-tuning, LoRA
 and QLoRA, read from the real arrays and set beside their formula; and the peak memory (tracemalloc) and time
-of one float32 training step of each. The quick build (SITE_QUICK=1) times the larger config not at all."""
+of one float32 training step of each. The quick build (SITE_QUICK=1) times the larger config not at all.
+
+The steps' peaks and times are measured once per change of the code they run and kept in build/cache/, as
+site_scripts/memory.py keeps the memory policies': a forced rerun of the page prints the same times."""
 
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -16,7 +20,8 @@ from transformer.nf4 import payload_bytes
 from transformer.optim import AdamWConfig, adamw_init, adamw_update, clip_grads
 from tools.memory_policies import traced_peak
 
-from ..common import md_table, mode
+from .. import depends
+from ..common import CACHE, cached_json, hash_parts, md_table, mode, numpy_version
 from ..examples import SEED
 
 LARGER = ModelConfig(vocab_size=65, context_len=64, emb_dim=512, num_heads=8, num_layers=8, ff_dim=2048)
@@ -136,10 +141,20 @@ def timed_configs():
     return ("A", "B") if mode() == "quick" else ("A", "B", "d = 512, L = 8")
 
 
+def step_measurements():
+    """{config: {method: (peak bytes, median seconds)}}, cached under a key of the code the steps run."""
+    here = Path(__file__)
+    key = hash_parts(here.read_text(), depends.units_text(depends.page_units(here)), numpy_version(),
+                     timed_configs(), [CONFIGS[n] for n in timed_configs()], STEPS, BATCH, T)
+    return cached_json(CACHE / f"qlora_steps-{mode()}.json", key,
+                       lambda: {n: {m: peak_and_time(CONFIGS[n], m) for m in METHODS} for n in timed_configs()})
+
+
 def peak_md():
     rows = []
+    measured_steps = step_measurements()
     for name in timed_configs():
-        found = {m: peak_and_time(CONFIGS[name], m) for m in METHODS}
+        found = measured_steps[name]
         for method, (peak, seconds) in found.items():
             rows.append([name, method, mib(peak), f"{seconds * 1000:.1f}",
                          f"{seconds / found['full'][1]:.2f}"])

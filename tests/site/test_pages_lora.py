@@ -128,8 +128,10 @@ def test_the_samples_sentence_says_when_the_adapter_changed_nothing():
 # ---------------------------------------------------------------- QLoRA
 
 @pytest.fixture
-def small_configs(monkeypatch):
-    """The presets only (the larger config takes seconds to quantize and to step)."""
+def small_configs(monkeypatch, tmp_path):
+    """The presets only (the larger config takes seconds to quantize and to step), measured into a cache of the
+    test's own."""
+    monkeypatch.setattr(_qlora_memory, "CACHE", tmp_path)
     monkeypatch.setattr(_qlora_memory, "CONFIGS", {k: v for k, v in _qlora_memory.CONFIGS.items() if k in ("default", "A")})
     monkeypatch.setattr(_qlora_memory, "timed_configs", lambda: ("default",))
 
