@@ -128,12 +128,32 @@ PAGES = (
     Page("checkpoints", "training/checkpoints.md", "Checkpoints", "Training",
          functions=("checkpoint:save_checkpoint", "checkpoint:load_checkpoint"),
          listings=("checkpoint:save_checkpoint", "checkpoint:load_checkpoint"), seeds=("init_params",)),
-    # Fine-tuning. bitsandbytes, where installed, is the independent implementation the NF4 page compares with.
+    # Fine-tuning: LoRA, then (the NF4 page's place) NF4 and double quantization, then QLoRA. Both pages run the
+    # command line in-process and train small models; the QLoRA page measures fewer configs in the quick build.
+    Page("lora", "finetuning/lora.md", "LoRA", "Fine-tuning",
+         functions=("lora:frozen_linear_forward", "lora:frozen_linear_backward", "lora:init_adapters", "lora:merge",
+                    "finetune:adapter_loss_and_grads", "softmax:cross_entropy_time_range_forward",
+                    "softmax:cross_entropy_time_range_backward"),
+         listings=("lora:LoRAConfig", "lora:adapter_shapes", "lora:Frozen", "lora:FrozenCache",
+                   "finetune:frozen_params", "finetune:adapter_loss_and_grads"),
+         seeds=EXAMPLE_SEEDS + ("training and sampling",),
+         crosscheck=Rows("the torch mirror with every weight `W + (alpha / r) A B`, A and B torch leaf tensors, and "
+                         "autograd (every target adapted, rank 4); the loss over part of a window against "
+                         "`F.cross_entropy` over the same positions", {"lora": ("*",), "time range": ("*",)})),
+    # bitsandbytes, where installed, is the independent implementation the NF4 page compares with.
     Page("nf4", "finetuning/nf4.md", "NF4 and double quantization", "Fine-tuning",
          functions=("nf4:quantize", "nf4:dequantize", "nf4:NF4Weight", "nf4:nf4_code", "nf4:dynamic_code",
                     "nf4:pack", "nf4:unpack", "nf4:dequantize_range", "nf4:payload_bytes",
                     "quantized_linear:nf4_linear_forward", "quantized_linear:nf4_linear_backward"),
          listings=("nf4:float32_linspace", "quantized_linear:weight_rows"), seeds=("weights", "inputs")),
+    Page("qlora", "finetuning/qlora.md", "QLoRA", "Fine-tuning",
+         functions=("finetune:quantize_base", "finetune:dense_base", "finetune:weight_bytes",
+                    "finetune_run:stored_base"),
+         listings=("finetune:dense_base", "finetune:weight_bytes", "finetune_run:stored_base"),
+         seeds=EXAMPLE_SEEDS + ("training and sampling",), reads=("mode",),
+         crosscheck=Rows("the torch mirror on the decoded NF4 weights (constants) with `W + (alpha / r) A B`, A and B "
+                         "torch leaf tensors, and autograd, learning from the middle of the window",
+                         {"qlora": ("*",)})),
     Page("sampling", "generation/sampling.md", "Sampling", "Generation",
          functions=("generate:sample_next", "generate:generate"), listings=("generate:generate", "generate:window_logits"),
          seeds=("init_params", "sampling")),

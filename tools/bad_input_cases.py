@@ -24,6 +24,8 @@ if __package__ in (None, ""):  # run as `python tools/bad_input_cases.py`: impor
 from transformer.checkpoint import FORMAT, VERSION, Checkpoint, save_checkpoint  # noqa: E402
 from transformer.config import PRESETS  # noqa: E402
 from transformer.data import CharTokenizer  # noqa: E402
+from transformer.finetune_run import finetune  # noqa: E402
+from transformer.lora import LoRAConfig  # noqa: E402
 from transformer.model import init_params  # noqa: E402
 from transformer.train import TrainConfig, train  # noqa: E402
 
@@ -41,6 +43,7 @@ def setup():
     from transformer.data import CharTokenizer, load_corpus
     from transformer.generate import generate
     from transformer.kv_cache import PagePool
+    from transformer.lora import LoRAConfig
     from transformer.model import forward, init_params, loss_and_grads
     from transformer.scheduler import Request, Scheduler
     from transformer.train import TrainConfig, train
@@ -69,6 +72,8 @@ GENERATION_ERRORS = "test_bad_generation_arguments_are_named"
 CORPUS_ERRORS = "test_load_corpus_names_what_is_wrong"
 BAD_CHECKPOINTS = "test_sample_refuses_bad_checkpoints"
 USAGE_ERRORS = "test_more_usage_mistakes_are_one_line"
+BAD_FINETUNE = "test_bad_fine_tuning_settings_are_one_clear_line"
+FINETUNE = "finetune --checkpoint done/checkpoint.npz --corpus corpus.txt --out new"
 
 GROUPS = {
     "Token ids, targets and parameters": (
@@ -284,6 +289,33 @@ GROUPS = {
              cli="sample --checkpoint model.npz --prompts-file empty.txt", names=("holds no prompt",),
              tests=("test_bad_serving_options_are_one_line",)),
     ),
+    "Fine-tuning": (
+        Case("lora-rank-zero", "Adapters of rank zero", "A rank-0 correction A B is zero: nothing would train.",
+             call="LoRAConfig(rank=0)", cli=f"{FINETUNE} --lora-rank 0",
+             names=("lora rank must be a positive integer",),
+             tests=("test_bad_lora_settings_are_refused_by_name", BAD_FINETUNE)),
+        Case("lora-rank-too-large", "A rank larger than the model's width",
+             "A correction of rank r > min(in, out) is not low-rank, and costs more than the weight it adapts.",
+             cli=f"{FINETUNE} --lora-rank 5", names=("is larger than", "smaller side 4"),
+             tests=("test_a_rank_larger_than_the_width_is_refused", BAD_FINETUNE)),
+        Case("lora-target-unknown", "A target that is no projection", "The targets are q, k, v, o, ff1, ff2 and head.",
+             call='LoRAConfig(targets=("q", "attn"))', cli=f"{FINETUNE} --lora-targets q,attn",
+             names=("lora targets must be some of",), tests=("test_bad_lora_settings_are_refused_by_name", BAD_FINETUNE)),
+        Case("full-and-quantize", "Full fine-tuning of a quantized base",
+             "--full trains every weight in float32; NF4 weights are frozen by construction.",
+             cli=f"{FINETUNE} --full --quantize nf4", names=("--full trains every parameter",), tests=(BAD_FINETUNE,)),
+        Case("adapter-other-base", "An adapter applied to another base",
+             "The adapters learned a correction of one model's weights; added to another's they mean nothing.",
+             cli="sample --checkpoint run/checkpoint.npz --adapter tuned/adapter.npz",
+             names=("trained on another base",), tests=("test_an_adapter_for_another_base_is_refused",)),
+        Case("adapter-other-shape", "An adapter for a base of another shape",
+             "The adapters' shapes follow the base's widths.",
+             cli="sample --checkpoint model.npz --adapter tuned/adapter.npz",
+             names=("a base of another shape",), tests=("test_an_adapter_for_another_base_is_refused",)),
+        Case("adapter-not-adapter", "A checkpoint given as the adapter", "A checkpoint holds a model, not adapters.",
+             cli="sample --checkpoint done/checkpoint.npz --adapter done/checkpoint.npz",
+             names=("is not an adapter file",), tests=("test_an_adapter_for_another_base_is_refused",)),
+    ),
     "Checking commands": (
         Case("gradcheck-batch", "A gradient check on no sequences", "--batch 0 leaves nothing to check.",
              cli="gradcheck --batch 0", names=("--batch must be at least 1",),
@@ -294,7 +326,7 @@ GROUPS = {
              tests=("test_crosscheck_refuses_an_unwritable_json_path_before_running",)),
     ),
     "Usage": (
-        Case("no-command", "No command", "The command line needs one of train, sample, gradcheck or crosscheck.",
+        Case("no-command", "No command", "The command line needs one of train, finetune, sample, gradcheck or crosscheck.",
              cli="", names=("required: command",), tests=(USAGE_ERRORS,)),
         Case("no-out", "A required option left out", "train needs an --out folder.",
              cli="train --corpus corpus.txt", names=("required: --out",), tests=(USAGE_ERRORS,)),
@@ -362,6 +394,7 @@ def make_fixtures(folder):
         train("corpus.txt", "broken", cfg, small, progress=False, on_step=stop_after_first_step)
         whole = Path("broken/checkpoint.npz").read_bytes()
         Path("broken/checkpoint.npz").write_bytes(whole[: len(whole) // 2])
+        finetune("done/checkpoint.npz", "corpus.txt", "tuned", LoRAConfig(2, 4.0, ("q", "v")), small, progress=False)
 
 
 def run_every_case(workdir):

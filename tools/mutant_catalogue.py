@@ -51,6 +51,7 @@ ATT = "transformer/attention.py"
 FLASH = "transformer/flash_attention.py"
 CKPT = "transformer/activation_checkpoint.py"
 KV = "transformer/kv_cache.py"
+LORA = "transformer/lora.py"
 NF4 = "transformer/nf4.py"
 QLIN = "transformer/quantized_linear.py"
 
@@ -287,6 +288,32 @@ MUTANTS = (
     Mutant("sliding-window-one-token-short",
            "Once the text outgrows the context, the full recomputation sees one token less than the context holds.",
            (edit("transformer/generate.py:window_logits", "ids[-cfg.context_len:]", "ids[-cfg.context_len + 1:]"),)),
+    # Fine-tuning: LoRA's start, its scale and gradients, and the frozen base.
+    Mutant("lora-b-initialised-randomly",
+           "B starts random like A, so the adapted model is not the base model at step 0.",
+           (edit(f"{LORA}:init_adapters", "adapters[name] = np.zeros(shape, dtype=dtype)",
+                 "adapters[name] = rng.uniform(-0.1, 0.1, size=shape).astype(dtype)"),)),
+    Mutant("lora-scale-dropped",
+           "The forward adds (x A) B without the factor alpha / r; the backward and merge keep it.",
+           (edit(f"{LORA}:frozen_linear_forward", "y += w.scale * rows_matmul(xa, w.bm)", "y += rows_matmul(xa, w.bm)"),)),
+    Mutant("lora-grad-a-without-scale",
+           "dA is formed from dy B^T without the factor alpha / r.",
+           (edit(f"{LORA}:frozen_linear_backward", "dxa = w.scale * rows_matmul(dy, w.bm.T)", "dxa = rows_matmul(dy, w.bm.T)"),
+            edit(f"{LORA}:frozen_linear_backward", "dx += rows_matmul(dxa, w.a.T)",
+                 "dx += w.scale * rows_matmul(dxa, w.a.T)"))),
+    Mutant("lora-adapter-path-missing-from-dx",
+           "dx of an adapted layer carries the frozen weight's part only, not the adapters'.",
+           (edit(f"{LORA}:frozen_linear_backward", "dx += rows_matmul(dxa, w.a.T)", "dx += 0.0"),)),
+    Mutant("lora-merge-forgets-the-scale",
+           "Merging folds A B into W without alpha / r: the merged model is not the adapted one.",
+           (edit(f"{LORA}:merge", "params[weight] + lora.scale * adapters[name]", "params[weight] + adapters[name]"),)),
+    Mutant("gradient-formed-for-the-frozen-base",
+           "The weights without adapters are passed on unwrapped, so the backward forms their full gradient "
+           "x^T dy (time and memory) although nothing trains them.",
+           (edit("transformer/finetune.py:frozen_params", "out[name] = Frozen(p)", "out[name] = p"),)),
+    Mutant("finetune-learns-the-context-positions",
+           "learn_from is ignored: the loss counts every position of the window.",
+           (edit("transformer/finetune.py:adapter_loss_and_grads", "    if learn_from:", "    if False:"),)),
 )
 
 # A handful that together exercise every kind of outcome, for the fast run inside the test suite and the

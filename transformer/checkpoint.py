@@ -85,6 +85,13 @@ def save_checkpoint(path, ckpt: Checkpoint) -> Path:
     if ckpt.opt_state is not None:
         arrays.update({f"adam_m/{k}": v for k, v in ckpt.opt_state["m"].items()})
         arrays.update({f"adam_v/{k}": v for k, v in ckpt.opt_state["v"].items()})
+    return write_npz_atomically(path, arrays)
+
+
+def write_npz_atomically(path, arrays) -> Path:
+    """Write arrays to an .npz file: a temporary file in the same folder, fsync, then a rename, so a crash
+    leaves the previous file intact (checkpoints, and fine-tuning's adapter files)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
@@ -137,19 +144,7 @@ def load_checkpoint(path) -> Checkpoint:
         pickled objects, or does not match its own config; the message says why.
     """
     path = Path(path)
-    if path.is_dir():
-        raise CheckpointError(f"checkpoint {path} is a directory, not a file")
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
-    if not zipfile.is_zipfile(path):  # also what a truncated .npz looks like
-        raise CheckpointError(f"checkpoint {path} is truncated or not an .npz file")
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except (zipfile.BadZipFile, EOFError, OSError) as e:
-        raise CheckpointError(f"checkpoint {path} is truncated or not an .npz file ({e})") from None
-    except ValueError as e:  # object arrays need pickle, which we refuse
-        raise CheckpointError(f"checkpoint {path} holds pickled objects, which are refused: {e}") from None
+    arrays = read_npz(path)
     meta = _read_meta(path, arrays)
     try:
         cfg = ModelConfig.from_dict(meta["config"])
@@ -170,6 +165,25 @@ def load_checkpoint(path) -> Checkpoint:
         opt_state = {"m": _read_group(path, arrays, "adam_m", cfg),
                      "v": _read_group(path, arrays, "adam_v", cfg), "step": adam_step}
     return Checkpoint(params, cfg, tokenizer, step, opt_state, extra)
+
+
+def read_npz(path, what="checkpoint") -> dict:
+    """Every array of an .npz file, refusing pickled objects; a missing, truncated or foreign file is a
+    CheckpointError that says which."""
+    path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{what} {path} is a directory, not a file")
+    if not path.is_file():
+        raise CheckpointError(f"{what} {path} does not exist")
+    if not zipfile.is_zipfile(path):  # also what a truncated .npz looks like
+        raise CheckpointError(f"{what} {path} is truncated or not an .npz file")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except (zipfile.BadZipFile, EOFError, OSError) as e:
+        raise CheckpointError(f"{what} {path} is truncated or not an .npz file ({e})") from None
+    except ValueError as e:  # object arrays need pickle, which we refuse
+        raise CheckpointError(f"{what} {path} holds pickled objects, which are refused: {e}") from None
 
 
 def _read_meta(path, arrays) -> dict:

@@ -1,4 +1,4 @@
-"""Command line: python -m transformer {train,sample,gradcheck,crosscheck} ...
+"""Command line: python -m transformer {train,finetune,sample,gradcheck,crosscheck} ...
 
 A mistake in the input (a missing corpus, a bad option, a foreign checkpoint)
 prints one line, `error: ...`, and exits with status 2; never a traceback.
@@ -57,6 +57,7 @@ def build_parser():
                     description="A NumPy reference transformer: train, sample, check.")
     sub = parser.add_subparsers(dest="command", required=True)
     add_train_parser(sub)
+    add_finetune_parser(sub)
     add_sample_parser(sub)
     add_gradcheck_parser(sub)
     add_crosscheck_parser(sub)
@@ -88,9 +89,48 @@ def add_train_parser(sub):
         add_field_option(schedule, f, f" [{f.default}]")
 
 
+def add_finetune_parser(sub):
+    from .finetune import QUANTIZE
+    from .finetune_run import FINETUNE_DEFAULTS
+    from .lora import TARGETS, LoRAConfig
+    from .train import TrainConfig
+
+    tune = sub.add_parser("finetune", help="fine-tune a trained model: LoRA adapters, QLoRA, or every parameter",
+                          description="Fine-tune the checkpoint --checkpoint on a text corpus. LoRA (the default) "
+                                      "trains small adapters beside the frozen base and writes them to "
+                                      "--out/adapter.npz; --quantize nf4 stores the base in NF4 while they train "
+                                      "(QLoRA); --full trains every parameter into --out/checkpoint.npz.")
+    tune.add_argument("--checkpoint", help="the base: a checkpoint.npz written by train (with --resume: "
+                                           "the run's own base)")
+    tune.add_argument("--corpus", help=f"UTF-8 text file (default: ${CORPUS_ENV}; with --resume, the run's own)")
+    tune.add_argument("--out", required=True, help="output folder for adapter.npz (or checkpoint.npz) and "
+                                                   "metrics.jsonl")
+    tune.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
+    tune.add_argument("--overwrite", action="store_true", help="start a new run in an --out that holds one")
+    tune.add_argument("--max-minutes", type=float,
+                      help="stop after this many minutes of training (with a checkpoint, resumable)")
+    tune.add_argument("--no-progress", action="store_true", help="no progress bar")
+    lora = tune.add_argument_group("what is trained")
+    defaults = LoRAConfig()
+    lora.add_argument("--lora-rank", type=int, help=f"r, the adapters' rank [{defaults.rank}]")
+    lora.add_argument("--lora-alpha", type=float, help=f"alpha: the correction is scaled by alpha / r [{defaults.alpha:g}]")
+    lora.add_argument("--lora-targets", help=f"comma-separated, any of {','.join(TARGETS)} [{','.join(defaults.targets)}]")
+    lora.add_argument("--quantize", choices=QUANTIZE, help="store the base's linear weights in NF4 while the "
+                                                           "adapters train (QLoRA) [none]")
+    lora.add_argument("--learn-from", type=int, help="positions before this one in each window are context, "
+                                                     "not learned (their loss gradient is exactly zero) [0]")
+    lora.add_argument("--full", action="store_true", help="train every parameter instead of adapters")
+    schedule = tune.add_argument_group("training (defaults in brackets)")
+    for f in fields(TrainConfig):
+        if f.name != "tokenizer":  # the base's
+            add_field_option(schedule, f, f" [{FINETUNE_DEFAULTS.get(f.name, f.default)}]")
+
+
 def add_sample_parser(sub):
     sample = sub.add_parser("sample", help="generate text from a checkpoint")
     sample.add_argument("--checkpoint", required=True, help="a checkpoint.npz written by train")
+    sample.add_argument("--adapter", help="an adapter.npz written by finetune for this checkpoint: sample "
+                                          "from the fine-tuned model")
     sample.add_argument("--prompt", default=None,
                         help="text to continue (default: a newline, or the first symbol of the vocabulary)")
     sample.add_argument("--tokens", type=int, default=200, help="how many tokens to generate (default: 200)")
@@ -195,12 +235,64 @@ def cmd_train(args):
               "the learning rate never reaches its peak", file=sys.stderr)
     summary = train(corpus, args.out, model_cfg, train_cfg, resume=args.resume, overwrite=args.overwrite,
                     max_minutes=args.max_minutes, progress=False if args.no_progress else None)
+    return report_summary(summary, f"python -m transformer train --resume --out {args.out}")
+
+
+def cmd_finetune(args):
+    from .finetune_run import ADAPTER_NAME, FINETUNE_DEFAULTS, finetune, load_adapter
+    from .lora import LoRAConfig
+    from .train import CHECKPOINT_NAME, TrainConfig
+
+    given = {f.name: getattr(args, f.name) for f in fields(TrainConfig)
+             if f.name != "tokenizer" and getattr(args, f.name) is not None}
+    lora_given = {k: getattr(args, k) for k in ("lora_rank", "lora_alpha", "lora_targets", "quantize", "learn_from")
+                  if getattr(args, k) is not None}
+    if args.resume:
+        dropped = [*given, *lora_given] + [k for k in ("overwrite", "full") if getattr(args, k)]
+        if dropped:
+            raise TransformerError("--resume takes the configuration from the run; drop "
+                                   + ", ".join(_option(k) for k in dropped))
+        adapter_path, full_path = os.path.join(args.out, ADAPTER_NAME), os.path.join(args.out, CHECKPOINT_NAME)
+        full = not os.path.exists(adapter_path) and os.path.exists(full_path)
+        if full:
+            corpus = args.corpus or _corpus_of_run(full_path)
+        else:
+            saved = load_adapter(adapter_path).extra
+            corpus = args.corpus or saved.get("corpus")
+        corpus = corpus or os.environ.get(CORPUS_ENV)
+        summary = finetune(args.checkpoint, corpus, args.out, None if full else LoRAConfig(), TrainConfig(),
+                           resume=True, max_minutes=args.max_minutes,
+                           progress=False if args.no_progress else None)
+        return report_summary(summary, f"python -m transformer finetune --resume --out {args.out}")
+    if not args.checkpoint:
+        raise TransformerError("no base: pass --checkpoint PATH (a checkpoint.npz written by train)")
+    corpus = args.corpus or os.environ.get(CORPUS_ENV)
+    if not corpus:
+        raise TransformerError(f"no corpus: pass --corpus PATH or set {CORPUS_ENV}")
+    train_cfg = TrainConfig(**{**FINETUNE_DEFAULTS, **given})
+    if args.full:
+        if lora_given:
+            raise TransformerError("--full trains every parameter; drop "
+                                   + ", ".join(_option(k) for k in lora_given))
+        lora = None
+    else:
+        defaults = LoRAConfig()
+        targets = tuple(t.strip() for t in args.lora_targets.split(",")) if args.lora_targets else defaults.targets
+        lora = LoRAConfig(defaults.rank if args.lora_rank is None else args.lora_rank,
+                          defaults.alpha if args.lora_alpha is None else args.lora_alpha, targets)
+    summary = finetune(args.checkpoint, corpus, args.out, lora, train_cfg, args.quantize or "none",
+                       args.learn_from or 0, overwrite=args.overwrite, max_minutes=args.max_minutes,
+                       progress=False if args.no_progress else None)
+    return report_summary(summary, f"python -m transformer finetune --resume --out {args.out}")
+
+
+def report_summary(summary, resume_command):
+    """Print how a training run ended; the exit status (130 when interrupted)."""
     val = "" if summary["val_loss"] is None else \
         f", validation loss {summary['val_loss']:.4f} (at step {summary['val_step']})"
     if summary["stopped"]:
         print(f"stopped ({summary['stopped']}) after step {summary['step']} of {summary['steps']}{val}; "
-              f"checkpoint {summary['checkpoint']}; continue with: python -m transformer train "
-              f"--resume --out {args.out}")
+              f"checkpoint {summary['checkpoint']}; continue with: {resume_command}")
         return EXIT_INTERRUPTED if summary["stopped"] == "interrupted" else 0
     print(f"done: {summary['step']} steps in {summary['time_s']:.0f} s{val}; checkpoint {summary['checkpoint']}")
     return 0
@@ -222,6 +314,8 @@ def cmd_sample(args):
     from .generate import generate
 
     ckpt = load_checkpoint(args.checkpoint)
+    if args.adapter:
+        ckpt.params = adapted_model(ckpt, args)
     prompt = args.prompt
     if prompt is None:
         prompt = "\n" if ckpt.tokenizer.kind == "byte" or "\n" in ckpt.tokenizer.chars else ckpt.tokenizer.chars[0]
@@ -233,6 +327,20 @@ def cmd_sample(args):
                    top_k=args.top_k, seed=args.seed)
     print(prompt + ckpt.tokenizer.decode(new))
     return 0
+
+
+def adapted_model(ckpt, args):
+    """The checkpoint's parameters with the adapter of --adapter merged in, after checking it belongs to them."""
+    from .finetune import dense_base
+    from .finetune_run import check_base, load_adapter, stored_base
+    from .lora import merge
+
+    adapter = load_adapter(args.adapter)
+    check_base(adapter, ckpt.params, ckpt.cfg, args.checkpoint)
+    # The adapters learned beside the base as it was stored while they trained (NF4 for QLoRA).
+    base = dense_base(stored_base(ckpt.params, adapter.quantize))
+    dtype = ckpt.params["tok_emb"].dtype
+    return {name: p.astype(dtype) for name, p in merge(base, adapter.adapters, adapter.lora).items()}
 
 
 def read_prompts(args):
@@ -307,7 +415,7 @@ def cmd_gradcheck(args):
     return EXIT_CHECK_FAILED if failed else 0
 
 
-COMMANDS = {"train": cmd_train, "sample": cmd_sample, "gradcheck": cmd_gradcheck, "crosscheck": cmd_crosscheck}
+COMMANDS = {"train": cmd_train, "finetune": cmd_finetune, "sample": cmd_sample, "gradcheck": cmd_gradcheck, "crosscheck": cmd_crosscheck}
 
 
 def main(argv=None):

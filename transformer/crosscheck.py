@@ -224,6 +224,9 @@ def check_device(device, torch_device, dtype, cfg, params, ids, targets, adam_st
     from .crosscheck_serving import check_paged  # it imports this module
 
     rows += check_paged(device, torch_device, dtype, cfg, params)
+    from .crosscheck_finetune import check_finetune  # it imports this module
+
+    rows += check_finetune(device, torch_device, dtype, cfg, params, ids, targets)
     return rows
 
 

@@ -48,7 +48,7 @@ def quantize_base(params, block_size=64, block_size2=256):
     dict
         The same keys: NF4Weight for the linear weights, the other arrays as they were.
     """
-    return {name: quantize(p, block_size, block_size2=block_size2) if is_linear_weight(name) else p
+    return {name: quantize(p, block_size, block_size2=block_size2) if is_linear_weight(name) else p  # eq:qlora-base
             for name, p in params.items()}
 
 

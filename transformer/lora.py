@@ -67,9 +67,9 @@ def init_adapters(param_shapes, lora: LoRAConfig, seed=0, dtype=np.float64):
     for name, shape in adapter_shapes(param_shapes, lora).items():
         if name.endswith(".lora_a"):
             limit = 1.0 / np.sqrt(shape[0])
-            adapters[name] = rng.uniform(-limit, limit, size=shape).astype(dtype)
+            adapters[name] = rng.uniform(-limit, limit, size=shape).astype(dtype)  # eq:lora-init
         else:
-            adapters[name] = np.zeros(shape, dtype=dtype)
+            adapters[name] = np.zeros(shape, dtype=dtype)  # eq:lora-init
     return adapters
 
 
@@ -108,6 +108,11 @@ class FrozenCache(NamedTuple):
     xa: np.ndarray | None
 
 
+def rows_matmul(x, w):
+    """x (..., in) @ w (in, out) as one 2-D product over all rows, which numpy runs faster than a stacked one."""
+    return (x.reshape(-1, x.shape[-1]) @ w).reshape(*x.shape[:-1], w.shape[1])
+
+
 def frozen_linear_forward(x, w: Frozen, b):
     """y = x W + b + scale (x A) B, with W and b frozen; without adapters, y = x W + b.
 
@@ -127,11 +132,11 @@ def frozen_linear_forward(x, w: Frozen, b):
     if isinstance(w.base, NF4Weight):
         y, _ = nf4_linear_forward(x, w.base, b)
     else:
-        y = x @ w.base + b
+        y = rows_matmul(x, w.base) + b  # eq:lora-forward
     if w.a is None:
         return y, FrozenCache(None, w, None)
-    xa = x @ w.a  # (..., r)
-    y += w.scale * (xa @ w.bm)
+    xa = rows_matmul(x, w.a)  # (..., r)  eq:lora-forward
+    y += w.scale * rows_matmul(xa, w.bm)  # eq:lora-forward
     return y, FrozenCache(x, w, xa)
 
 
@@ -147,13 +152,13 @@ def frozen_linear_backward(dy, cache: FrozenCache):
     if isinstance(w.base, NF4Weight):
         dx = nf4_linear_backward(dy, (w.base, ROWS))
     else:
-        dx = dy @ w.base.T
+        dx = rows_matmul(dy, w.base.T)  # eq:lora-grad-x
     if w.a is None:
         return dx, None
-    dxa = w.scale * (dy @ w.bm.T)  # (..., r)
-    dbm = w.scale * xa.reshape(-1, xa.shape[-1]).T @ dy.reshape(-1, dy.shape[-1])
-    da = x.reshape(-1, x.shape[-1]).T @ dxa.reshape(-1, dxa.shape[-1])
-    dx += dxa @ w.a.T
+    dxa = w.scale * rows_matmul(dy, w.bm.T)  # (..., r)  eq:lora-grad-xa
+    dbm = w.scale * xa.reshape(-1, xa.shape[-1]).T @ dy.reshape(-1, dy.shape[-1])  # eq:lora-grad-b
+    da = x.reshape(-1, x.shape[-1]).T @ dxa.reshape(-1, dxa.shape[-1])  # eq:lora-grad-a
+    dx += rows_matmul(dxa, w.a.T)  # eq:lora-grad-x
     return dx, (da, dbm)
 
 
@@ -164,5 +169,5 @@ def merge(params, adapters, lora: LoRAConfig):
     for name in adapters:
         if name.endswith(".lora_a"):
             weight = name[: -len(".lora_a")]
-            merged[weight] = params[weight] + lora.scale * adapters[name] @ adapters[f"{weight}.lora_b"]
+            merged[weight] = params[weight] + lora.scale * adapters[name] @ adapters[f"{weight}.lora_b"]  # eq:lora-merge
     return merged

@@ -146,7 +146,7 @@ def cross_entropy_time_range_forward(logits, targets, time_offset, time_count):
         raise InputError(f"time range [{time_offset!r}, {time_offset!r} + {time_count!r}) is not a non-empty "
                          f"range of the window's {T} positions")
     stop = time_offset + time_count
-    loss, cache = cross_entropy_forward(logits[:, time_offset:stop], targets[:, time_offset:stop])
+    loss, cache = cross_entropy_forward(logits[:, time_offset:stop], targets[:, time_offset:stop])  # eq:time-range-loss
     return loss, (time_offset, time_count, T, cache)
 
 
@@ -155,6 +155,6 @@ def cross_entropy_time_range_backward(dloss, cache):
     exactly zero elsewhere."""
     time_offset, time_count, T, inner = cache
     counted = cross_entropy_backward(dloss, inner)  # (B, time_count, n_V)
-    dlogits = np.zeros((counted.shape[0], T, counted.shape[2]), dtype=counted.dtype)
-    dlogits[:, time_offset:time_offset + time_count] = counted
+    dlogits = np.zeros((counted.shape[0], T, counted.shape[2]), dtype=counted.dtype)  # eq:time-range-grad
+    dlogits[:, time_offset:time_offset + time_count] = counted  # eq:time-range-grad
     return dlogits

@@ -31,6 +31,7 @@ from .optim import AdamWConfig, adamw_init, adamw_update, clip_grads, lr_at
 from .softmax import cross_entropy_forward
 
 CHECKPOINT_NAME = "checkpoint.npz"
+RUN_FILES = (CHECKPOINT_NAME, "adapter.npz")  # what marks a folder as holding a run: train's, or finetune's
 METRICS_NAME = "metrics.jsonl"
 DTYPES = {"float32": np.float32, "float64": np.float64}
 
@@ -230,6 +231,20 @@ class Run:
     step: int = 0
     elapsed_s: float = 0.0  # wall time of earlier sessions of this run
 
+    file_name = CHECKPOINT_NAME  # what the run saves into its folder
+
+    def loss_and_grads(self, x, y):
+        """The loss of a batch and the gradients of what this run trains: every parameter."""
+        return loss_and_grads(self.params, x, y, self.model_cfg)
+
+    def model_params(self):
+        """The parameters the forward runs (fine-tuning adds its frozen base to what it trains)."""
+        return self.params
+
+    def save(self, path, elapsed_s, corpus_path, corpus_sha256):
+        """Write the run's checkpoint (atomically: a crash leaves the previous one intact)."""
+        save_checkpoint(path, self.checkpoint(elapsed_s, corpus_path, corpus_sha256))
+
     def checkpoint(self, elapsed_s, corpus_path, corpus_sha256) -> Checkpoint:
         """The run's current state as a Checkpoint.
 
@@ -359,10 +374,16 @@ def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, 
     CheckpointError
         If the checkpoint to resume from cannot be read.
     """
+    session = start_session(corpus_path, out_dir, resume, overwrite, max_minutes,
+                            new=lambda text: new_run(text, model_cfg, train_cfg), resumed=resumed_run)
+    return run_session(session, progress, on_step, "train")
+
+
+def run_session(session, progress, on_step, desc):
+    """The training loop of a session, with its progress bar, Ctrl-C and metrics file (see `train`)."""
     from tqdm import tqdm  # imported here: the model itself needs numpy alone
 
-    session = start_session(corpus_path, out_dir, model_cfg, train_cfg, resume, overwrite, max_minutes)
-    bar = tqdm(total=session.run.train_cfg.steps, initial=session.run.step, unit="step", desc="train",
+    bar = tqdm(total=session.run.train_cfg.steps, initial=session.run.step, unit="step", desc=desc,
                disable=None if progress is None else not progress, dynamic_ncols=True)
     # Ctrl-C is caught, and metrics.jsonl open for appending, until the loop is over.
     with StopRequest() as stop, bar, open(session.metrics_path, "a") as metrics:
@@ -444,7 +465,7 @@ class Session:
 
     @property
     def ckpt_path(self) -> Path:
-        return self.out_dir / CHECKPOINT_NAME
+        return self.out_dir / self.run.file_name
 
     @property
     def metrics_path(self) -> Path:
@@ -463,14 +484,14 @@ class Session:
 
     def validate(self) -> float:
         """Compute the validation loss, append it to the metrics and return it."""
-        self.val_loss = evaluate(self.run.params, self.run.model_cfg, self.val_ids, self.seq_len)
+        self.val_loss = evaluate(self.run.model_params(), self.run.model_cfg, self.val_ids, self.seq_len)
         self.metrics.write(json.dumps({"step": self.run.step, "val_loss": self.val_loss, "time_s": self.run_time()})
                            + "\n")
         return self.val_loss
 
     def save(self):
         """Write the run's checkpoint (atomically: a crash leaves the previous one intact)."""
-        save_checkpoint(self.ckpt_path, self.run.checkpoint(self.run_time(), self.corpus_path, self.corpus_sha256))
+        self.run.save(self.ckpt_path, self.run_time(), self.corpus_path, self.corpus_sha256)
 
     def out_of_time(self) -> bool:
         """Whether this call has used up max_minutes."""
@@ -493,10 +514,12 @@ class Session:
                 "checkpoint": str(self.ckpt_path), "metrics": str(self.metrics_path), "time_s": self.run_time()}
 
 
-def start_session(corpus_path, out_dir, model_cfg, train_cfg, resume, overwrite, max_minutes) -> Session:
+def start_session(corpus_path, out_dir, resume, overwrite, max_minutes, new, resumed,
+                  file_name=CHECKPOINT_NAME) -> Session:
     """Check train's arguments, load the corpus, make or restore the run and prepare its folder.
 
-    The parameters are those of `train`, and so are the errors raised.
+    The first five parameters are those of `train`, and so are the errors raised. `new(text)` makes a run,
+    `resumed(path, corpus_sha256)` restores one from the file `file_name` of out_dir.
 
     Returns
     -------
@@ -507,8 +530,8 @@ def start_session(corpus_path, out_dir, model_cfg, train_cfg, resume, overwrite,
     _check_out_dir(out_dir, resume, overwrite, max_minutes)
     text = load_corpus(corpus_path)
     corpus_sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    ckpt_path, metrics_path = out_dir / CHECKPOINT_NAME, out_dir / METRICS_NAME
-    run = resumed_run(ckpt_path, corpus_sha256) if resume else new_run(text, model_cfg, train_cfg)
+    ckpt_path, metrics_path = out_dir / file_name, out_dir / METRICS_NAME
+    run = resumed(ckpt_path, corpus_sha256) if resume else new(text)
     seq_len = run.train_cfg.seq_len or run.model_cfg.context_len
     if seq_len > run.model_cfg.context_len:
         raise ConfigError(f"seq_len={seq_len} is longer than context_len={run.model_cfg.context_len}")
@@ -519,7 +542,8 @@ def start_session(corpus_path, out_dir, model_cfg, train_cfg, resume, overwrite,
         out_dir.mkdir(parents=True, exist_ok=True)
         # With overwrite, the old run's checkpoint goes with its metrics: were it kept, a new run that
         # fails before its first checkpoint would leave it beside the new metrics, and --resume would mix both.
-        ckpt_path.unlink(missing_ok=True)
+        for name in RUN_FILES:
+            (out_dir / name).unlink(missing_ok=True)
         metrics_path.write_text("")
     return Session(run, train_ids, val_ids, seq_len, out_dir, corpus_path, corpus_sha256, max_minutes)
 
@@ -530,7 +554,7 @@ def _check_out_dir(out_dir, resume, overwrite, max_minutes):
         raise ConfigError(f"max_minutes must be a positive number, got {max_minutes!r}")
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"{out_dir} is a file; --out must name a folder (new or holding a run)")
-    if not resume and not overwrite and (out_dir / CHECKPOINT_NAME).exists():
+    if not resume and not overwrite and any((out_dir / name).exists() for name in RUN_FILES):
         raise ConfigError(f"{out_dir} already holds a run; continue it with --resume, "
                           "start again with --overwrite, or choose another --out")
 
@@ -562,7 +586,7 @@ def train_step(run: Run, train_ids, seq_len) -> dict:
     lr = lr_at(run.step, tc.lr, tc.warmup, tc.steps, tc.min_lr)
     x, y = sample_batch(train_ids, tc.batch_size, seq_len, run.rng)
     with np.errstate(over="ignore", invalid="ignore"):  # a diverging run is reported below
-        loss, grads = loss_and_grads(run.params, x, y, run.model_cfg)
+        loss, grads = run.loss_and_grads(x, y)
     if not math.isfinite(loss):
         hint = "lower --lr" if tc.grad_clip else "lower --lr or set --grad-clip (e.g. 1.0)"
         raise ConfigError(f"the loss became {loss} at step {run.step + 1}: training diverged; {hint}")

@@ -149,7 +149,7 @@ def symbols_md():
         (r"\operatorname{absmax}^{(2)}", "q.absmax2", q.absmax2.shape),
         (r"\widehat{\operatorname{absmax}}", "q.scales()", q.scales().shape),
         (r"\hat{\theta}", "dequantize(q).reshape(-1)", (w.size,)),
-        (r"\hat{W}", "dequantize(q)", nf4.dequantize(q).shape),
+        (r"W_{\mathrm{NF4}}", "dequantize(q)", nf4.dequantize(q).shape, "`b0.ff1_w` decoded"),
         (r"A", "x", x.shape, "`b0.ln2`, the input of `ff1`"),
         (r"Y", "y", (*x.shape[:-1], w.shape[1])),
         (r"n_{\mathrm{rows}}", "rows", f"`ROWS` = {ROWS}"),

@@ -1,0 +1,173 @@
+"""The QLoRA page's memory section: the bytes of weights, gradients and AdamW state of full fine-tuning, LoRA
+and QLoRA, read from the real arrays and set beside their formula; and the peak memory (tracemalloc) and time
+of one float32 training step of each. The quick build (SITE_QUICK=1) times the larger config not at all.
+
+The steps' peaks and times are measured once per change of the code they run and kept in build/cache/, as
+site_scripts/memory.py keeps the memory policies': a forced rerun of the page prints the same times."""
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from transformer.config import PRESETS, ModelConfig
+from transformer.finetune import adapter_loss_and_grads, is_linear_weight, quantize_base, weight_bytes
+from transformer.lora import LoRAConfig, adapter_shapes, init_adapters
+from transformer.model import init_params, loss_and_grads, param_count, param_shapes
+from transformer.nf4 import payload_bytes
+from transformer.optim import AdamWConfig, adamw_init, adamw_update, clip_grads
+from tools.memory_policies import traced_peak
+
+from .. import depends
+from ..common import CACHE, cached_json, hash_parts, md_table, mode, numpy_version
+from ..examples import SEED
+
+LARGER = ModelConfig(vocab_size=65, context_len=64, emb_dim=512, num_heads=8, num_layers=8, ff_dim=2048)
+CONFIGS = {"default": PRESETS["default"], "A": PRESETS["A"], "B": PRESETS["B"], "d = 512, L = 8": LARGER}
+METHODS = ("full", "LoRA", "QLoRA")
+LORA = LoRAConfig()  # rank 8, alpha 16, q and v
+BATCH, T = 4, 32  # the timed step's windows
+STEPS = 3  # timed steps (the median is shown)
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Bytes:
+    weights: int
+    grads: int
+    state: int
+
+    @property
+    def total(self):
+        return self.weights + self.grads + self.state
+
+
+def batch(cfg, B=BATCH, length=T, seed=SEED):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, cfg.vocab_size, (B, length)), rng.integers(0, cfg.vocab_size, (B, length))
+
+
+def setup(cfg, method):
+    """(trainable arrays, their AdamW state, the frozen base or None, the step's loss and gradients)."""
+    params = init_params(cfg, SEED, np.float32)
+    if method == "full":
+        return params, adamw_init(params), None, lambda ids, y: loss_and_grads(params, ids, y, cfg)
+    base = quantize_base(params) if method == "QLoRA" else params
+    adapters = init_adapters(param_shapes(cfg), LORA, seed=SEED, dtype=np.float32)
+    return adapters, adamw_init(adapters), base, \
+        lambda ids, y: adapter_loss_and_grads(base, adapters, ids, y, cfg, LORA)
+
+
+def nbytes(arrays):
+    return sum(a.nbytes for a in arrays.values())
+
+
+def measured(cfg, method):
+    """The bytes of the real arrays: the model's weights (the frozen base's as stored, and the trainable ones),
+    one step's gradients, and the AdamW moments."""
+    trainable, state, base, step_grads = setup(cfg, method)
+    _, grads = step_grads(*batch(cfg, B=1, length=8))
+    weights = nbytes(trainable) + (weight_bytes(base) if base is not None else 0)
+    return Bytes(weights, nbytes(grads), nbytes(state["m"]) + nbytes(state["v"]))
+
+
+def formula(cfg, method):
+    """The same bytes from the sizes: float32 everywhere, NF4 weights at `nf4.payload_bytes`."""
+    n_theta = param_count(cfg)
+    n_a = sum(int(np.prod(s)) for s in adapter_shapes(param_shapes(cfg), LORA).values())
+    if method == "full":
+        return Bytes(4 * n_theta, 4 * n_theta, 8 * n_theta)
+    if method == "LoRA":
+        return Bytes(4 * n_theta + 4 * n_a, 4 * n_a, 8 * n_a)
+    linear = [int(np.prod(s)) for name, s in param_shapes(cfg).items() if is_linear_weight(name)]
+    return Bytes(4 * (n_theta - sum(linear)) + sum(payload_bytes(n) for n in linear) + 4 * n_a, 4 * n_a, 8 * n_a)
+
+
+def mib(n):
+    return f"{n / MIB:.3f}"
+
+
+def bytes_md():
+    rows, disagree = [], []
+    totals = {}
+    for name, cfg in CONFIGS.items():
+        for method in METHODS:
+            got, want = measured(cfg, method), formula(cfg, method)
+            totals[name, method] = got.total
+            if got != want:
+                disagree.append(f"{name} {method}")
+            rows.append([name, method, mib(got.weights), mib(got.grads), mib(got.state), mib(got.total),
+                         "equal" if got == want else f"**differs**: {want}"])
+    ratios = ", ".join(f"{totals[n, 'full'] / totals[n, 'QLoRA']:.1f} times at {n}" for n in CONFIGS)
+    return (f"Float32 arrays, adapters of rank {LORA.rank} on {', '.join(LORA.targets)} (`LoRAConfig`'s defaults). "
+            "*Weights* is everything the model holds (for LoRA and QLoRA, the frozen base as stored plus the "
+            "adapters), *gradients* the arrays one step's backward returned, *AdamW state* the two moments of "
+            "every trained array, all summed from `.nbytes` of the real arrays. The formula: with \\(N_\\theta\\) "
+            "parameters and \\(N_A\\) adapter scalars, full fine-tuning holds \\(4N_\\theta + 4N_\\theta + "
+            "8N_\\theta\\) bytes, LoRA \\(4(N_\\theta + N_A) + 4N_A + 8N_A\\), and QLoRA the same with each linear "
+            "weight of \\(n\\) values at `nf4.payload_bytes(n)` instead of \\(4n\\): \\(\\lceil n/2 \\rceil\\) bytes "
+            "of codes, one byte per block of 64, four per 256 blocks, and a four-byte offset.\n\n"
+            + md_table(["config", "method", "weights (MiB)", "gradients (MiB)", "AdamW state (MiB)", "total (MiB)",
+                        "the formula's bytes"], rows)
+            + ("\nEvery measured number equals its formula to the byte. " if not disagree else
+               f"\n**The formula and the arrays disagree** at {', '.join(disagree)}. ")
+            + f"Full fine-tuning's total over QLoRA's: {ratios}.\n")
+
+
+def peak_and_time(cfg, method):
+    """(peak bytes above what the model and the state already hold, median seconds) of one step: loss and
+    gradients, the clip, AdamW on the trained arrays."""
+    trainable, state, _, step_grads = setup(cfg, method)
+    ids, y = batch(cfg)
+    opt = AdamWConfig()
+
+    def step():
+        _, grads = step_grads(ids, y)
+        grads, _ = clip_grads(grads, 1.0)
+        adamw_update(trainable, grads, state, opt.lr, opt)
+
+    peak = traced_peak(step)
+    times = []
+    for _ in range(STEPS):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return peak, statistics.median(times)
+
+
+def timed_configs():
+    return ("A", "B") if mode() == "quick" else ("A", "B", "d = 512, L = 8")
+
+
+def step_measurements():
+    """{config: {method: (peak bytes, median seconds)}}, cached under a key of the code the steps run."""
+    here = Path(__file__)
+    key = hash_parts(here.read_text(), depends.units_text(depends.page_units(here)), numpy_version(),
+                     timed_configs(), [CONFIGS[n] for n in timed_configs()], STEPS, BATCH, T)
+    return cached_json(CACHE / f"qlora_steps-{mode()}.json", key,
+                       lambda: {n: {m: peak_and_time(CONFIGS[n], m) for m in METHODS} for n in timed_configs()})
+
+
+def peak_md():
+    rows = []
+    measured_steps = step_measurements()
+    for name in timed_configs():
+        found = measured_steps[name]
+        for method, (peak, seconds) in found.items():
+            rows.append([name, method, mib(peak), f"{seconds * 1000:.1f}",
+                         f"{seconds / found['full'][1]:.2f}"])
+    banner = (f'!!! warning "Quick run"\n    This build timed {", ".join(timed_configs())} only (SITE_QUICK=1); '
+              f"`scripts/site` also times d = 512, L = 8.\n\n") if mode() == "quick" else ""
+    return (banner + f"One float32 training step on \\(B\\) = {BATCH} windows of \\(T\\) = {T}: the loss and its "
+            "gradients, the global-norm clip and AdamW, on the trained arrays alone. The *peak* is the most bytes "
+            "numpy held at once during the step (tracemalloc) above what the model and the AdamW state already "
+            "held before it: the gradients, the forward's caches and, for QLoRA, the rows of a weight decoded at "
+            f"once. The times are the median of {STEPS} steps without tracemalloc, on the machine that built this "
+            "page, and change with its load; the bytes do not.\n\n"
+            + md_table(["config", "method", "step peak (MiB)", "time per step (ms)", "time / full's"], rows))
+
+
+def memory_md():
+    return "### Bytes held\n\n" + bytes_md() + "\n### One training step\n\n" + peak_md()
