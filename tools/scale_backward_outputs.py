@@ -66,28 +66,56 @@ def find_mutants(root=ROOT):
 
 
 def _outputs(path, fn):
-    returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None]
-    if len(returns) != 1:
-        raise ValueError(f"{fn.name} should have exactly one return statement")
-    value = returns[0].value
-    if isinstance(value, ast.Call) and getattr(value.func, "id", "").endswith("_backward"):
-        return []  # it returns another backward's outputs as they are: they are mutated in that function
-    elements = value.elts if isinstance(value, ast.Tuple) else [value]
+    """The mutants of one backward: each output of each of its returns. A return that hands on another
+    backward's result as it is (whole, or unpacked with *), a None (a frozen weight's missing gradient), and a
+    dict filled elsewhere are left out: they are mutated in the function that computes them, or are not numbers."""
     dicts = {t.id: node.value for node in ast.walk(fn) if isinstance(node, ast.Assign)
              for t in node.targets if isinstance(t, ast.Name) and isinstance(node.value, ast.Dict)}
-    found = []
-    for element in elements:
-        label = ast.unparse(element)
-        if isinstance(element, ast.Name) and element.id in dicts:  # a dict of gradients: each entry
-            for key, item in zip(dicts[element.id].keys, dicts[element.id].values):
-                if key is None:
-                    continue  # a **spread of another function's dict: mutated in that function
-                found.append(Mutant(path, fn.name, f"{label}[{ast.literal_eval(key)!r}]",
-                                    (item.lineno, item.col_offset), (item.end_lineno, item.end_col_offset)))
-        else:
-            found.append(Mutant(path, fn.name, label, (element.lineno, element.col_offset),
+    found, seen = [], set()
+    for ret in _returns(fn.body):
+        if _calls_a_backward(ret.value):
+            continue  # it returns another backward's outputs as they are: they are mutated in that function
+        for element in _elements(ret.value):
+            label = ast.unparse(element)
+            if (isinstance(element, ast.Constant) and element.value is None) or \
+                    (isinstance(element, ast.Starred) and _calls_a_backward(element.value)):
+                continue
+            if isinstance(element, ast.Name) and element.id in dicts:  # a dict of gradients: each entry
+                for key, item in zip(dicts[element.id].keys, dicts[element.id].values):
+                    if key is None:
+                        continue  # a **spread of another function's dict: mutated in that function
+                    found.append(Mutant(path, fn.name, f"{label}[{ast.literal_eval(key)!r}]",
+                                        (item.lineno, item.col_offset), (item.end_lineno, item.end_col_offset)))
+                continue
+            name = label if label not in seen else f"{label} (line {element.lineno})"  # another return's
+            seen.add(label)
+            found.append(Mutant(path, fn.name, name, (element.lineno, element.col_offset),
                                 (element.end_lineno, element.end_col_offset)))
+    if not found and not any(_calls_a_backward(r.value) for r in _returns(fn.body)):
+        raise ValueError(f"{fn.name} returns nothing to mutate")
     return found
+
+
+def _returns(body):
+    """Each `return value` in a block and the blocks inside it (not in functions defined there)."""
+    for stmt in body:
+        if isinstance(stmt, ast.Return) and stmt.value is not None:
+            yield stmt
+        if not isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+            for field in ("body", "orelse", "finalbody"):
+                if isinstance(getattr(stmt, field, None), list):
+                    yield from _returns(getattr(stmt, field))
+
+
+def _calls_a_backward(node):
+    return isinstance(node, ast.Call) and getattr(node.func, "id", "").endswith("_backward")
+
+
+def _elements(value):
+    """The outputs of a returned value: the entries of a tuple, and of the tuples inside it."""
+    if isinstance(value, ast.Tuple):
+        return [e for element in value.elts for e in _elements(element)]
+    return [value]
 
 
 def run_mutant(mutant, pytest_args):

@@ -121,7 +121,8 @@ def project_qkv_backward(dq, dk, dv, qkv_cache):
 
 def separate_qkv_backward(dqkv, qkv_cache: SeparateQKV):
     """`project_qkv_backward` for projections run one by one: x fed all three, so dx is the sum."""
-    dx, grads = 0, {}
+    dx = 0
+    grads = {}
     for name, d, cache in zip("qkv", dqkv, qkv_cache):
         dx_part, grads[f"w{name}"], grads[f"b{name}"] = linear_backward(merge_heads(d), cache)
         dx = dx + dx_part

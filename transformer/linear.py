@@ -58,9 +58,8 @@ def linear_backward(dy, cache):
     db : ndarray of shape (out,)
         Gradient with respect to b; None for a frozen bias.
     """
-    if isinstance(cache, FrozenCache):
-        dx, adapter_grads = frozen_linear_backward(dy, cache)
-        return dx, adapter_grads, None
+    if isinstance(cache, FrozenCache):  # dx and the adapters' gradients (None without adapters); no db
+        return (*frozen_linear_backward(dy, cache), None)
     x, w = cache
     # Flatten the leading dimensions: every row (every position of every
     # sequence) adds its outer product x_row^T dy_row into dw in one matmul.
