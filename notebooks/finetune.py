@@ -30,8 +30,8 @@ keep_freed_memory()  # as the command line does: faster steps, the same numbers 
 
 CORPUS = Path("data/tinyshakespeare/input.txt")
 BASE = Path("build/notebook-data") / ("quick" if QUICK else "full") / "shakespeare" / "checkpoint.npz"
-STEPS = 6 if QUICK else 300
-EVAL_EVERY = 2 if QUICK else 25  # the speaker's held-out speeches: a few thousand characters, quick to score
+STEPS = 6 if QUICK else 200
+EVAL_EVERY = 2 if QUICK else 20  # the speaker's held-out speeches: a few thousand characters, quick to score
 GENERAL_EVERY = 6 if QUICK else 100  # the other held-out text: about 90,000 characters, slower
 HOLD_OUT_EVERY = 5  # of the speaker's speeches, the 5th, 10th, 15th, ... are held out
 TARGETS = ("q", "k", "v", "o", "ff1", "ff2")  # every linear layer of every block
