@@ -35,6 +35,7 @@ EVAL_EVERY = 2 if QUICK else 20  # the speaker's held-out speeches: a few thousa
 GENERAL_EVERY = 6 if QUICK else 100  # the other held-out text: about 90,000 characters, slower
 HOLD_OUT_EVERY = 5  # of the speaker's speeches, the 5th, 10th, 15th, ... are held out
 TARGETS = ("q", "k", "v", "o", "ff1", "ff2")  # every linear layer of every block
+TIMING_ROUNDS = 3 if QUICK else 30  # steps of each method, taken in turn, for the time per step
 PROMPT_SEED, SAMPLE_CHARS, TEMPERATURE = 1, 240, 0.8
 
 # %% [markdown]
@@ -136,11 +137,10 @@ def plain_params(run):
 
 @dataclass
 class Outcome:
-    """One method's run: its curves (step, loss), the size of what it holds, and the time of each step."""
+    """One method's run: its curves (step, loss) and the size of what it holds."""
     run: object
     held: list = field(default_factory=list)  # the speaker's held-out speeches
     general: list = field(default_factory=list)  # everyone else's held-out speeches
-    step_s: list = field(default_factory=list)
     frozen_bytes: int = 0  # the base, NF4 weights at their packed size; nothing for full fine-tuning
     trained_bytes: int = 0
     grad_bytes: int = 0
@@ -153,8 +153,12 @@ class Outcome:
             self.general.append((self.run.step, evaluate(params, cfg, general_ids, SEQ_LEN)))
 
 
+def new_run(lora, quantize):
+    return new_full_run(BASE, tc) if lora is None else new_finetune_run(BASE, lora, tc, quantize)
+
+
 def fine_tune(lora, quantize):
-    run = new_full_run(BASE, tc) if lora is None else new_finetune_run(BASE, lora, tc, quantize)
+    run = new_run(lora, quantize)
     out = Outcome(run, trained_bytes=nbytes(run.params), adam_bytes=nbytes(run.opt_state["m"]) +
                   nbytes(run.opt_state["v"]), frozen_bytes=0 if lora is None else weight_bytes(run.base))
     # The gradients of one batch, drawn by a sampler of its own so that the run's batches stay the same.
@@ -162,9 +166,7 @@ def fine_tune(lora, quantize):
     out.grad_bytes = nbytes(run.loss_and_grads(x, y)[1])
     out.score()
     while run.step < STEPS:
-        start = time.perf_counter()
         train_step(run, train_ids, SEQ_LEN)
-        out.step_s.append(time.perf_counter() - start)
         if run.step % EVAL_EVERY == 0 or run.step == STEPS:
             out.score()
     return out
@@ -214,7 +216,13 @@ forgot = {name: o.general[-1][1] - base_general for name, o in outcomes.items()}
 say(f"After {STEPS} steps the lowest loss on {SPEAKER}'s held-out speeches is that of **{best}**, {final[best]:.4f} "
     f"against the base's {base_held:.4f}. On everyone else's held-out lines the loss changed by "
     + ", ".join(f"{forgot[n]:+.4f} ({n})" for n in outcomes) + ". QLoRA's first point, "
-    f"{outcomes['QLoRA r=8'].held[0][1]:.4f}, differs from the base's because its base is the NF4-rounded one.")
+    f"{outcomes['QLoRA r=8'].held[0][1]:.4f}, is {outcomes['QLoRA r=8'].held[0][1] - base_held:+.4f} from the "
+    "base's: its base is the NF4-rounded one.")
+above = [name for name in outcomes if final[name] > base_held]
+if above:
+    say("Ended above the base on the speaker's held-out speeches, after a lowest point earlier in the run: "
+        + ", ".join(f"{n} (lowest {min(p[1] for p in outcomes[n].held):.4f} at step "
+                    f"{min(outcomes[n].held, key=lambda p: p[1])[0]})" for n in above) + ".")
 
 # %% [markdown]
 # ## What each method holds, and what a step costs
@@ -222,25 +230,39 @@ say(f"After {STEPS} steps the lowest loss on {SPEAKER}'s held-out speeches is th
 # Sizes are the `nbytes` of the arrays each run really holds: the frozen base (its NF4 weights at their
 # packed size, codes and scales), the trained parameters, the gradients of one batch (from the run's own
 # `loss_and_grads`) and AdamW's two moments. Activations, which every method keeps during a step, are not
-# counted. The time of a step is the median wall time of `train_step` over the run (a batch, the forward, the
-# backward, the clipping and the update), on the build machine, which may be running other work.
+# # counted. The time of a step is the median wall time of `train_step` (a batch, the forward, the backward, the
+# clipping and the update) over fresh runs of the four methods taking their steps in turn, so that other work
+# on the build machine slows each method alike.
 
 # %%
+def step_times(rounds):
+    """Median seconds of one `train_step` of each method, the methods taking one step each in turn."""
+    runs = {name: new_run(lora, quantize) for name, (lora, quantize) in METHODS.items()}
+    times = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            train_step(run, train_ids, SEQ_LEN)
+            times[name].append(time.perf_counter() - start)
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+step_s = step_times(TIMING_ROUNDS)
 table(["method", "trained parameters", "frozen base (bytes)", "trained weights (bytes)", "gradients (bytes)",
-       "AdamW moments (bytes)", "total (bytes)", "time per step (ms, median)"],
+       "AdamW moments (bytes)", "total (bytes)", f"time per step (ms, median of {TIMING_ROUNDS})"],
       [[name, f"{sum(p.size for p in o.run.params.values()):,}", *(f"{n:,}" for n in (
           o.frozen_bytes, o.trained_bytes, o.grad_bytes, o.adam_bytes,
-          o.frozen_bytes + o.trained_bytes + o.grad_bytes + o.adam_bytes)), f"{1000 * np.median(o.step_s):.0f}"]
+          o.frozen_bytes + o.trained_bytes + o.grad_bytes + o.adam_bytes)), f"{1000 * step_s[name]:.0f}"]
        for name, o in outcomes.items()])
 full, lora8, qlora8 = outcomes["full fine-tuning"], outcomes["LoRA r=8"], outcomes["QLoRA r=8"]
 say(f"LoRA r=8 trains {sum(p.size for p in lora8.run.params.values()) / sum(p.size for p in full.run.params.values()):.1%} "
     f"of the parameters full fine-tuning trains; its gradients and moments take {lora8.grad_bytes + lora8.adam_bytes:,} "
     f"bytes against {full.grad_bytes + full.adam_bytes:,}. QLoRA's frozen base takes {qlora8.frozen_bytes:,} bytes "
     f"against LoRA's {lora8.frozen_bytes:,} ({qlora8.frozen_bytes / lora8.frozen_bytes:.1%}); the embeddings, "
-    f"biases and LayerNorms stay float32. The median step of LoRA r=8 took "
-    f"{np.median(lora8.step_s) / np.median(full.step_s):.2f} times that of full fine-tuning, and QLoRA's "
-    f"{np.median(qlora8.step_s) / np.median(lora8.step_s):.2f} times LoRA r=8's (QLoRA decodes its NF4 weights, "
-    f"a block of rows at a time, in every forward and backward).")
+    f"biases and LayerNorms stay float32. A step of LoRA r=8 took "
+    f"{step_s['LoRA r=8'] / step_s['full fine-tuning']:.2f} times as long as one of full fine-tuning, and a step "
+    f"of QLoRA {step_s['QLoRA r=8'] / step_s['LoRA r=8']:.2f} times as long as one of LoRA r=8 (QLoRA decodes its "
+    f"NF4 weights, a block of rows at a time, in every forward and backward).")
 
 # %% [markdown]
 # ## Samples before and after
