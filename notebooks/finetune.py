@@ -90,7 +90,8 @@ table(["text", "speeches", "characters", "what it is for"], [
 # (the command line's fine-tuning defaults), and draw the same batches, since each run's sampler starts from
 # the same seed. The adapters sit on every linear layer of every block, not only the query and value
 # projections: in a model this small the attention projections are a small part of what could change, and
-# the QLoRA paper reports that adapting every linear layer of a block is what matches full fine-tuning.
+# the [QLoRA paper](https://arxiv.org/abs/2305.14314) (Dettmers et al., 2023) reports that adapters on every
+# linear layer of a block were needed to match full fine-tuning in its experiments (quoted, not tested here).
 # QLoRA uses the larger rank, so that it differs from "LoRA r=8" only in how the base is stored.
 
 # %%
@@ -230,7 +231,7 @@ if above:
 # Sizes are the `nbytes` of the arrays each run really holds: the frozen base (its NF4 weights at their
 # packed size, codes and scales), the trained parameters, the gradients of one batch (from the run's own
 # `loss_and_grads`) and AdamW's two moments. Activations, which every method keeps during a step, are not
-# # counted. The time of a step is the median wall time of `train_step` (a batch, the forward, the backward, the
+# counted. The time of a step is the median wall time of `train_step` (a batch, the forward, the backward, the
 # clipping and the update) over fresh runs of the four methods taking their steps in turn, so that other work
 # on the build machine slows each method alike.
 
