@@ -176,6 +176,7 @@ PAGES = (
     Page("lr_sweep", "experiments/lr_sweep.md", "Learning-rate sweep", "Experiments", notebook=True),
     Page("gradcheck_by_hand", "experiments/gradcheck_by_hand.md", "Gradient checking by hand", "Experiments",
          notebook=True),
+    Page("finetune", "experiments/finetune.md", "Fine-tuning on one speaker", "Experiments", notebook=True),
     Page("gradcheck", "verification/gradcheck.md", "Gradient checking", "Verification",
          functions=("gradcheck:numerical_grad", "gradcheck:relative_gap", "gradcheck:gradcheck_model"),
          listings=("gradcheck:relative_gap", "gradcheck:check_passes", "gradcheck:gradcheck_model"),

@@ -5,8 +5,12 @@ A tokenizer turns text into integer ids in [0, n_V) and back:
 - CharTokenizer: one id per distinct character of the corpus (n_V = 65 for
   Tiny Shakespeare). The vocabulary is saved with each checkpoint.
 - ByteTokenizer: one id per UTF-8 byte, n_V = 256, works for any text.
+
+`speeches` cuts a play script (Tiny Shakespeare's layout) into who says what.
 """
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -364,3 +368,49 @@ def eval_windows(data: np.ndarray, seq_len: int):
     for start in range(0, len(data) - 1, seq_len):
         end = min(start + seq_len, len(data) - 1)
         yield data[start:end], data[start + 1:end + 1]
+
+
+@dataclass(frozen=True)
+class Speech:
+    """One speech of a play script.
+
+    Attributes
+    ----------
+    speaker : str
+        The name on the speech's first line, without its colon.
+    start : int
+        Where the speech begins in the script (its name line), in characters.
+    text : str
+        The speech as the script writes it: the line "NAME:" and the lines spoken, without the blank line after.
+    """
+    speaker: str
+    start: int
+    text: str
+
+
+BLOCK = re.compile(r"[^\n]+(?:\n[^\n]+)*")  # lines that are not empty, up to the next empty line
+
+
+def speeches(script: str) -> list:
+    """The speeches of a script laid out as Tiny Shakespeare is: a line "NAME:", then the lines spoken, and an
+    empty line between speeches.
+
+    A block of lines whose first line does not end in a colon, or with nothing after its name line, is not a
+    speech and is left out (the corpus holds a few names with no lines after them).
+
+    Parameters
+    ----------
+    script : str
+        The text.
+
+    Returns
+    -------
+    list of Speech
+        In the order of the script.
+    """
+    found = []
+    for block in BLOCK.finditer(script):
+        name, _, spoken = block.group().partition("\n")
+        if name.endswith(":") and len(name) > 1 and spoken:
+            found.append(Speech(name[:-1], block.start(), block.group()))
+    return found

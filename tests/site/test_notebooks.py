@@ -1,8 +1,10 @@
 """The experiment notebooks: executed, cached, deterministic, and a failing cell stops the build."""
 
+import re
 import textwrap
 
 import matplotlib
+import numpy as np
 import pytest
 
 from site_scripts import notebooks
@@ -81,3 +83,82 @@ def test_a_cell_that_runs_too_long_is_stopped_and_named(tmp_path, monkeypatch):
     write_notebook(tmp_path / "nb", "slow", ["# %%\nimport time\ntime.sleep(30)"])
     with pytest.raises(notebooks.NotebookError, match="slow.py: a cell ran longer than 2 s"):
         notebooks.run("slow", "quick", folder=tmp_path / "nb", out=tmp_path / "out")
+
+
+# ---------------------------------------------------------------- the fine-tuning experiment, as the test build ran it
+
+def markdown_table(text, header):
+    """The rows of the markdown table whose header line starts with `header`: {first cell: [other cells]}."""
+    lines = text[text.index(header):].splitlines()[2:]  # past the header and the |---| line
+    rows = {}
+    for line in lines:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
+@pytest.fixture(scope="module")
+def finetune_page(built_site):
+    return (notebooks.OUT / "quick" / "finetune.md").read_text()
+
+
+def test_the_finetune_page_holds_out_speeches_the_base_never_saw_of_the_speaker_with_most_of_them(finetune_page):
+    from collections import Counter
+
+    from transformer.data import TRAIN_FRACTION, load_corpus, speeches
+
+    text = load_corpus(notebooks.CORPUS)
+    unseen, count = Counter(), Counter()
+    for s in speeches(text):
+        if s.start >= int(TRAIN_FRACTION * len(text)):
+            unseen[s.speaker] += len(s.text)
+            count[s.speaker] += 1
+    speaker = unseen.most_common(1)[0][0]
+    assert f"The speaker: **{speaker}**, with {unseen[speaker]:,} characters" in finetune_page
+    data = markdown_table(finetune_page, "| text | speeches |")
+    held, trained = int(data[f"{speaker}, held out"][0]), int(data[f"{speaker}, training"][0])
+    assert (held, trained) == (count[speaker] // 5, count[speaker] - count[speaker] // 5)  # every fifth, whole
+    # The base's sample and each fine-tuned model's start from the speaker's name.
+    assert len(re.findall(rf"^--- .+ ---\n{speaker}:\n", finetune_page, flags=re.M)) == 5
+
+
+def test_the_finetune_page_sizes_are_those_of_the_arrays_of_each_method(finetune_page):
+    """The sizes are recomputed here from the shapes and the NF4 payload formula, not read back."""
+    from transformer.checkpoint import load_checkpoint
+    from transformer.finetune import is_linear_weight
+    from transformer.lora import LoRAConfig, adapter_shapes
+    from transformer.model import param_shapes
+    from transformer.nf4 import payload_bytes
+
+    cfg = load_checkpoint(notebooks.ROOT / "build/notebook-data/quick/shakespeare/checkpoint.npz").cfg
+    sizes = {name: int(np.prod(s)) for name, s in param_shapes(cfg).items()}
+    settings = markdown_table(finetune_page, "| method | what trains |")
+    targets = tuple(re.search(r" on ([\w, ]+); scale", settings["LoRA r=8"][0]).group(1).split(", "))
+    adapters = {r: sum(int(np.prod(s)) for s in adapter_shapes(param_shapes(cfg), LoRAConfig(r, 16, targets)).values())
+                for r in (2, 8)}
+    dense = 4 * sum(sizes.values())
+    nf4 = sum(payload_bytes(n) if is_linear_weight(name) else 4 * n for name, n in sizes.items())
+    expected = {"full fine-tuning": (sum(sizes.values()), 0), "LoRA r=2": (adapters[2], dense),
+                "LoRA r=8": (adapters[8], dense), "QLoRA r=8": (adapters[8], nf4)}  # (trained, frozen bytes)
+    shown = markdown_table(finetune_page, "| method | trained parameters |")
+    assert set(shown) == set(expected)
+    for name, (trained, frozen) in expected.items():
+        count, frozen_b, trained_b, grads_b, adam_b, total_b = (int(c.replace(",", "")) for c in shown[name][:6])
+        assert (count, frozen_b, trained_b, grads_b, adam_b) == (trained, frozen, 4 * trained, 4 * trained,
+                                                                 8 * trained), name
+        assert total_b == frozen_b + trained_b + grads_b + adam_b
+        assert float(shown[name][6]) > 0  # a measured time per step
+    assert nf4 < dense / 4
+
+
+def test_the_finetune_page_starts_every_dense_method_at_the_base_and_its_merged_models_agree(finetune_page):
+    speaker = re.search(r"The speaker: \*\*([^*{]+)\*\*", finetune_page).group(1)  # not the source's {SPEAKER}
+    base = float(re.search(r"The base model, not fine-tuned: ([\d.]+) nats", finetune_page).group(1))
+    losses = markdown_table(finetune_page, f"| method | {speaker}, step 0 |")
+    for name in ("full fine-tuning", "LoRA r=2", "LoRA r=8"):  # the base's own parameters, or B = 0
+        assert float(losses[name][0]) == base, name
+    assert float(losses["QLoRA r=8"][0]) != base  # its base is the NF4-rounded one
+    gap = float(re.search(r"its merged model by at most ([\d.e+-]+) ", finetune_page).group(1))
+    assert gap < 1e-3

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from transformer.data import (ByteTokenizer, CharTokenizer, eval_windows, load_corpus, make_tokenizer,
-                              min_corpus_tokens, sample_batch, tokenizer_from_dict, train_val_split)
+                              min_corpus_tokens, sample_batch, speeches, tokenizer_from_dict, train_val_split)
 from transformer.errors import CorpusError, InputError
 
 
@@ -106,3 +106,16 @@ def test_byte_tokenizer_keeps_undecodable_command_line_bytes():
     """A non-UTF-8 command-line argument arrives with surrogate escapes; its bytes come back."""
     text = b"a\xffb".decode("utf-8", errors="surrogateescape")
     np.testing.assert_array_equal(ByteTokenizer().encode(text), [0x61, 0xFF, 0x62])
+
+
+def test_speeches_name_their_speaker_and_sit_where_the_script_has_them():
+    script = ("First Citizen:\nBefore we proceed,\nhear me speak.\n\nAll:\nSpeak, speak.\n\n"
+              "TITUS:\n\n\nEnter MARCIUS\nwith soldiers\n\nFirst Citizen:\nYou are all resolved.\n")
+    found = speeches(script)
+    assert [s.speaker for s in found] == ["First Citizen", "All", "First Citizen"]
+    assert found[0].text == "First Citizen:\nBefore we proceed,\nhear me speak."
+    assert found[2].text == "First Citizen:\nYou are all resolved."
+    for s in found:
+        assert script[s.start:s.start + len(s.text)] == s.text
+    # A name with no lines after it, and a block whose first line is no name, are not speeches.
+    assert not any(s.speaker == "TITUS" or "Enter" in s.text for s in found)
