@@ -3,8 +3,9 @@
 #
 # The model trained on the [Tiny Shakespeare page](shakespeare.md) writes like the corpus as a whole. This
 # page trains it further on the lines of one character, in four ways, for the same number of steps on the
-# same batches: every parameter (full fine-tuning); LoRA adapters beside the frozen model at two ranks; and
-# QLoRA, the larger rank over a base whose linear weights are stored in NF4. Each is judged on speeches of
+# same batches: every parameter (full fine-tuning); [LoRA](../finetuning/lora.md) adapters beside the frozen
+# model at two ranks; and [QLoRA](../finetuning/qlora.md), the larger rank over a base whose linear weights
+# are stored in [NF4](../finetuning/nf4.md). Each is judged on speeches of
 # that character it never trained on, and on the other characters' held-out lines, to see whether it
 # forgets what the base knew. The base model itself, not fine-tuned, is the reference line.
 
