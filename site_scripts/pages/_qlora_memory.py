@@ -5,6 +5,7 @@ of one float32 training step of each. The quick build (SITE_QUICK=1) times the l
 The steps' peaks and times are measured once per change of the code they run and kept in build/cache/, as
 site_scripts/memory.py keeps the memory policies': a forced rerun of the page prints the same times."""
 
+import inspect
 import statistics
 import time
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from .. import depends
 from ..common import CACHE, cached_json, hash_parts, md_table, mode, numpy_version
 from ..examples import SEED
 
+# The block sizes quantize_base stores the base with (its defaults).
+BLOCK, BLOCK2 = (inspect.signature(quantize_base).parameters[name].default for name in ("block_size", "block_size2"))
 LARGER = ModelConfig(vocab_size=65, context_len=64, emb_dim=512, num_heads=8, num_layers=8, ff_dim=2048)
 CONFIGS = {"default": PRESETS["default"], "A": PRESETS["A"], "B": PRESETS["B"], "d = 512, L = 8": LARGER}
 METHODS = ("full", "LoRA", "QLoRA")
@@ -108,7 +111,7 @@ def bytes_md():
             "parameters and \\(N_A\\) adapter scalars, full fine-tuning holds \\(4N_\\theta + 4N_\\theta + "
             "8N_\\theta\\) bytes, LoRA \\(4(N_\\theta + N_A) + 4N_A + 8N_A\\), and QLoRA the same with each linear "
             "weight of \\(n\\) values at `nf4.payload_bytes(n)` instead of \\(4n\\): \\(\\lceil n/2 \\rceil\\) bytes "
-            "of codes, one byte per block of 64, four per 256 blocks, and a four-byte offset.\n\n"
+            f"of codes, one byte per block of {BLOCK}, four per {BLOCK2} blocks, and a four-byte offset.\n\n"
             + md_table(["config", "method", "weights (MiB)", "gradients (MiB)", "AdamW state (MiB)", "total (MiB)",
                         "the formula's bytes"], rows)
             + ("\nEvery measured number equals its formula to the byte. " if not disagree else

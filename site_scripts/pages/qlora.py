@@ -12,6 +12,7 @@ from transformer.lora import TARGETS, Frozen, LoRAConfig, frozen_linear_backward
 from transformer.model import forward, init_params, param_shapes
 from transformer.nf4 import NF4Weight, dequantize, quantize
 from transformer.optim import adamw_init, global_norm
+from transformer.quantized_linear import ROWS
 from transformer.train import TrainConfig, train_step
 
 from .. import sections
@@ -57,8 +58,9 @@ def example_md():
     y_dec = x @ decoded.astype(x.dtype) + b
     y_float = x @ W + b
     return "\n".join([
-        illustrative(f"Block 0's query weight \\(W\\) ({W.size} values, so one block of 64 holds them all), stored "
-                     f"with `quantize` (block size {q.block_size}) and decoded with `dequantize`."),
+        illustrative(f"Block 0's query weight \\(W\\) ({W.size} values, so "
+                     f"{'one block holds them all' if W.size <= q.block_size else f'{-(-W.size // q.block_size)} blocks'}), "
+                     f"stored with `quantize` (block size {q.block_size}) and decoded with `dequantize`."),
         sections.array_md("W", W), sections.array_md("W_NF4", decoded),
         f"\nThe 4-bit codes pack into {q.packed.nbytes} bytes, the block's scale into a {q.absmax_codes.nbytes}-byte "
         f"code, {q.absmax2.nbytes} bytes of second-level scale and a 4-byte offset: {q.nbytes} bytes against "
@@ -69,7 +71,7 @@ def example_md():
         md_table(["", "largest gap"],
                  [["a dense layer holding \\(W_{\\mathrm{NF4}}\\)", sections.gap_text(float(np.abs(y_nf4 - y_dec).max()))],
                   ["the float layer holding \\(W\\)", f"{float(np.abs(y_nf4 - y_float).max()):.4f}"]]),
-        "\nThe first may differ by rounding only (the NF4 layer adds its decoded rows 64 at a time); the second "
+        f"\nThe first may differ by rounding only (the NF4 layer adds its decoded rows {ROWS} at a time); the second "
         "is what quantization costs this layer.\n",
     ])
 
