@@ -20,7 +20,7 @@ import numpy as np
 from .config import ModelConfig
 from .lora import TARGETS, Frozen, LoRAConfig
 from .model import backward, check_targets, forward
-from .nf4 import NF4Weight, quantize
+from .nf4 import NF4Weight, dequantize, quantize
 from .softmax import (cross_entropy_backward, cross_entropy_forward, cross_entropy_time_range_backward,
                       cross_entropy_time_range_forward)
 
@@ -87,7 +87,7 @@ def adapter_loss_and_grads(base, adapters, ids, targets, cfg: ModelConfig, lora:
     ----------
     base, adapters, lora
         See `frozen_params`.
-    ids, targets : array_like of shape (B, T)
+    ids, targets : array_like of shape (B, T) or (T,)
         Token ids and the next token of each.
     cfg : ModelConfig
         The base model's configuration.
@@ -102,9 +102,10 @@ def adapter_loss_and_grads(base, adapters, ids, targets, cfg: ModelConfig, lora:
         Keyed like adapters.
     """
     targets = check_targets(targets, ids, cfg)
+    ids, targets = np.atleast_2d(ids), np.atleast_2d(targets)  # one window is a batch of one
     logits, cache = forward(frozen_params(base, adapters, lora), ids, cfg)
     if learn_from:
-        T = logits.shape[-2]
+        T = logits.shape[1]
         loss, xent_cache = cross_entropy_time_range_forward(logits, targets, learn_from, T - learn_from)
         dlogits = cross_entropy_time_range_backward(1.0, xent_cache)
     else:
@@ -121,8 +122,6 @@ def adapter_loss_and_grads(base, adapters, ids, targets, cfg: ModelConfig, lora:
 
 def dense_base(base):
     """The base with NF4 weights decoded to float32 arrays (to merge adapters into, for sampling)."""
-    from .nf4 import dequantize
-
     return {name: dequantize(p) if isinstance(p, NF4Weight) else p for name, p in base.items()}
 
 

@@ -178,3 +178,12 @@ def test_qlora_training_changes_the_adapters_only():
         assert np.array_equal(base[n].packed, packed) and np.array_equal(base[n].absmax_codes, codes)
         assert np.array_equal(base[n].absmax2, absmax2) and base[n].offset == offset
     assert all(np.array_equal(base[n], p) for n, p in dense_before.items())
+
+
+def test_one_window_is_a_batch_of_one():
+    params, adapters, (ids, targets) = model(), trained_adapters(), batch(B=1)
+    for learn_from in (0, 3):
+        single = adapter_loss_and_grads(params, adapters, ids[0], targets[0], CFG, ALL, learn_from)
+        batched = adapter_loss_and_grads(params, adapters, ids, targets, CFG, ALL, learn_from)
+        assert single[0] == batched[0]
+        assert all(np.array_equal(single[1][k], batched[1][k]) for k in adapters)
