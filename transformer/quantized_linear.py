@@ -44,7 +44,7 @@ def nf4_linear_forward(x, q: NF4Weight, b, rows=ROWS):
     y = np.zeros((*x.shape[:-1], q.shape[1]), dtype=x.dtype)
     for start in range(0, q.shape[0], rows):
         stop = min(start + rows, q.shape[0])
-        y += x[..., start:stop] @ weight_rows(q, start, stop, scales).astype(x.dtype)  # eq:qlinear-forward
+        y += x[..., start:stop] @ weight_rows(q, start, stop, scales).astype(x.dtype, copy=False)  # eq:qlinear-forward
     y += b
     return y, (q, rows)
 
@@ -66,5 +66,5 @@ def nf4_linear_backward(dy, cache):
     dx = np.empty((*dy.shape[:-1], q.shape[0]), dtype=dy.dtype)
     for start in range(0, q.shape[0], rows):
         stop = min(start + rows, q.shape[0])
-        dx[..., start:stop] = dy @ weight_rows(q, start, stop, scales).astype(dy.dtype).T  # eq:qlinear-dx
+        dx[..., start:stop] = dy @ weight_rows(q, start, stop, scales).astype(dy.dtype, copy=False).T  # eq:qlinear-dx
     return dx
