@@ -11,6 +11,7 @@
 
 # %% tags=["hide-input"]
 # depends-on: shakespeare
+import inspect
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ import numpy as np
 from notebooks._figures import QUICK, plt, say, show, table
 from transformer.checkpoint import load_checkpoint
 from transformer.data import TRAIN_FRACTION, load_corpus, sample_batch, speeches
-from transformer.finetune import dense_base, weight_bytes
+from transformer.finetune import dense_base, quantize_base, weight_bytes
 from transformer.finetune_run import FINETUNE_DEFAULTS, FineTuneRun, new_finetune_run, new_full_run
 from transformer.generate import generate
 from transformer.lora import LoRAConfig, merge
@@ -105,10 +106,11 @@ METHODS = {  # name: (LoRA settings, or None to train every parameter; how the f
     "LoRA r=8": (LoRAConfig(rank=8, alpha=16, targets=TARGETS), "none"),
     "QLoRA r=8": (LoRAConfig(rank=8, alpha=16, targets=TARGETS), "nf4"),
 }
+NF4_BLOCK = inspect.signature(quantize_base).parameters["block_size"].default  # what quantize="nf4" stores with
 table(["method", "what trains", "the frozen base"], [
     [name, "every parameter" if lora is None else
      f"A and B of rank {lora.rank} on {', '.join(lora.targets)}; scale alpha / r = {lora.alpha:g} / {lora.rank}",
-     "none" if lora is None else ("linear weights in NF4 (blocks of 64, scales double-quantized), the rest float32"
+     "none" if lora is None else (f"linear weights in NF4 (blocks of {NF4_BLOCK}, scales double-quantized), the rest float32"
                                   if quantize == "nf4" else "float32")]
     for name, (lora, quantize) in METHODS.items()])
 say(f"{tc.steps} steps of {tc.batch_size} windows of {SEQ_LEN} characters, AdamW with a warm-up of {tc.warmup} "
