@@ -110,8 +110,9 @@ NF4_BLOCK = inspect.signature(quantize_base).parameters["block_size"].default  #
 table(["method", "what trains", "the frozen base"], [
     [name, "every parameter" if lora is None else
      f"A and B of rank {lora.rank} on {', '.join(lora.targets)}; scale alpha / r = {lora.alpha:g} / {lora.rank}",
-     "none" if lora is None else (f"linear weights in NF4 (blocks of {NF4_BLOCK}, scales double-quantized), the rest float32"
-                                  if quantize == "nf4" else "float32")]
+     "none" if lora is None else
+     (f"linear weights in NF4 (blocks of {NF4_BLOCK}, scales double-quantized), the rest float32"
+      if quantize == "nf4" else "float32")]
     for name, (lora, quantize) in METHODS.items()])
 say(f"{tc.steps} steps of {tc.batch_size} windows of {SEQ_LEN} characters, AdamW with a warm-up of {tc.warmup} "
     f"steps to {tc.lr:g} and a cosine decay to {tc.min_lr:g}, weight decay {tc.weight_decay:g}, gradients "
