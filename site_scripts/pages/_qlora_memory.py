@@ -157,8 +157,9 @@ def peak_md():
     rows = []
     measured_steps = step_measurements()
     for name in timed_configs():
-        found = measured_steps[name]
-        for method, (peak, seconds) in found.items():
+        found = measured_steps[name]  # reloaded from the cache with its keys sorted: walk METHODS' order
+        for method in METHODS:
+            peak, seconds = found[method]
             rows.append([name, method, mib(peak), f"{seconds * 1000:.1f}",
                          f"{seconds / found['full'][1]:.2f}"])
     banner = (f'!!! warning "Quick run"\n    This build timed {", ".join(timed_configs())} only (SITE_QUICK=1); '
