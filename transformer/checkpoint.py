@@ -80,12 +80,17 @@ def save_checkpoint(path, ckpt: Checkpoint) -> Path:
             "tokenizer": ckpt.tokenizer.to_dict(), "step": int(ckpt.step),
             "adam_step": None if ckpt.opt_state is None else int(ckpt.opt_state["step"]),
             "extra": ckpt.extra}
-    arrays = {"meta": np.array(json.dumps(meta))}
-    arrays.update({f"param/{k}": v for k, v in ckpt.params.items()})
-    if ckpt.opt_state is not None:
-        arrays.update({f"adam_m/{k}": v for k, v in ckpt.opt_state["m"].items()})
-        arrays.update({f"adam_v/{k}": v for k, v in ckpt.opt_state["v"].items()})
-    return write_npz_atomically(path, arrays)
+    return write_npz_atomically(path, {"meta": np.array(json.dumps(meta)), **state_arrays(ckpt.params, ckpt.opt_state)})
+
+
+def state_arrays(params, opt_state) -> dict:
+    """The entries `param/<name>`, and `adam_m/<name>` and `adam_v/<name>` unless opt_state is None, of a
+    checkpoint (or of fine-tuning's adapter file)."""
+    arrays = {f"param/{k}": v for k, v in params.items()}
+    if opt_state is not None:
+        arrays.update({f"adam_m/{k}": v for k, v in opt_state["m"].items()})
+        arrays.update({f"adam_v/{k}": v for k, v in opt_state["v"].items()})
+    return arrays
 
 
 def write_npz_atomically(path, arrays) -> Path:

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import load_checkpoint, read_npz, write_npz_atomically
+from .checkpoint import load_checkpoint, read_npz, state_arrays, write_npz_atomically
 from .config import ModelConfig
 from .errors import CheckpointError, ConfigError, TransformerError
 from .finetune import QUANTIZE, adapter_loss_and_grads, frozen_params, params_sha256, quantize_base
 from .lora import LoRAConfig, adapter_shapes, init_adapters
 from .model import param_shapes
 from .optim import adamw_init
-from .train import DTYPES, RUN_FILES, Run, TrainConfig, resumed_run, run_session, start_session
+from .train import DTYPES, RUN_FILES, Run, TrainConfig, restored_state, resumed_run, run_session, start_session
 
 ADAPTER_NAME = RUN_FILES[1]
 # Where fine-tuning's defaults differ from train's: a shorter run at a lower rate, from a trained model.
@@ -74,12 +74,7 @@ def save_adapter(path, f: AdapterFile) -> Path:
             "base": {"path": f.base_path, "sha256": f.base_sha256, "config": f.base_cfg.to_dict()},
             "step": int(f.step), "adam_step": None if f.opt_state is None else int(f.opt_state["step"]),
             "extra": f.extra}
-    arrays = {"meta": np.array(json.dumps(meta))}
-    arrays.update({f"param/{k}": v for k, v in f.adapters.items()})
-    if f.opt_state is not None:
-        arrays.update({f"adam_m/{k}": v for k, v in f.opt_state["m"].items()})
-        arrays.update({f"adam_v/{k}": v for k, v in f.opt_state["v"].items()})
-    return write_npz_atomically(path, arrays)
+    return write_npz_atomically(path, {"meta": np.array(json.dumps(meta)), **state_arrays(f.adapters, f.opt_state)})
 
 
 def load_adapter(path) -> AdapterFile:
@@ -182,23 +177,10 @@ def new_finetune_run(base_path, lora: LoRAConfig, train_cfg: TrainConfig, quanti
 def resumed_finetune_run(adapter_path, corpus_sha256, base_path=None):
     """Restore a fine-tuning run from its adapter file, with its base (checked by hash)."""
     f = load_adapter(adapter_path)
-    if f.opt_state is None or "train" not in f.extra or "sampler_state" not in f.extra:
-        raise ConfigError(f"{adapter_path} holds no optimizer or sampler state; it cannot be resumed")
-    if f.extra.get("corpus_sha256") not in (None, corpus_sha256):
-        raise ConfigError(f"the corpus differs from the one this run was trained on ({f.extra.get('corpus')}); "
-                          "resume with that file")
+    train_cfg, rng = restored_state(f.extra, f.opt_state, f.step, adapter_path, corpus_sha256, "adapter file")
     base_path = base_path or f.base_path
     ckpt = load_checkpoint(base_path)
     check_base(f, ckpt.params, ckpt.cfg, base_path)
-    try:
-        train_cfg = TrainConfig.from_dict(f.extra["train"])
-        rng = np.random.default_rng()
-        rng.bit_generator.state = f.extra["sampler_state"]
-    except (TransformerError, AttributeError, KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"adapter file {adapter_path} holds an invalid training state: {e!r}") from None
-    if f.step >= train_cfg.steps:
-        raise ConfigError(f"the run in {Path(adapter_path).parent} already finished ({f.step} of {train_cfg.steps} "
-                          "steps); there is nothing to resume")
     return FineTuneRun(ckpt.cfg, train_cfg, ckpt.tokenizer, f.adapters, f.opt_state, rng, f.step,
                        f.extra.get("elapsed_s", 0.0), base=stored_base(ckpt.params, f.quantize), lora=f.lora,
                        quantize=f.quantize, base_path=str(base_path), base_sha256=f.base_sha256,

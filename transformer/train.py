@@ -314,23 +314,43 @@ def resumed_run(ckpt_path, corpus_sha256) -> Run:
         already finished.
     """
     ckpt = load_checkpoint(ckpt_path)
-    saved = ckpt.extra.get("corpus_sha256")
-    if saved is not None and saved != corpus_sha256:
-        raise ConfigError(f"the corpus differs from the one this run was trained on "
-                          f"({ckpt.extra.get('corpus')}); resume with that file")
-    if ckpt.opt_state is None or "train" not in ckpt.extra or "sampler_state" not in ckpt.extra:
-        raise ConfigError(f"{ckpt_path} holds no optimizer or sampler state; it cannot be resumed")
-    try:  # load_checkpoint checks the model's part of the description; these parts are the run's
-        train_cfg = TrainConfig.from_dict(ckpt.extra["train"])
-        rng = np.random.default_rng()
-        rng.bit_generator.state = ckpt.extra["sampler_state"]
-    except (TransformerError, AttributeError, KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"checkpoint {ckpt_path} holds an invalid training state: {e!r}") from None
-    if ckpt.step >= train_cfg.steps:
-        raise ConfigError(f"the run in {ckpt_path.parent} already finished ({ckpt.step} of {train_cfg.steps} "
-                          "steps); there is nothing to resume")
+    train_cfg, rng = restored_state(ckpt.extra, ckpt.opt_state, ckpt.step, ckpt_path, corpus_sha256)
     return Run(ckpt.cfg, train_cfg, ckpt.tokenizer, ckpt.params, ckpt.opt_state, rng, ckpt.step,
                ckpt.extra.get("elapsed_s", 0.0))
+
+
+def restored_state(extra, opt_state, step, path, corpus_sha256, what="checkpoint"):
+    """The training config and the batch sampler a saved run resumes with, after checking that it can resume:
+    the same corpus, an optimizer and sampler state, valid settings, steps left. Shared by `resumed_run` and
+    fine-tuning's resume.
+
+    Returns
+    -------
+    (TrainConfig, numpy.random.Generator)
+
+    Raises
+    ------
+    ConfigError
+        If the corpus differs, the file holds no optimizer or sampler state, or the run has already finished.
+    CheckpointError
+        If its training settings or sampler state are invalid.
+    """
+    saved = extra.get("corpus_sha256")
+    if saved is not None and saved != corpus_sha256:
+        raise ConfigError(f"the corpus differs from the one this run was trained on "
+                          f"({extra.get('corpus')}); resume with that file")
+    if opt_state is None or "train" not in extra or "sampler_state" not in extra:
+        raise ConfigError(f"{path} holds no optimizer or sampler state; it cannot be resumed")
+    try:  # loading checks the model's part of the description; these parts are the run's
+        train_cfg = TrainConfig.from_dict(extra["train"])
+        rng = np.random.default_rng()
+        rng.bit_generator.state = extra["sampler_state"]
+    except (TransformerError, AttributeError, KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{what} {path} holds an invalid training state: {e!r}") from None
+    if step >= train_cfg.steps:
+        raise ConfigError(f"the run in {Path(path).parent} already finished ({step} of {train_cfg.steps} "
+                          "steps); there is nothing to resume")
+    return train_cfg, rng
 
 
 def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, resume=False,
