@@ -12,7 +12,11 @@ Requests of the first three run one after another; tokens per second counts new 
 of the whole run, prefill included. Bytes per token is what a strategy's caches hold at the end of the
 run (before release), divided by the positions they cache.
 
-    python tools/bench_decode.py [--contexts 32 64 128 256] [--requests 1 4 16] [--json out.json]
+Each cell is measured in several rounds, the strategies alternating within a round, and reported by its
+median time: one measurement of a few hundred milliseconds moves by a third when something else wakes up
+on the machine, and a median of alternating rounds keeps that out of the ratios.
+
+    python tools/bench_decode.py [--contexts 32 64 128 256] [--requests 1 4 16] [--rounds 3] [--json out.json]
 
 The site's KV-cache page imports `measure` and `CONFIG` from here.
 """
@@ -20,7 +24,7 @@ The site's KV-cache page imports `measure` and `CONFIG` from here.
 import argparse
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -36,6 +40,7 @@ CONTEXTS = (32, 64, 128, 256)
 REQUESTS = (1, 4, 16)
 STRATEGIES = ("recompute", "contiguous", "paged one by one", "paged batched")
 PAGE_SIZE = 16
+ROUNDS = 3
 SEED = 0
 
 
@@ -45,8 +50,9 @@ class Measurement:
     context: int
     requests: int
     tokens: int
-    seconds: float
+    seconds: float  # the median over the rounds
     bytes_per_token: float | None  # None for recompute, which keeps nothing between tokens
+    rounds: int = 1
 
     @property
     def tokens_per_second(self):
@@ -106,13 +112,17 @@ def measure(strategy, context, requests, dtype=np.float32):
     return Measurement(strategy, context, requests, n * requests, time.perf_counter() - start, held)
 
 
-def measure_all(contexts=CONTEXTS, requests=REQUESTS, strategies=STRATEGIES, log=None):
+def measure_all(contexts=CONTEXTS, requests=REQUESTS, strategies=STRATEGIES, rounds=ROUNDS, log=None):
+    """Every cell (context, requests, strategy), each the median of `rounds` measurements taken with the
+    strategies alternating."""
     keep_freed_memory()
     out = []
     for context in contexts:
         for count in requests:
-            for strategy in strategies:
-                out.append(measure(strategy, context, count))
+            taken = [[measure(strategy, context, count) for strategy in strategies] for _ in range(rounds)]
+            for cell in zip(*taken):
+                seconds = float(np.median([m.seconds for m in cell]))
+                out.append(replace(cell[0], seconds=seconds, rounds=rounds))
                 if log:
                     log(out[-1])
     return out
@@ -149,16 +159,20 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--contexts", type=int, nargs="+", default=list(CONTEXTS))
     parser.add_argument("--requests", type=int, nargs="+", default=list(REQUESTS))
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="measurements per cell, reported by their median")
     parser.add_argument("--json", help="also write the measurements to this file")
     args = parser.parse_args(argv)
-    print(f"model: {CONFIG} (context_len set per row), float32, page size {PAGE_SIZE}")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    print(f"model: {CONFIG} (context_len set per row), float32, page size {PAGE_SIZE}, "
+          f"median of {args.rounds} alternating rounds per cell")
     print(f"{'context':>7} {'requests':>8} {'strategy':<18} {'tokens/s':>9} {'bytes/token':>11}")
 
     def log(m):
         held = "" if m.bytes_per_token is None else f"{m.bytes_per_token:>11.0f}"
         print(f"{m.context:>7} {m.requests:>8} {m.strategy:<18} {m.tokens_per_second:>9.0f} {held}", flush=True)
 
-    results = measure_all(args.contexts, args.requests, log=log)
+    results = measure_all(args.contexts, args.requests, rounds=args.rounds, log=log)
     for line in bars(results):
         print(line)
     if args.json:

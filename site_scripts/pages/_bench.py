@@ -22,12 +22,13 @@ from .. import depends, sections  # noqa: E402
 from ..common import CACHE, ROOT, cached_json, hash_parts, mode, numpy_version  # noqa: E402
 from ..examples import collapsed  # noqa: E402
 
-QUICK = {"contexts": (32, 64), "requests": (1, 4)}
+QUICK = {"contexts": (32, 64), "requests": (1, 4), "rounds": 1}
 SOURCE = ROOT / "tools" / "bench_decode.py"
 
 
 def cells():
-    return QUICK if mode() == "quick" else {"contexts": bench.CONTEXTS, "requests": bench.REQUESTS}
+    return QUICK if mode() == "quick" else {"contexts": bench.CONTEXTS, "requests": bench.REQUESTS,
+                                            "rounds": bench.ROUNDS}
 
 
 def timed(name, source, compute, *parts):
@@ -103,7 +104,9 @@ def fragments():
                "read the ratios, not the absolute rates.")
     setup = (f"`tools/bench_decode.py` with its model (\\(d\\) = {cfg.emb_dim}, \\(H\\) = {cfg.num_heads}, \\(L\\) = "
              f"{cfg.num_layers}, \\(F\\) = {cfg.ff_dim}, \\(T_{{\\max}}\\) set to each context), float32, pages of "
-             f"{bench.PAGE_SIZE}: every request has a prompt of half the context and adds the other half. "
+             f"{bench.PAGE_SIZE}: every request has a prompt of half the context and adds the other half; each "
+             f"cell is the median of {results[0].rounds} round{'s' if results[0].rounds > 1 else ''}, the "
+             "strategies alternating within a round. "
              + machine + "\n\n")
     return {"bench": setup + figure_svg(results) + "\n" + bars_md(results),
             "bench-table": collapsed(f"All {len(results)} measurements", table_md(results))}
