@@ -1,108 +1,227 @@
 """Benchmark: one float32 training step (forward, backward, AdamW) of the NumPy
 reference against the same model in plain PyTorch eager on the CPU.
 
-Both run in one process, alternating in blocks of steps so that both see the
-same machine state; we print the median of each and the ratio NumPy / PyTorch.
-Both get the same float32 parameters, batch and AdamW settings (decay on
-matrices only, as transformer/optim.py).
+Each framework runs in its own fresh process, as a user runs it: a worker
+process builds one framework's model, takes a few untimed warm-up steps, then
+times `--steps` steps and reports them. The parent starts the workers in
+alternating rounds (numpy then torch, then torch then numpy, ...), so a slow
+moment of the machine falls on both sides, and prints for each config the
+median step of each framework over all rounds, the ratio NumPy / PyTorch with
+its range over the rounds, and the matmul-only floor: the step's matmul FLOPs
+divided by numpy's own float32 matmul rate on this machine (2048 x 2048,
+measured in the numpy worker). Each worker also reports its BLAS libraries
+and thread counts (threadpoolctl).
 
-    python tools/bench_step.py [--steps 40] [--configs A B] [--frameworks numpy torch]
+Both sides get the same float32 parameters, batch and AdamW settings (decay on
+matrices only, as transformer/optim.py). The NumPy worker keeps freed memory
+mapped (transformer/memory.py), as `python -m transformer train` does; the
+torch worker is plain torch.
+
+    python tools/bench_step.py [--steps 40] [--rounds 3] [--configs A B] [--frameworks numpy torch]
+    python tools/bench_step.py --in-process ...   # both in one process, for profiling one of them
+
+In one process each framework's spinning threads and heap slow the other, so
+the in-process ratios are not what a user sees; they are kept for profiling.
 """
 
 import argparse
+import json
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 from transformer.config import PRESETS
-from transformer.model import init_params, loss_and_grads
 from transformer.memory import keep_freed_memory
+from transformer.model import init_params, loss_and_grads
 from transformer.optim import AdamWConfig, adamw_init, adamw_update, is_decayed
 
 BATCH = {"A": 32, "B": 12}
+WARMUP = 3
+PEAK_SIZE = 2048
 
 
-def numpy_step(params, state, ids, targets, cfg, opt):
-    _, grads = loss_and_grads(params, ids, targets, cfg)
-    adamw_update(params, grads, state, opt.lr, opt)
+def matmul_flops(cfg, B):
+    """FLOPs of every matmul in one training step: the forward's, and twice as many in the backward (each
+    product A @ W needs dA = dY Wᵀ and dW = Aᵀ dY)."""
+    T, d, F, V, H = cfg.context_len, cfg.emb_dim, cfg.ff_dim, cfg.vocab_size, cfg.num_heads
+    n = B * T
+    per_block = 2 * n * d * (3 * d) + 2 * n * d * d + 2 * (2 * n * d * F) + 2 * (2 * B * H * T * T * (d // H))
+    forward = cfg.num_layers * per_block + 2 * n * d * V
+    return 3 * forward
 
 
-def make_torch_step(params, cfg, opt):
+def numpy_matmul_rate():
+    """numpy's float32 matmul rate in FLOP/s, the best of five 2048 x 2048 products."""
+    a = np.random.default_rng(0).standard_normal((PEAK_SIZE, PEAK_SIZE)).astype(np.float32)
+    a @ a
+    best = min(_seconds(lambda: a @ a) for _ in range(5))
+    return 2 * PEAK_SIZE ** 3 / best
+
+
+def _seconds(f):
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
+
+
+def setup(name):
+    cfg = PRESETS[name]
+    params = init_params(cfg, seed=0, dtype=np.float32)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, cfg.vocab_size, (BATCH[name], cfg.context_len))
+    targets = rng.integers(0, cfg.vocab_size, (BATCH[name], cfg.context_len))
+    return cfg, params, ids, targets
+
+
+def numpy_step(name):
+    cfg, params, ids, targets = setup(name)
+    opt, state = AdamWConfig(), adamw_init(params)
+
+    def step():
+        _, grads = loss_and_grads(params, ids, targets, cfg)
+        adamw_update(params, grads, state, opt.lr, opt)
+
+    return step
+
+
+def torch_step(name):
     import torch
 
     from transformer.torch_mirror import to_torch, torch_loss
 
+    cfg, params, ids, targets = setup(name)
+    opt = AdamWConfig()
     tparams = to_torch(params, dtype=torch.float32)
     decay = [p for n, p in tparams.items() if is_decayed(n)]
     no_decay = [p for n, p in tparams.items() if not is_decayed(n)]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": opt.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps)
+    tids, ttargets = torch.as_tensor(ids), torch.as_tensor(targets)
 
-    def step(ids, targets):
+    def step():
         optimizer.zero_grad(set_to_none=True)
-        loss = torch_loss(tparams, ids, targets, cfg)
-        loss.backward()
+        torch_loss(tparams, tids, ttargets, cfg).backward()
         optimizer.step()
 
     return step
 
 
-def bench(name, steps, block, frameworks):
-    import torch
+STEPS = {"numpy": numpy_step, "torch": torch_step}
 
+
+def thread_pools():
+    """Each BLAS or OpenMP library loaded in this process: its API, version and thread count."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return ["threadpoolctl not installed"]
+    return [f"{p.get('prefix')} {p.get('version')} ({p.get('internal_api')}), {p.get('num_threads')} threads"
+            for p in threadpool_info()]
+
+
+def worker(framework, name, steps, default_malloc=False):
+    """Run in a fresh process: time `steps` steps of one framework and print one JSON line."""
+    if framework == "numpy" and not default_malloc:
+        keep_freed_memory()
+    step = STEPS[framework](name)
+    for _ in range(WARMUP):
+        step()
+    times = [_seconds(step) for _ in range(steps)]
+    report = {"times": times, "pools": thread_pools()}
+    if framework == "numpy":
+        report["matmul_rate"] = numpy_matmul_rate()
+    else:
+        import torch
+        report["pools"].append(f"torch {torch.__version__}: {torch.get_num_threads()} intra-op threads")
+    print(json.dumps(report))
+
+
+def run_worker(framework, name, steps, default_malloc=False):
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", framework, "--configs", name,
+               "--steps", str(steps)] + (["--default-malloc"] if default_malloc else [])
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode:
+        sys.exit(f"the {framework} worker for config {name} failed:\n{done.stderr}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def rounds(name, steps, count, frameworks, default_malloc=False):
+    """`count` rounds of one fresh worker per framework, the order flipped every round."""
+    out = {f: [] for f in frameworks}
+    for r in range(count):
+        for framework in frameworks if r % 2 == 0 else frameworks[::-1]:
+            time.sleep(0.3)  # let the previous worker's threads and memory go
+            out[framework].append(run_worker(framework, name, steps, default_malloc))
+    return out
+
+
+def summary(name, runs):
+    """The lines printed for one config, from each framework's rounds."""
     cfg = PRESETS[name]
-    B, T = BATCH[name], cfg.context_len
-    opt = AdamWConfig()
-    params = init_params(cfg, seed=0, dtype=np.float32)
-    state = adamw_init(params)
-    torch_step = make_torch_step(params, cfg, opt) if "torch" in frameworks else None
-    rng = np.random.default_rng(0)
-    ids = rng.integers(0, cfg.vocab_size, (B, T))
-    targets = rng.integers(0, cfg.vocab_size, (B, T))
-    tids, ttargets = torch.as_tensor(ids), torch.as_tensor(targets)
-    steps_of = {"numpy": lambda: numpy_step(params, state, ids, targets, cfg, opt),
-                "torch": lambda: torch_step(tids, ttargets)}
-    steps_of = {k: v for k, v in steps_of.items() if k in frameworks}
-    times = {"numpy": [], "torch": []}
-    # Alternate in blocks, pausing between them: after a call, OpenBLAS's and
-    # OpenMP's worker threads spin for up to ~0.1 s waiting for more work, and
-    # on 2 cores a spinning thread of one framework would slow the other.
-    # The first step of each block is a warm-up and is not counted.
-    for _ in range(-(-steps // (block - 1))):
-        for framework, step in steps_of.items():
-            time.sleep(0.3)
-            for i in range(block):
-                t0 = time.perf_counter()
-                step()
-                if i:
-                    times[framework].append(time.perf_counter() - t0)
-    medians = {k: statistics.median(v) * 1e3 for k, v in times.items() if v}
-    line = ", ".join(f"{k} {v:.1f} ms" for k, v in medians.items())
-    if len(medians) == 2:
-        line += f", ratio {medians['numpy'] / medians['torch']:.2f}"
-    print(f"config {name} (B={B}, T={T}, d={cfg.emb_dim}, H={cfg.num_heads}, L={cfg.num_layers}, "
-          f"F={cfg.ff_dim}, V={cfg.vocab_size}): {line}")
+    flops = matmul_flops(cfg, BATCH[name])
+    median = {f: statistics.median(t for r in rs for t in r["times"]) for f, rs in runs.items()}
+    head = (f"config {name} (B={BATCH[name]}, T={cfg.context_len}, d={cfg.emb_dim}, H={cfg.num_heads}, "
+            f"L={cfg.num_layers}, F={cfg.ff_dim}, V={cfg.vocab_size}), {flops / 1e9:.2f} GFLOP of matmuls per step:")
+    lines = [head]
+    for f, rs in runs.items():
+        lines.append(f"  {f}: median {median[f] * 1e3:.1f} ms over {len(rs)} rounds of {len(rs[0]['times'])} steps; "
+                     + "; ".join(rs[0]["pools"]))
+    if "numpy" in runs:
+        rate = max(r["matmul_rate"] for r in runs["numpy"])
+        floor = flops / rate
+        lines.append(f"  matmul floor: {floor * 1e3:.1f} ms at numpy's {rate / 1e9:.0f} GFLOP/s "
+                     f"({PEAK_SIZE}² float32); numpy reaches {floor / median['numpy']:.0%} of it, "
+                     f"{median['numpy'] / floor:.2f}x the floor")
+    if len(runs) == 2:
+        per_round = [statistics.median(a["times"]) / statistics.median(b["times"])
+                     for a, b in zip(runs["numpy"], runs["torch"])]
+        lines.append(f"  ratio numpy / torch: {median['numpy'] / median['torch']:.2f} "
+                     f"(rounds {min(per_round):.2f} to {max(per_round):.2f})")
+    return lines
+
+
+def in_process(name, steps, frameworks):
+    """Both frameworks in this process, alternating in blocks of 6 steps (for profiling; see above)."""
+    keep_freed_memory()
+    step_of = {f: STEPS[f](name) for f in frameworks}
+    times = {f: [] for f in frameworks}
+    for _ in range(-(-steps // 5)):
+        for f, step in step_of.items():
+            time.sleep(0.3)  # a spinning BLAS or OpenMP thread of one side would slow the other
+            step()
+            times[f] += [_seconds(step) for _ in range(5)]
+    line = ", ".join(f"{f} {statistics.median(t) * 1e3:.1f} ms" for f, t in times.items())
+    print(f"config {name}, in one process: {line}")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=40, help="timed steps per framework and config")
-    parser.add_argument("--block", type=int, default=6, help="consecutive steps of one framework")
-    parser.add_argument("--frameworks", nargs="+", default=["numpy", "torch"], choices=["numpy", "torch"])
-    parser.add_argument("--default-malloc", action="store_true",
-                        help="leave glibc's malloc thresholds alone (to see what transformer/memory.py saves)")
+    parser.add_argument("--steps", type=int, default=40, help="timed steps per worker (after 3 warm-up steps)")
+    parser.add_argument("--rounds", type=int, default=3, help="fresh workers per framework and config")
+    parser.add_argument("--frameworks", nargs="+", default=["numpy", "torch"], choices=sorted(STEPS))
     parser.add_argument("--configs", nargs="+", default=["A", "B"], choices=sorted(BATCH))
+    parser.add_argument("--default-malloc", action="store_true",
+                        help="leave glibc's malloc thresholds alone in the numpy worker (see transformer/memory.py)")
+    parser.add_argument("--in-process", action="store_true", help="both frameworks in this process")
+    parser.add_argument("--worker", choices=sorted(STEPS), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    import torch
-    # Both frameworks run in this one process, so both get the same allocator
-    # setting (see transformer/memory.py); the training command uses it too.
-    kept = False if args.default_malloc else keep_freed_memory()
-    print(f"numpy {np.__version__}, torch {torch.__version__}, torch threads {torch.get_num_threads()}, "
-          f"freed memory kept: {kept}")
+    if args.steps < 1 or args.rounds < 1:
+        parser.error("--steps and --rounds must be at least 1")
+    if args.worker:
+        return worker(args.worker, args.configs[0], args.steps, args.default_malloc)
+    print(f"numpy {np.__version__}, {sys.executable}")
     for name in args.configs:
-        bench(name, args.steps, args.block, args.frameworks)
+        if args.in_process:
+            in_process(name, args.steps, args.frameworks)
+            continue
+        for line in summary(name, rounds(name, args.steps, args.rounds, args.frameworks, args.default_malloc)):
+            print(line, flush=True)
+    return None
 
 
 if __name__ == "__main__":

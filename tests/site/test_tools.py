@@ -14,7 +14,7 @@ import pytest
 
 from site_scripts.common import ROOT, cached_json
 from site_scripts.sections import function_page
-from tools import bench_rebuild, mutant_catalogue, mutants, scale_backward_outputs
+from tools import bench_rebuild, bench_step, mutant_catalogue, mutants, scale_backward_outputs
 
 
 def test_every_backward_output_becomes_a_mutant_that_compiles():
@@ -54,6 +54,26 @@ def test_benchmark_torch_step_trains_the_same_model():
     ours, _ = loss_and_grads(params, ids, targets, cfg)
     theirs = torch_loss(to_torch(params, dtype=torch.float64), torch.as_tensor(ids), targets, cfg)
     np.testing.assert_allclose(theirs.item(), ours, rtol=1e-12)
+
+
+def test_the_step_benchmark_counts_the_matmul_flops_issue_18_counted_by_hand():
+    """Issue 18 gives 2.17 GFLOP (config A) and 3.96 GFLOP (config B) of matmuls per training step."""
+    from transformer.config import PRESETS
+
+    for name, gflop in (("A", 2.17), ("B", 3.96)):
+        assert bench_step.matmul_flops(PRESETS[name], bench_step.BATCH[name]) / 1e9 == pytest.approx(gflop, abs=0.005)
+
+
+def test_the_step_benchmark_reports_medians_ratio_range_and_floor():
+    def runs(*step_ms):
+        return [{"times": [t / 1e3] * 5, "pools": ["a pool"], "matmul_rate": 1e11} for t in step_ms]
+
+    lines = bench_step.summary("A", {"numpy": runs(30, 40, 50), "torch": runs(60, 40, 100)})
+    text = "\n".join(lines)
+    assert "numpy: median 40.0 ms over 3 rounds of 5 steps" in text and "torch: median 60.0 ms" in text
+    assert "ratio numpy / torch: 0.67 (rounds 0.50 to 1.00)" in text
+    floor_ms = bench_step.matmul_flops(bench_step.PRESETS["A"], 32) / 1e11 * 1e3
+    assert f"matmul floor: {floor_ms:.1f} ms at numpy's 100 GFLOP/s" in text
 
 
 # ---------------------------------------------------------------- tools/mutants.py: checking the checks
