@@ -8,6 +8,7 @@ import argparse
 import os
 import sys
 from dataclasses import fields
+from pathlib import Path
 
 import numpy as np
 
@@ -52,9 +53,14 @@ def add_field_option(group, f, help_suffix=""):
                        help=f.metadata["help"] + help_suffix)
 
 
-def build_parser():
-    parser = Parser(prog="python -m transformer",
-                    description="A NumPy reference transformer: train, sample, check.")
+def command_name():
+    """The command as the user typed it: `transformer` (the installed console command) or
+    `python -m transformer` (everything else, in-process callers included)."""
+    return "transformer" if Path(sys.argv[0]).name == "transformer" else "python -m transformer"
+
+
+def build_parser(prog="python -m transformer"):
+    parser = Parser(prog=prog, description="A NumPy reference transformer: train, sample, check.")
     sub = parser.add_subparsers(dest="command", required=True)
     add_train_parser(sub)
     add_finetune_parser(sub)
@@ -419,7 +425,7 @@ COMMANDS = {"train": cmd_train, "finetune": cmd_finetune, "sample": cmd_sample, 
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    args = build_parser(command_name()).parse_args(argv)
     from .memory import keep_freed_memory
 
     keep_freed_memory()  # faster steps, same results: see memory.py

@@ -303,3 +303,15 @@ def test_bad_serving_options_are_one_line(tmp_path, checkpoint, capsys, content,
     prompts.write_text(content)
     code, _, err = run_cli(["sample", "--checkpoint", checkpoint, "--prompts-file", prompts, *args], capsys)
     assert_one_line_error(code, err, message)
+
+
+def test_help_names_the_command_the_user_typed():
+    """The installed console command says `transformer`; `python -m transformer` says that."""
+    from pathlib import Path
+
+    script = Path(sys.executable).with_name("transformer")
+    if not script.exists():
+        pytest.skip(f"the console command is not installed beside {sys.executable}")
+    for command, name in (([str(script)], "transformer"), ([sys.executable, "-m", "transformer"], "python -m transformer")):
+        usage = subprocess.run([*command, "--help"], capture_output=True, text=True, check=True).stdout
+        assert usage.startswith(f"usage: {name} ["), usage[:80]
