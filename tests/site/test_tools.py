@@ -14,7 +14,7 @@ import pytest
 
 from site_scripts.common import ROOT, cached_json
 from site_scripts.sections import function_page
-from tools import bench_rebuild, bench_step, mutant_catalogue, mutants, scale_backward_outputs
+from tools import bench_rebuild, bench_step, mutant_catalogue, mutants, scale_backward_outputs, vendor
 
 
 def test_every_backward_output_becomes_a_mutant_that_compiles():
@@ -74,6 +74,56 @@ def test_the_step_benchmark_reports_medians_ratio_range_and_floor():
     assert "ratio numpy / torch: 0.67 (rounds 0.50 to 1.00)" in text
     floor_ms = bench_step.matmul_flops(bench_step.PRESETS["A"], 32) / 1e11 * 1e3
     assert f"matmul floor: {floor_ms:.1f} ms at numpy's 100 GFLOP/s" in text
+
+
+# ---------------------------------------------------------------- tools/vendor.py: the site's JavaScript
+
+def _tarball(path, members):
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_vendor_integrity_is_npms_sha512_string(tmp_path):
+    """npm's own record for mathjax 3.2.2 (the registry's dist.integrity) is the hash of the bytes it names;
+    here checked on a known input: the SHA-512 of b"abc" from FIPS 180-2, in base64."""
+    (tmp_path / "abc").write_bytes(b"abc")
+    assert vendor.integrity(tmp_path / "abc") == ("sha512-3a81oZNherrMQXNJriBBMRLm+k6JqX6iCp7u5ktV05ohkpkqJ0/BqDa6PCOj"
+                                                  "/uu9RU1EI2Q86A4qmslPpUyknw==")
+
+
+def test_vendor_refuses_a_tarball_whose_hash_is_not_the_locked_one(tmp_path):
+    tarball = _tarball(tmp_path / "p.tgz", {"package/a.js": b"one"})
+    locked = vendor.integrity(tarball)
+    vendor.check(tarball, "p", locked)
+    _tarball(tarball, {"package/a.js": b"two"})  # the same name and version, other bytes
+    with pytest.raises(vendor.VendorError, match=f"p: the tarball's SHA-512 is sha512-.*, the lock records {re.escape(locked)}"):
+        vendor.check(tarball, "p", locked)
+
+
+def test_vendor_unpacks_only_the_listed_files_to_the_places_the_lock_names(tmp_path):
+    tarball = _tarball(tmp_path / "p.tgz", {"package/dist/x.min.js": b"x", "package/dist/other.js": b"o",
+                                            "package/fonts/a.woff": b"a", "package/fonts/sub/b.woff": b"b",
+                                            "../escape.js": b"e"})
+    vendor.unpack(tarball, {"package/dist/x.min.js": "x.min.js", "package/fonts/": "f/"}, tmp_path / "out")
+    got = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*") if p.is_file())
+    assert got == ["f/a.woff", "f/sub/b.woff", "x.min.js"]
+    with pytest.raises(vendor.VendorError, match="p.tgz has no package/missing.js"):
+        vendor.unpack(tarball, {"package/missing.js": "m.js"}, tmp_path / "out")
+
+
+def test_vendor_lock_names_exact_versions_and_full_hashes():
+    import json
+
+    for name, entry in json.loads(vendor.LOCK.read_text()).items():
+        assert re.fullmatch(r"\d+\.\d+\.\d+", entry["version"]), name
+        assert re.fullmatch(r"sha512-[A-Za-z0-9+/]{86}==", entry["integrity"]), name
 
 
 # ---------------------------------------------------------------- tools/mutants.py: checking the checks
