@@ -126,6 +126,53 @@ def test_vendor_lock_names_exact_versions_and_full_hashes():
         assert re.fullmatch(r"sha512-[A-Za-z0-9+/]{86}==", entry["integrity"]), name
 
 
+# ---------------------------------------------------------------- constraints.txt: the Python lock
+
+def _lock_disagreements(pyproject_text, lock_text, installed=None):
+    """What keeps a lock from being the complete pin set of a pyproject: each of its requirements
+    unpinned or pinned outside its range, and each locked package installed at another version."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads(pyproject_text)["project"]
+    wanted = [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]
+    pins = dict(line.split("==", 1) for line in lock_text.splitlines() if re.match(r"^[A-Za-z0-9._-]+==", line))
+    pins = {canonicalize_name(name): Version(version) for name, version in pins.items()}
+    problems = []
+    for req in map(Requirement, wanted):
+        name = canonicalize_name(req.name)
+        if name == canonicalize_name(project["name"]):
+            continue  # an extra naming other extras
+        if name not in pins:
+            problems.append(f"{req} is not pinned")
+        elif not req.specifier.contains(pins[name], prereleases=True):
+            problems.append(f"{req} excludes the pinned {pins[name]}")
+    for name, pinned in pins.items():
+        try:
+            have = Version((installed or importlib.metadata.version)(name))
+        except importlib.metadata.PackageNotFoundError:
+            continue  # an extra this environment did not install (the browser tests')
+        if have.public != pinned.public:
+            problems.append(f"{name} {have} is installed, the lock pins {pinned}")
+    return problems
+
+
+def test_the_lock_pins_every_requirement_within_its_range_and_is_what_is_installed():
+    assert _lock_disagreements((ROOT / "pyproject.toml").read_text(), (ROOT / "constraints.txt").read_text()) == [], (
+        "run tools/lock")
+
+
+def test_a_lock_that_disagrees_with_pyproject_is_caught():
+    pyproject = '[project]\nname = "p"\ndependencies = ["numpy>=3", "tqdm"]\n[project.optional-dependencies]\nx = ["p[y]"]\n'
+    problems = _lock_disagreements(pyproject, "numpy==2.4.6\nscipy==1.0\n", installed=lambda name: "1.0")
+    assert problems == ["numpy>=3 excludes the pinned 2.4.6", "tqdm is not pinned",
+                        "numpy 1.0 is installed, the lock pins 2.4.6"]
+
+
 # ---------------------------------------------------------------- tools/mutants.py: checking the checks
 
 def test_every_catalogued_mutant_fits_the_code_once_and_compiles():
