@@ -142,7 +142,7 @@ def _lock_disagreements(pyproject_text, lock_text, installed=None):
     wanted = [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]
     pins = dict(line.split("==", 1) for line in lock_text.splitlines() if re.match(r"^[A-Za-z0-9._-]+==", line))
     pins = {canonicalize_name(name): Version(version) for name, version in pins.items()}
-    problems = []
+    problems = [f"the lock pins a path or URL: {line}" for line in lock_text.splitlines() if " @ " in line]
     for req in map(Requirement, wanted):
         name = canonicalize_name(req.name)
         if name == canonicalize_name(project["name"]):
@@ -168,8 +168,10 @@ def test_the_lock_pins_every_requirement_within_its_range_and_is_what_is_install
 
 def test_a_lock_that_disagrees_with_pyproject_is_caught():
     pyproject = '[project]\nname = "p"\ndependencies = ["numpy>=3", "tqdm"]\n[project.optional-dependencies]\nx = ["p[y]"]\n'
-    problems = _lock_disagreements(pyproject, "numpy==2.4.6\nscipy==1.0\n", installed=lambda name: "1.0")
-    assert problems == ["numpy>=3 excludes the pinned 2.4.6", "tqdm is not pinned",
+    problems = _lock_disagreements(pyproject, "numpy==2.4.6\nscipy==1.0\np @ file:///home/me/p\n",
+                                   installed=lambda name: "1.0")
+    assert problems == ["the lock pins a path or URL: p @ file:///home/me/p",
+                        "numpy>=3 excludes the pinned 2.4.6", "tqdm is not pinned",
                         "numpy 1.0 is installed, the lock pins 2.4.6"]
 
 
