@@ -279,7 +279,7 @@ def least_squares_readout(h, labels):
 
 
 def logistic_readout(h, labels, steps=20000, lr=1.0):
-    """Predictions of a logistic regression on standardised [h, 1], by gradient descent on the mean log-loss
+    """Predictions and final mean log-loss of a logistic regression on standardised [h, 1], by gradient descent on the mean log-loss
     (no penalty, so on separable vectors it keeps going towards a separating hyperplane)."""
     x = (h - h.mean(0)) / (h.std(0) + 1e-12)
     x = np.hstack([x, np.ones((len(h), 1))])
@@ -287,21 +287,22 @@ def logistic_readout(h, labels, steps=20000, lr=1.0):
     for _ in range(steps):
         prob = 0.5 * (1 + np.tanh(0.5 * (x @ w)))  # the logistic function, without overflow
         w -= lr * x.T @ (prob - labels) / len(h)
-    return (x @ w > 0).astype(int)
+    margin = (2 * labels - 1) * (x @ w)
+    return (x @ w > 0).astype(int), float(np.mean(np.logaddexp(0, -margin)))  # predictions, mean log-loss
 
 
 # ---------------------------------------------------------------- curvature along a run
 
-def sharpness_along(seed, lr, parts, ids, y, steps, every, iters=20):
-    """(step, training loss, top Hessian eigenvalue) every `every` steps of plain gradient descent, until the
+def sharpness_along(seed, lr, parts, ids, y, at_steps, iters=20):
+    """(step, training loss, top Hessian eigenvalue) at each of at_steps of plain gradient descent, until the
     loss stops being finite."""
-    p, rows = init(seed, parts), []
-    for step in range(steps):
+    p, rows, at_steps = init(seed, parts), [], set(at_steps)
+    for step in range(max(at_steps) + 1):
         with np.errstate(over="ignore", invalid="ignore"):
             loss, g = loss_and_grads(p, ids, y, parts)
         if not np.isfinite(loss):
             break
-        if step % every == 0:
+        if step in at_steps:
             rows.append((step, float(loss), top_hessian_eigenvalue(p, ids, y, parts, iters)))
         for k in p:
             p[k] -= lr * g[k]

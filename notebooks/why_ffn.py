@@ -191,7 +191,9 @@ table(["model", *[f"rate {lr:g}" for lr in RATES], "all rates"], sweep_rows(swee
 
 # %%
 def cell(o):
-    return f"diverged at step {o.steps}" if o.kind == m.DIVERGED else f"{o.loss:.1e}, {o.right}/{ALL}"
+    if o.kind == m.DIVERGED:
+        return f"diverged at step {o.steps}" if o.steps < STEPS else f"diverged: ended at {o.loss:.1e}, above its start"
+    return f"{o.loss:.1e}, {o.right}/{ALL}"
 
 
 table(["model", "rate", *[f"seed {s}" for s in SEEDS]],
@@ -202,8 +204,8 @@ table(["model", "rate", *[f"seed {s}" for s in SEEDS]],
 # ## Which parts are necessary, which sufficient
 #
 # A model *learns* the task here when at least one of its runs fits every
-# training sequence; it learns it *reliably* when at least half of its runs
-# do. A part is *necessary* when every model that learns has it, and a set of
+# training sequence; it learns it *reliably* when, at its best learning rate,
+# at least half of the seeds do. A part is *necessary* when every model that learns has it, and a set of
 # parts is *sufficient* when every model that has them learns. The sentences
 # below are computed from the sweep's counts.
 
@@ -212,8 +214,13 @@ def fitted_runs(parts):
     return sum(sweep[(parts, lr, s)].kind == m.FITTED for lr in RATES for s in SEEDS)
 
 
+def best_rate_fits(parts):
+    return max(sum(sweep[(parts, lr, s)].kind == m.FITTED for s in SEEDS) for lr in RATES)
+
+
 RUNS = len(RATES) * len(SEEDS)
 fits = {parts: fitted_runs(parts) for parts in m.ALL_PARTS}
+best_fits = {parts: best_rate_fits(parts) for parts in m.ALL_PARTS}
 
 
 def sentence(learns, how):
@@ -229,9 +236,10 @@ def sentence(learns, how):
             f"({', '.join(learners)}). Necessary: {need}. Sufficient: {enough}.")
 
 
-table(["model", "runs that fit the training set", f"of {RUNS}"], [[p.name, fits[p], RUNS] for p in m.ALL_PARTS])
+table(["model", "runs that fit the training set", f"of {RUNS}", "seeds that fit, at the best rate", f"of {len(SEEDS)}"],
+      [[p.name, fits[p], RUNS, best_fits[p], len(SEEDS)] for p in m.ALL_PARTS])
 say(sentence({p: fits[p] >= 1 for p in fits}, "in at least one run"))
-say(sentence({p: 2 * fits[p] >= RUNS for p in fits}, "reliably (in at least half of the runs)"))
+say(sentence({p: 2 * best_fits[p] >= len(SEEDS) for p in fits}, "reliably (half the seeds at the best rate)"))
 
 # %% [markdown]
 # ## The argument, checked: model A's pooled vectors
@@ -282,6 +290,28 @@ table(["group", "label", "sequences", "t: min", "t: median", "t: max", "off the 
       [[g, int(labels[group == g][0]), int((group == g).sum()), f"{t[group == g].min():.2f}",
         f"{np.median(t[group == g]):.2f}", f"{t[group == g].max():.2f}", f"{np.median(off[group == g]):.2f}"]
        for g in GROUPS])
+between = (t[group == "both"] > 0) & (t[group == "both"] < 1)
+say(f"The argument's picture puts every \"both\" sequence between the two ends (0 < t < 1): **{between.sum()} of "
+    f"{between.size}** lie there, and \"neither\" is at t = {t[group == 'neither'][0]:.2f}.")
+
+# %% [markdown]
+# A stronger failure than a bent line is possible: two sequences with
+# different labels whose pooled vectors (nearly) coincide cannot be told
+# apart by *any* read-out of h, linear or not. The closest such pairs,
+# distances relative to the spread of all the vectors (the root-mean-square
+# distance from their mean):
+
+# %%
+spread = np.sqrt((centred ** 2).sum(1).mean())
+gaps = np.linalg.norm(h[:, None] - h[None], axis=-1) / spread
+pairs = sorted((gaps[i, j], i, j) for i in range(ALL) for j in range(i) if labels[i] != labels[j])
+NEAR = 0.01  # "nearly coincide": closer than this fraction of the spread
+close = [(d, i, j) for d, i, j in pairs if d < NEAR]
+table(["sequence", "label", "sequence", "label", "distance / spread"],
+      [[seq_text(i), labels[i], seq_text(j), labels[j], f"{d:.1e}"] for d, i, j in pairs[:8]])
+say(f"**{len(close)}** pairs of differently labelled sequences lie within {NEAR:.0%} of the spread of each other; the "
+    f"{len({k for _, i, j in close for k in (i, j)})} sequences in them are where no read-out of A's h can do "
+    "better than guess one label per pair.")
 
 # %% [markdown]
 # The test of the claim: the best linear read-out of these fixed vectors,
@@ -295,7 +325,8 @@ table(["group", "label", "sequences", "t: min", "t: median", "t: max", "off the 
 # %%
 readouts = {"A's own read-out (trained on the 54)": m.predictions(p_a, sequences, m.A),
             "least squares on all 81": m.least_squares_readout(h, labels),
-            "logistic regression on all 81": m.logistic_readout(h, labels, steps=2000 if QUICK else 20000)}
+            "logistic regression on all 81": None}
+readouts["logistic regression on all 81"], log_loss = m.logistic_readout(h, labels, 2000 if QUICK else 20000)
 counts = {name: int((pred == labels).sum()) for name, pred in readouts.items()}
 table(["linear read-out of A's h", "right of 81", "misses"],
       [[name, counts[name], ", ".join(seq_text(i) for i in np.flatnonzero(pred != labels)) or "none"]
@@ -306,7 +337,9 @@ verdict = ("a linear read-out separates all of them, so for this model the argum
            f"no read-out found separates them all: the best gets {best} of {ALL}, which is consistent with the "
            "argument (a read-out search that fails does not prove that no separating hyperplane exists)")
 say(f"A's own read-out gets **{own} of {ALL}**; the best linear read-out found on the same vectors gets "
-    f"**{best} of {ALL}**: {verdict}.")
+    f"**{best} of {ALL}**: {verdict}. The logistic fit ends at a mean log-loss of {log_loss:.3f}; any read-out "
+    f"below ln 2 / {ALL} = {np.log(2) / ALL:.4f} would classify every sequence rightly, and on separable vectors "
+    "unpenalised gradient descent drives the loss towards 0.")
 
 # %% [markdown]
 # ## Other splits
@@ -393,20 +426,31 @@ table(["convention", "largest first-layer weight after training", f"right of {AL
 # derivative is written by hand. First, at the initialisation of each seed:
 
 # %%
-lam = {(parts, scale, s): m.top_hessian_eigenvalue(m.init(s, parts, scale), X, Y, parts, POWER_ITERS)
-       for parts, scale in ((m.A, 1.0), (m.B, 1.0), (m.B, INIT_SCALE)) for s in SEEDS}
+VARIANTS = ((m.A, 1.0), (m.B, 1.0), (m.B, INIT_SCALE))
+lam, lam_again = ({(parts, scale, s): m.top_hessian_eigenvalue(m.init(s, parts, scale), X, Y, parts, POWER_ITERS,
+                                                              seed=start)
+                   for parts, scale in VARIANTS for s in SEEDS} for start in (0, 1))
 lam.update({(parts, s): lam[(parts, 1.0, s)] for parts in (m.A, m.B) for s in SEEDS})
 table(["seed", "λ, model A", "2/λ, model A", "λ, model B", "2/λ, model B", "B's runs that diverge (rate)",
        f"λ, B with initial weights × {INIT_SCALE:g}"],
       [[s, f"{lam[(m.A, s)]:.1f}", f"{2 / lam[(m.A, s)]:.3f}", f"{lam[(m.B, s)]:.1f}", f"{2 / lam[(m.B, s)]:.3f}",
         ", ".join(f"{lr:g}" for lr in RATES if sweep[(m.B, lr, s)].kind == m.DIVERGED) or "none",
         f"{lam[(m.B, INIT_SCALE, s)]:.1f}"] for s in SEEDS])
+agree = {v: max(abs(lam[(*v, s)] - lam_again[(*v, s)]) / abs(lam[(*v, s)]) for s in SEEDS) for v in VARIANTS}
 limit_b = max(2 / lam[(m.B, s)] for s in SEEDS)
-say(f"Model B starts {min(lam[(m.B, s)] / lam[(m.A, s)] for s in SEEDS):.1f} to "
-    f"{max(lam[(m.B, s)] / lam[(m.A, s)] for s in SEEDS):.1f} times as sharp as A from the same seed. Every rate of "
-    f"the sweep is above B's stability limit at the start (at most {limit_b:.3f}), the smallest included, and "
-    f"yet the runs at {LR:g} do not diverge: so the limit at the start is not the whole story. Gradient descent "
-    "above it first makes the loss rise, and what happens next decides the run.")
+calm_rates = [lr for lr in RATES if lr > limit_b and all(sweep[(m.B, lr, s)].kind != m.DIVERGED for s in SEEDS)]
+small = [abs(lam[(m.B, INIT_SCALE, s)]) for s in SEEDS]
+say(f"A second power iteration from another random start agrees to a relative "
+    f"{agree[(m.A, 1.0)]:.0e} for A and {agree[(m.B, 1.0)]:.0e} for B, and to {agree[(m.B, INIT_SCALE)]:.0e} for B "
+    f"with the smaller start. Model B starts {min(lam[(m.B, s)] / lam[(m.A, s)] for s in SEEDS):.1f} to "
+    f"{max(lam[(m.B, s)] / lam[(m.A, s)] for s in SEEDS):.1f} times as sharp as A from the same seed, and its "
+    f"stability limit at the start is at most {limit_b:.3f}, below every rate of the sweep. "
+    + (f"Yet no run at {', '.join(f'{lr:g}' for lr in calm_rates)} diverges: the limit at the start is not the "
+       "whole story (gradient descent above it first makes the loss rise, and what happens next decides the run). "
+       if calm_rates else "")
+    + ("The smaller start does not lower the curvature" if min(small) > min(lam[(m.B, s)] for s in SEEDS) else
+       "With the smaller start") + f": |λ| is {min(small):.1f} to {max(small):.1f} at the start (B at full scale: "
+    f"{min(lam[(m.B, s)] for s in SEEDS):.1f} to {max(lam[(m.B, s)] for s in SEEDS):.1f}).")
 
 # %% [markdown]
 # What happens next, in a run of B at `FAST_RATE` (seed 0): the gradient's norm,
@@ -432,34 +476,44 @@ table(["step", "training loss", "gradient norm", "log₁₀ norm", "growth of lo
 # steps:
 
 # %%
+def late_divergence(seed, at):
+    """Trace the sharpness along B's run from `seed` at LATE_RATE, which diverged at step `at`."""
+    every = max(1, at // 40)
+    trace = m.sharpness_along(seed, LATE_RATE, m.B, X, Y, [*range(0, at - 10, every), *range(at - 10, at)],
+                              POWER_ITERS)
+    steps_, losses_, lams = map(np.array, zip(*trace))
+    calm = losses_ <= losses_[0]  # the points before the loss rose above its start
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    top.semilogy(steps_[calm], losses_[calm], "o-")
+    top.set_ylabel("training loss (nats, log)")
+    top.set_title(f"Model B, seed {seed}, rate {LATE_RATE:g}, until its loss rose above its start")
+    bottom.plot(steps_[calm], np.abs(lams[calm]), "o-", label="|top Hessian eigenvalue|")
+    bottom.axhline(2 / LATE_RATE, color="k", ls="--", label="2 / rate: the stability limit")
+    bottom.set_xlabel("gradient-descent step")
+    bottom.set_ylabel("curvature (loss per unit step², 1/rate)")
+    bottom.legend()
+    show(fig)
+    first_rise = steps_[~calm].min() if (~calm).any() else None
+    say(f"Until step {steps_[calm].max()} the loss falls or holds, and |λ| has median "
+        f"**{np.median(np.abs(lams[calm])):.2f}** against the limit 2/{LATE_RATE:g} = {2 / LATE_RATE:g}: the run "
+        "sits at the edge of stability, as gradient descent above its limit tends to. "
+        + (f"From step {first_rise} the loss is above its start and |λ| is {np.abs(lams[~calm]).min():.3g} to "
+           f"{np.abs(lams[~calm]).max():.3g}; at step {at} the loss is no longer finite." if first_rise is not None
+           else f"The loss stops being finite at step {at}."))
+
+
 late = [s for s in SEEDS if sweep[(m.B, LATE_RATE, s)].kind == m.DIVERGED
         and 100 < sweep[(m.B, LATE_RATE, s)].steps < STEPS]
 if late:
-    seed_late, at = late[0], sweep[(m.B, LATE_RATE, late[0])].steps
-    trace = m.sharpness_along(seed_late, LATE_RATE, m.B, X, Y, at, max(1, at // 40), POWER_ITERS)
-    steps_, losses_, lams = map(np.array, zip(*trace))
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
-    top.semilogy(steps_, losses_, "o-")
-    top.set_ylabel("training loss (nats, log)")
-    top.set_title(f"Model B, seed {seed_late}, rate {LATE_RATE:g}: diverged at step {at}")
-    bottom.plot(steps_, np.abs(lams), "o-", label="|top Hessian eigenvalue|")
-    bottom.axhline(2 / LATE_RATE, color="k", ls="--", label="2 / rate: the stability limit")
-    bottom.set_yscale("log")
-    bottom.set_xlabel("gradient-descent step")
-    bottom.set_ylabel("curvature (1/rate units, log)")
-    bottom.legend()
-    show(fig)
-    say(f"Along that run the top eigenvalue's magnitude ranges from {np.abs(lams).min():.1f} to "
-        f"{np.abs(lams).max():.1f}; it is above the limit 2/{LATE_RATE:g} = {2 / LATE_RATE:g} at "
-        f"{(np.abs(lams) > 2 / LATE_RATE).sum()} of the {len(lams)} points measured.")
+    late_divergence(late[0], sweep[(m.B, LATE_RATE, late[0])].steps)
 else:
     say(f"No run of B at {LATE_RATE:g} diverges between step 100 and the last in this sweep.")
 
 # %% [markdown]
 # Two variants, each over the same seeds and rates as the original, which
 # stays in the table. The first starts smaller: every initial weight matrix
-# times `INIT_SCALE`, which lowers the starting curvature (the table of λ
-# above) but leaves plain gradient descent as it was. The second keeps the
+# times `INIT_SCALE` (its starting curvature is the last column of the table
+# of λ above), with plain gradient descent as before. The second keeps the
 # initialisation and clips the gradients to a global norm of `CLIP` with the
 # library's `transformer.optim.clip_grads` before each step: a clipped step is
 # at most `rate × CLIP` long, so the parameters can no longer multiply their
