@@ -196,10 +196,11 @@ def unflat(vector, like):
     return out
 
 
-def top_hessian_eigenvalue(p, ids, y, parts, iters=30, eps=1e-4, seed=0):
+def top_hessian_eigenvalue(p, ids, y, parts, iters=30, eps=1e-6, seed=0):
     """The largest-magnitude eigenvalue of the training loss's Hessian at p, by power iteration on
     Hessian-vector products taken as central differences of the hand-written gradient:
-    H v ~ (grad(p + eps v) - grad(p - eps v)) / (2 eps), with v of unit norm."""
+    H v ~ (grad(p + eps v) - grad(p - eps v)) / (2 eps), with v of unit norm. The loss is only piecewise
+    smooth (ReLU corners), so eps is small: a corner inside the step would read as curvature of order 1/eps."""
     theta = flat(p)
     v = np.random.default_rng(seed).standard_normal(theta.size)
     v /= np.linalg.norm(v)
@@ -279,8 +280,8 @@ def least_squares_readout(h, labels):
 
 
 def logistic_readout(h, labels, steps=20000, lr=1.0):
-    """Predictions and final mean log-loss of a logistic regression on standardised [h, 1], by gradient descent on the mean log-loss
-    (no penalty, so on separable vectors it keeps going towards a separating hyperplane)."""
+    """Predictions and final mean log-loss of a logistic regression on standardised [h, 1], by gradient descent
+    on the mean log-loss (no penalty, so on separable vectors it keeps going towards a separating hyperplane)."""
     x = (h - h.mean(0)) / (h.std(0) + 1e-12)
     x = np.hstack([x, np.ones((len(h), 1))])
     w = np.zeros(x.shape[1])
