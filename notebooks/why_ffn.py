@@ -231,8 +231,8 @@ def sentence(learns, how):
     learners = [p.name for p in learns if learns[p]]
     if not learners:
         return f"**{how.capitalize()}**: no model learns the task, so no part is shown necessary or sufficient."
-    need = "; ".join(f"the {s[0]}" if len(s) == 1 else "at least one of the " + " or the ".join(s)
-                     for s in necessary) or "no part"
+    need = " and ".join(f"the {s[0]}" if len(s) == 1 else "at least one of the " + " or the ".join(s)
+                        for s in necessary) or "no part"
     enough = "; ".join("all of " + " + ".join(s) if len(s) > 1 else f"the {s[0]}" if s else "nothing"
                        for s in sufficient) or "no set of parts (not even all three)"
     return (f"**{how.capitalize()}**: {len(learners)} of {len(learns)} models learn the task "
