@@ -497,7 +497,7 @@ def late_divergence(seed, at):
     bottom.plot(steps_[calm], np.abs(lams[calm]), "o-", label="|top Hessian eigenvalue|")
     bottom.axhline(2 / LATE_RATE, color="k", ls="--", label="2 / rate: the stability limit")
     bottom.set_xlabel("gradient-descent step")
-    bottom.set_ylabel("curvature (loss per unit step², 1/rate)")
+    bottom.set_ylabel("|λ|, top Hessian eigenvalue (units of 1/rate)")
     bottom.legend()
     show(fig)
     first_rise = steps_[~calm].min() if (~calm).any() else None
