@@ -313,8 +313,8 @@ close = [(d, i, j) for d, i, j in pairs if d < NEAR]
 table(["sequence", "label", "sequence", "label", "distance / spread"],
       [[seq_text(i), labels[i], seq_text(j), labels[j], f"{d:.1e}"] for d, i, j in pairs[:8]])
 say(f"**{len(close)}** pairs of differently labelled sequences lie within {NEAR:.0%} of the spread of each other; the "
-    f"{len({k for _, i, j in close for k in (i, j)})} sequences in them are where no read-out of A's h can do "
-    "better than guess one label per pair.")
+    f"{len({k for _, i, j in close for k in (i, j)})} sequences in them a read-out of A's h could tell apart only "
+    f"by resolving differences under {NEAR:.0%} of the vectors' spread.")
 
 # %% [markdown]
 # The test of the claim: the best linear read-out of these fixed vectors,
