@@ -162,3 +162,77 @@ def test_the_finetune_page_starts_every_dense_method_at_the_base_and_its_merged_
     assert float(losses["QLoRA r=8"][0]) != base  # its base is the NF4-rounded one
     gap = float(re.search(r"its merged model by at most ([\d.e+-]+) ", finetune_page).group(1))
     assert gap < 1e-3
+
+
+# ---------------------------------------------------------------- the why_ffn experiment, as the test build ran it
+
+@pytest.fixture(scope="module")
+def why_ffn_page(built_site):
+    return (notebooks.OUT / "quick" / "why_ffn.md").read_text()
+
+
+def test_the_why_ffn_page_checks_the_backward_of_all_eight_models(why_ffn_page):
+    from notebooks import _ffn_models as m
+
+    checks = markdown_table(why_ffn_page, "| model | LN | FFN | residual | parameters |")
+    assert set(checks) == {parts.name for parts in m.ALL_PARTS}
+    for parts in m.ALL_PARTS:
+        ln, ffn, res, size, verdict, gap = checks[parts.name]
+        assert (ln, ffn, res) == tuple("yes" if f else "—" for f in parts)
+        assert int(size) == sum(v.size for v in m.init(0, parts).values())
+        assert verdict == "passes" and float(gap) < 1e-6, parts.name
+    assert "**8 of 8** backward passes agree" in why_ffn_page
+
+
+def test_the_why_ffn_sweep_tables_agree_and_the_summary_follows_from_the_counts(why_ffn_page):
+    from notebooks import _ffn_models as m
+
+    fit_table = markdown_table(why_ffn_page, "| model | runs that fit the training set |")
+    fits = {name: int(cells[0]) for name, cells in fit_table.items()}
+    best_rate = {name: int(cells[2]) for name, cells in fit_table.items()}
+    runs, seeds = map(int, re.search(r"\| model \| runs that fit the training set \| of (\d+) \| seeds that fit, "
+                                     r"at the best rate \| of (\d+) \|", why_ffn_page).groups())
+    tallies = markdown_table(why_ffn_page, "| model | rate 0.25 | rate 0.5 | rate 1 | rate 2 | all rates |")
+    for name, cells in tallies.items():
+        f, s, d = map(int, re.match(r"(\d+) F · (\d+) S · (\d+) D", cells[-1]).groups())
+        assert f + s + d == runs and f == fits[name], name
+        per_rate = [int(re.match(r"(\d+) F", c).group(1)) for c in cells[:-1]]
+        assert sum(per_rate) == f and max(per_rate) == best_rate[name]
+    for criterion, count, least in (("In at least one run", fits, 1),
+                                    ("Reliably (half the seeds at the best rate)", best_rate, seeds / 2)):
+        learners = [p.name for p in m.ALL_PARTS if count[p.name] >= least]
+        line = next(x for x in why_ffn_page.splitlines() if x.startswith(f"**{criterion}**"))
+        if learners:
+            assert f"{len(learners)} of 8 models learn the task ({', '.join(learners)})" in line
+        else:
+            assert "no model learns the task" in line
+
+
+def test_the_why_ffn_readout_of_a_is_the_census_of_a_and_the_best_is_the_largest_shown(why_ffn_page):
+    readouts = markdown_table(why_ffn_page, "| linear read-out of A's h | right of 81 |")
+    counts = {name: int(cells[0]) for name, cells in readouts.items()}
+    census = markdown_table(why_ffn_page, "| model | final training loss | right, training |")
+    assert f"{counts[next(n for n in counts if n.startswith('A'))]} of 81" == census["A (none)"][3]
+    own, best = map(int, re.search(r"A's own read-out gets \*\*(\d+) of 81\*\*; the best linear read-out found on "
+                                   r"the same vectors gets \*\*(\d+) of 81\*\*", why_ffn_page).groups())
+    assert best == max(counts.values()) >= own  # A's own read-out is one of the read-outs tried
+    verdict = next(x for x in why_ffn_page.splitlines() if x.startswith("A's own read-out gets"))
+    assert ("does not hold" in verdict) == (best == 81)
+
+
+def test_the_why_ffn_split_sentence_counts_the_misses_of_its_table(why_ffn_page):
+    rows = markdown_table(why_ffn_page, "| split seed | outcome | right, all |")
+    shown = [s for cells in rows.values() if cells[2] not in ("—", "none") for s in cells[2].split(", ")]
+    total, held = map(int, re.search(r"model B misses (\d+) sequences in all; \*\*(\d+) of them\*\*",
+                                     why_ffn_page).groups())
+    assert (total, held) == (len(shown), sum(s.endswith("*") for s in shown))
+    assert all(81 - int(cells[1].split()[0]) == len(cells[2].split(", ")) for cells in rows.values()
+               if cells[2] != "none" and cells[1] != "—")
+
+
+def test_the_why_ffn_corner_conventions_differ_only_on_a_dead_start(why_ffn_page):
+    dead = markdown_table(why_ffn_page, "| convention | largest first-layer weight after training |")
+    assert float(dead["relu'(0) = 0"][0]) == 0 < float(dead["relu'(0) = 1"][0])
+    rows = markdown_table(why_ffn_page, "| seed | exact zeros met | largest parameter difference |")
+    for zeros, gap, *_ in rows.values():
+        assert int(zeros) > 0 or float(gap) == 0  # without an exact zero the two runs are the same bits

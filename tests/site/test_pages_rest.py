@@ -188,3 +188,54 @@ def test_the_shakespeare_notebook_quotes_only_what_a_reader_can_find():
 def test_home_no_longer_says_nothing_is_typed_by_hand():
     home = (ROOT / "docs" / "index.md").read_text()
     assert "Nothing is\ntyped in by hand" not in home and "quoted" in home
+
+
+def test_why_ffn_necessary_and_sufficient_read_the_counts_as_logic():
+    from notebooks._ffn_models import ALL_PARTS, necessary_and_sufficient
+
+    with_ffn = {p: p.ffn for p in ALL_PARTS}
+    assert necessary_and_sufficient(with_ffn) == ([("FFN",)], [("FFN",)])
+    either = {p: p.ln or p.ffn for p in ALL_PARTS}  # neither part is needed, one of them is
+    assert necessary_and_sufficient(either) == ([("LN", "FFN")], [("LN",), ("FFN",)])
+    only_b = {p: all(p) for p in ALL_PARTS}
+    assert necessary_and_sufficient(only_b) == ([("LN",), ("FFN",), ("residual",)], [("LN", "FFN", "residual")])
+    assert necessary_and_sufficient({p: False for p in ALL_PARTS}) == ([], [])
+    assert necessary_and_sufficient({p: True for p in ALL_PARTS}) == ([], [()])
+
+
+def test_why_ffn_other_relu_corner_passes_the_gradient_exactly_at_zero():
+    from notebooks._ffn_models import relu_backward_at_zero_one
+    from transformer.activations import relu_backward, relu_forward
+
+    pre, dy = np.array([-1.5, 0.0, 2.0]), np.array([1.0, 2.0, 3.0])
+    assert relu_backward(dy, relu_forward(pre)[1]).tolist() == [0.0, 0.0, 3.0]
+    assert relu_backward_at_zero_one(dy, pre).tolist() == [0.0, 2.0, 3.0]
+
+
+def test_why_ffn_power_iteration_finds_the_largest_eigenvalue_of_the_dense_hessian():
+    from notebooks import _ffn_models as m
+
+    sequences, labels = m.task()
+    ids, y = sequences[::9], labels[::9]
+    p = m.init(3, m.A)
+    theta, eps = m.flat(p), 1e-4
+
+    def grad(v):
+        return m.flat(m.loss_and_grads(m.unflat(v, p), ids, y, m.A)[1])
+
+    hessian = np.stack([(grad(theta + eps * e) - grad(theta - eps * e)) / (2 * eps) for e in np.eye(theta.size)])
+    eigenvalues = np.linalg.eigvalsh((hessian + hessian.T) / 2)
+    top = eigenvalues[np.argmax(np.abs(eigenvalues))]
+    assert m.top_hessian_eigenvalue(p, ids, y, m.A, iters=200) == pytest.approx(top, rel=1e-3)
+
+
+def test_why_ffn_outcomes_follow_their_definitions():
+    from notebooks import _ffn_models as m
+
+    sequences, labels = m.task()
+    train = np.arange(len(sequences))
+    p = m.init(0, m.A)
+    right = m.predictions(p, sequences, m.A) == labels
+    kinds = [m.outcome(m.Run(p, np.array(losses), None, 0), m.A, sequences, labels, train, 3).kind
+             for losses in ([0.7, 0.6, 0.5], [0.7, 0.6, np.inf], [0.7, 0.6], [0.7, 0.8, 0.9])]
+    assert kinds == [m.FITTED if right.all() else m.STALLED, m.DIVERGED, m.DIVERGED, m.DIVERGED]
