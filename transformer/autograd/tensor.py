@@ -269,8 +269,7 @@ def tensor_sum(a, axis=None, keepdims=False):
     def rule(g):
         if not keepdims and axis is not None:
             g = np.expand_dims(g, axis)  # put the summed axes back as size 1 ...
-        # ... and spread the gradient along them (a real array: numpy multiplies a zero-stride view slowly)
-        return (np.broadcast_to(g, a.shape).copy(),)
+        return (np.zeros(a.shape, dtype=g.dtype) + g,)  # ... and spread the gradient along them
 
     return Tensor(out, parents=(a,), op="sum", rule=rule)
 
