@@ -253,3 +253,23 @@ def test_float32_stays_float32():
     params = init_params(cfg, dtype=np.float32)
     loss, grads = ag_loss_and_grads(params, [[0, 1, 2]], [[1, 2, 3]], cfg, fused=())
     assert all(g.dtype == np.float32 for g in grads.values()) and math.isfinite(loss)
+
+
+def test_crosscheck_entry_compares_the_engine_with_the_hand_written_gradients(monkeypatch):
+    from transformer import crosscheck
+
+    cfg = PRESETS["tiny"]
+    params = perturbed_params(cfg)
+    ids, targets = np.array([[2, 0, 2, 1]]), np.array([[0, 2, 1, 4]])
+    entry = crosscheck.autograd_against_numpy(cfg, params, ids, targets)
+    assert entry["passed"] and entry["max_rel"] < MODEL_TOL
+    assert set(entry["on_floor"]) == {"b0.bk", "b1.bk"}
+
+    def one_gradient_wrong(*args, **kwargs):  # negative control: a gradient 1e-9 too large
+        loss, grads = ag_loss_and_grads(*args, **kwargs)
+        grads["b1.ff1_w"] = grads["b1.ff1_w"] * (1 + 1e-9)
+        return loss, grads
+
+    monkeypatch.setattr(crosscheck, "autograd_loss_and_grads", one_gradient_wrong)
+    entry = crosscheck.autograd_against_numpy(cfg, params, ids, targets)
+    assert not entry["passed"] and entry["worst"] == "b1.ff1_w"
