@@ -4,14 +4,14 @@ memory stays flat over many training steps with the graph freed, kept, or caught
     python tools/autograd_memory.py [--steps 300] [--preset default] [--batch 4] [--seq-len 16]
 
 Bytes are counted, not sampled: tracemalloc sees every array numpy allocates, and the cyclic garbage
-collector is off during the steps, so two runs print the same numbers (see transformer/autograd/memory.py).
+collector is off during the steps, so two runs print the same numbers (see transformer/autograd_memory.py).
 """
 
 import argparse
 
 import numpy as np
 
-from transformer.autograd.memory import graph_census, train_steps
+from transformer.autograd_memory import graph_census, train_steps
 from transformer.config import preset
 from transformer.model import init_params
 

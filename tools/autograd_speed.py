@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from tools.bench_step import BATCH, make_torch_step, numpy_step
-from transformer.autograd.model import loss_and_grads as autograd_loss_and_grads
+from transformer.autograd_model import loss_and_grads as autograd_loss_and_grads
 from transformer.config import PRESETS
 from transformer.memory import keep_freed_memory
 from transformer.model import init_params

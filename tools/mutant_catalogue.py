@@ -54,7 +54,7 @@ KV = "transformer/kv_cache.py"
 LORA = "transformer/lora.py"
 NF4 = "transformer/nf4.py"
 QLIN = "transformer/quantized_linear.py"
-AG = "transformer/autograd/tensor.py"
+AG = "transformer/autograd.py"
 
 MUTANTS = (
     # LayerNorm: the three terms of dx, the 1/sigma factor, the gain gradient, the epsilon.

@@ -6,7 +6,7 @@ device. We compare the logits, the loss, every parameter gradient, the
 intermediates the pages show, ten AdamW steps and KV-cache decoding. Devices
 that are not present are listed with the reason, never silently dropped.
 
-The gradients have a third computation: the autograd engine (transformer/autograd),
+The gradients have a third computation: the autograd engine (transformer/autograd.py),
 which differentiates the same model by a tape instead of hand-written backward
 functions. Its gradients are compared with torch's on each device ("autograd
 " rows, one per parameter gradient) and, once, with the hand-written NumPy gradients (the report's
@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .autograd.model import loss_and_grads as autograd_loss_and_grads
+from .autograd_model import loss_and_grads as autograd_loss_and_grads
 from .config import PRESETS, ModelConfig
 from .generate import KVCache, decode_step
 from .gradcheck import relative_gap

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .autograd.model import loss_and_grads as autograd_loss_and_grads
+from .autograd_model import loss_and_grads as autograd_loss_and_grads
 from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from .config import ModelConfig, is_int
 from .data import TOKENIZERS, eval_windows, load_corpus, make_tokenizer, sample_batch, train_val_split
@@ -74,7 +74,7 @@ class TrainConfig:
                                                       "choices": list(TOKENIZERS)})
     engine: str = field(default="handwritten", metadata={
         "help": "how the gradients are computed: handwritten, by the backward functions of each step; autograd, "
-                "by the tape of transformer/autograd (the same gradients, more memory, slower)",
+                "by the tape of transformer/autograd.py (the same gradients, more memory, slower)",
         "choices": list(ENGINES)})
 
     def __post_init__(self):

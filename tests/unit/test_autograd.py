@@ -13,12 +13,12 @@ import math
 import numpy as np
 import pytest
 
-from transformer.autograd import tensor as ag
-from transformer.autograd.custom import CustomGradientError, custom_op
-from transformer.autograd.model import cross_entropy, fused_layer_norm, layer_norm
-from transformer.autograd.model import logits as ag_logits
-from transformer.autograd.model import loss_and_grads as ag_loss_and_grads
+from transformer import autograd as ag
+from transformer.autograd_model import cross_entropy, fused_layer_norm, layer_norm
+from transformer.autograd_model import logits as ag_logits
+from transformer.autograd_model import loss_and_grads as ag_loss_and_grads
 from transformer.config import PRESETS
+from transformer.custom_gradient import CustomGradientError, custom_op
 from transformer.errors import ConfigError
 from transformer.gradcheck import REL_TOL, numerical_grad, relative_gap
 from transformer.model import forward, init_params, loss_and_grads

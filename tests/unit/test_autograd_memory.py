@@ -5,7 +5,7 @@ the same."""
 import numpy as np
 import pytest
 
-from transformer.autograd.memory import graph_census, train_steps
+from transformer.autograd_memory import graph_census, train_steps
 from transformer.config import PRESETS
 from transformer.model import init_params
 

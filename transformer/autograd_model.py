@@ -16,15 +16,8 @@ import math
 
 import numpy as np
 
-from ..attention import attention_backward, attention_forward, causal_mask
-from ..block import ATTENTION_KEYS
-from ..config import ModelConfig
-from ..errors import ConfigError
-from ..flash_attention import flash_attention_backward, flash_attention_forward
-from ..layernorm import layer_norm_backward, layer_norm_forward
-from ..model import check_ids, check_params, check_targets
-from .custom import custom_op
-from .tensor import (
+from .attention import attention_backward, attention_forward, causal_mask
+from .autograd import (
     Tensor,
     backward,
     detach_max,
@@ -35,6 +28,13 @@ from .tensor import (
     relu,
     softmax,
 )
+from .block import ATTENTION_KEYS
+from .config import ModelConfig
+from .custom_gradient import custom_op
+from .errors import ConfigError
+from .flash_attention import flash_attention_backward, flash_attention_forward
+from .layernorm import layer_norm_backward, layer_norm_forward
+from .model import check_ids, check_params, check_targets
 
 FUSABLE = ("layer_norm", "attention")
 

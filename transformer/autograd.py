@@ -13,6 +13,10 @@ whole step's intermediates.
 
 Shapes follow numpy: add, sub, mul and div broadcast, and their rules sum the gradient back down to
 each operand's own shape (`unbroadcast`), because an entry that was used n times gets n contributions.
+
+Beside it: `custom_gradient` (the seam for a fused operation with its own backward), `autograd_model` (the
+transformer composed from these operations) and `autograd_memory` (what a graph holds, and whether it is
+freed).
 """
 
 import math

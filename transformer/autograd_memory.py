@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model import forward as hand_forward
-from ..model import init_params
-from ..optim import AdamWConfig, adamw_init, adamw_update
-from .model import as_leaves, cross_entropy, forward
-from .tensor import backward, live_tensors, topological_order
+from .autograd import backward, live_tensors, topological_order
+from .autograd_model import as_leaves, cross_entropy, forward
+from .model import forward as hand_forward
+from .model import init_params
+from .optim import AdamWConfig, adamw_init, adamw_update
 
 
 def arrays_in(obj):
@@ -75,7 +75,7 @@ def graph_census(params, ids, targets, cfg, fused=()) -> Census:
     ids, targets : ndarray of shape (B, T)
     cfg : ModelConfig
     fused : sequence of str
-        See `transformer.autograd.model.forward`.
+        See `transformer.autograd_model.forward`.
 
     Returns
     -------

@@ -12,8 +12,8 @@ VJP returns against the inputs: one gradient per input, each with that input's s
 
 import numpy as np
 
-from ..errors import TransformerError
-from .tensor import Tensor, as_tensor
+from .autograd import Tensor, as_tensor
+from .errors import TransformerError
 
 
 class CustomGradientError(TransformerError):
