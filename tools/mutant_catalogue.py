@@ -323,11 +323,11 @@ MUTANTS = (
     Mutant("autograd-topological-order-reversed",
            "backward runs the rules from the leaves to the root: a node's rule runs before its users have "
            "added their gradient into it.",
-           (edit(f"{AG}:backward", "for node in reversed(order):", "for node in order:"),)),
+           (edit(AG, "for node in reversed(order):", "for node in order:"),), about=f"{AG}:backward"),
     Mutant("autograd-graph-not-freed",
            "backward leaves every node's parents and rule in place: a kept loss holds its whole graph, and "
            "self-referencing rules leak a graph a step.",
-           (edit(f"{AG}:backward", "node.parents, node.rule = (), None", "pass"),)),
+           (edit(AG, "node.parents, node.rule = (), None", "pass"),), about=f"{AG}:backward"),
 )
 
 # A handful that together exercise every kind of outcome, for the fast run inside the test suite and the
