@@ -9,8 +9,8 @@ from transformer.autograd_memory import graph_census, train_steps
 from transformer.config import PRESETS
 from transformer.model import init_params
 
-STEPS = 20
-FIRST = 5  # growth is measured from this step on, after the first steps' one-off allocations
+STEPS = 12
+FIRST = 4  # growth is measured from this step on, after the first steps' one-off allocations
 
 
 @pytest.fixture(scope="module")
