@@ -184,6 +184,12 @@ PAGES = (
     Page("crosscheck", "verification/crosscheck.md", "Cross-check on devices", "Verification",
          functions=("crosscheck:run_crosscheck", "crosscheck:check_device", "crosscheck:compare"),
          listings=("crosscheck:compare", "crosscheck:check_device", "crosscheck:run_crosscheck")),
+    # Its step times are measured once per change of the code they time, and fewer in the quick build.
+    Page("autograd", "verification/autograd.md", "Hand-written backward and autograd", "Verification",
+         functions=("autograd:backward", "autograd:unbroadcast", "custom_gradient:custom_op",
+                    "autograd_model:layer_norm"),
+         listings=("autograd:topological_order", "custom_gradient:check_vjp_result"), seeds=("inputs",),
+         reads=("mode",)),
     # It runs the command line in subprocesses, and prints where each test it cites is defined.
     Page("bad_inputs", "verification/bad-inputs.md", "Bad inputs", "Verification", reads=("cli:main", "tests")),
     # The mutation run copies the package and runs every check on the copies: any file of the package, the

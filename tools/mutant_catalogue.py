@@ -54,6 +54,7 @@ KV = "transformer/kv_cache.py"
 LORA = "transformer/lora.py"
 NF4 = "transformer/nf4.py"
 QLIN = "transformer/quantized_linear.py"
+AG = "transformer/autograd.py"
 
 MUTANTS = (
     # LayerNorm: the three terms of dx, the 1/sigma factor, the gain gradient, the epsilon.
@@ -314,6 +315,19 @@ MUTANTS = (
     Mutant("finetune-learns-the-context-positions",
            "learn_from is ignored: the loss counts every position of the window.",
            (edit("transformer/finetune.py:adapter_loss_and_grads", "    if learn_from:", "    if False:"),)),
+    # The autograd engine: the three classic slips of a tape.
+    Mutant("autograd-broadcast-not-undone",
+           "unbroadcast only sums the leading axes numpy added, not the size-1 axes it stretched: a (B, T, 1) "
+           "operand such as LayerNorm's mean receives the gradient of one entry of the row, not the row's sum.",
+           (edit(f"{AG}:unbroadcast", "    if stretched:", "    if False:"),)),
+    Mutant("autograd-topological-order-reversed",
+           "backward runs the rules from the leaves to the root: a node's rule runs before its users have "
+           "added their gradient into it.",
+           (edit(AG, "for node in reversed(order):", "for node in order:"),), about=f"{AG}:backward"),
+    Mutant("autograd-graph-not-freed",
+           "backward leaves every node's parents and rule in place: a kept loss holds its whole graph, and "
+           "self-referencing rules leak a graph a step.",
+           (edit(AG, "node.parents, node.rule = (), None", "pass"),), about=f"{AG}:backward"),
 )
 
 # A handful that together exercise every kind of outcome, for the fast run inside the test suite and the

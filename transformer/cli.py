@@ -128,7 +128,7 @@ def add_finetune_parser(sub):
     lora.add_argument("--full", action="store_true", help="train every parameter instead of adapters")
     schedule = tune.add_argument_group("training (defaults in brackets)")
     for f in fields(TrainConfig):
-        if f.name != "tokenizer":  # the base's
+        if f.name not in ("tokenizer", "engine"):  # the base's; fine-tuning runs the hand-written backward
             add_field_option(schedule, f, f" [{FINETUNE_DEFAULTS.get(f.name, f.default)}]")
 
 
@@ -250,7 +250,7 @@ def cmd_finetune(args):
     from .train import CHECKPOINT_NAME, TrainConfig
 
     given = {f.name: getattr(args, f.name) for f in fields(TrainConfig)
-             if f.name != "tokenizer" and getattr(args, f.name) is not None}
+             if f.name not in ("tokenizer", "engine") and getattr(args, f.name) is not None}
     lora_given = {k: getattr(args, k) for k in ("lora_rank", "lora_alpha", "lora_targets", "quantize", "learn_from")
                   if getattr(args, k) is not None}
     if args.resume:

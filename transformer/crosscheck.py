@@ -6,6 +6,12 @@ device. We compare the logits, the loss, every parameter gradient, the
 intermediates the pages show, ten AdamW steps and KV-cache decoding. Devices
 that are not present are listed with the reason, never silently dropped.
 
+The gradients have a third computation: the autograd engine (transformer/autograd.py),
+which differentiates the same model by a tape instead of hand-written backward
+functions. Its gradients are compared with torch's on each device ("autograd
+" rows, one per parameter gradient) and, once, with the hand-written NumPy gradients (the report's
+"autograd" entry), where both sides are NumPy float64 and agree to rounding.
+
 The NumPy side always computes in float64: it is the reference. Each gap is
 reported two ways: max |ours - torch| and that divided by max |ours| (a
 scale-free relative gap, as in gradcheck.relative_gap: divided by the larger of
@@ -17,6 +23,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .autograd_model import loss_and_grads as autograd_loss_and_grads
 from .config import PRESETS, ModelConfig
 from .generate import KVCache, decode_step
 from .gradcheck import relative_gap
@@ -45,6 +52,12 @@ TOLERANCES = {
         "1e-6, so 1e-4 passes them and still fails a 0.1% error by a factor of 10. The key-bias "
         "gradient, zero in exact arithmetic, comes out of float32 as noise near 3e-9")),
 }
+
+# The engine against the hand-written backward: both NumPy float64, the same sums in another order.
+AUTOGRAD_TOLERANCE = Tolerance(1e-12, 1e-14, (
+    "both are NumPy float64 computations of the same gradients that differ only in the order of "
+    "operations, which leaves relative gaps of 1e-16 to 1e-15; 1e-12 keeps a margin of 1e3. The key-bias "
+    "gradient, exactly zero, is rounding noise near 1e-17 on both sides: the absolute bound 1e-14 covers it"))
 
 
 @dataclass
@@ -214,6 +227,9 @@ def check_device(device, torch_device, dtype, cfg, params, ids, targets, adam_st
             compare(rows, device, dtype, "intermediate", name, trace[name], ttrace[name])
     for name in params:
         compare(rows, device, dtype, "gradient", name, grads[name], tparams[name].grad)
+    _, autograd_grads = autograd_loss_and_grads(params, ids, targets, cfg)
+    for name in params:
+        compare(rows, device, dtype, "autograd", name, autograd_grads[name], tparams[name].grad)
     rows += check_steps(device, torch_device, dtype, cfg, params, ids, targets, adam_steps, own_gradients=False)
     if dtype == "float64":  # see check_steps for why not in float32
         rows += check_steps(device, torch_device, dtype, cfg, params, ids, targets, adam_steps, own_gradients=True)
@@ -228,6 +244,39 @@ def check_device(device, torch_device, dtype, cfg, params, ids, targets, adam_st
 
     rows += check_finetune(device, torch_device, dtype, cfg, params, ids, targets)
     return rows
+
+
+def autograd_against_numpy(cfg, params, ids, targets):
+    """The autograd engine's gradients against the hand-written backward's, both NumPy float64.
+
+    Parameters
+    ----------
+    cfg : ModelConfig
+        The model configuration.
+    params : dict
+        Parameter name to float64 array.
+    ids, targets : ndarray of shape (B, T)
+        Token ids and target ids.
+
+    Returns
+    -------
+    dict
+        tolerance (AUTOGRAD_TOLERANCE as a dict); max_abs, the largest absolute gap of all; max_rel and
+        worst, the largest relative gap and its parameter among the other gradients; on_floor, the
+        gradients that are zero (their hand-written values all within the absolute bound: a relative
+        gap there compares two noises, so they are held to the absolute bound instead); passed.
+    """
+    _, grads = loss_and_grads(params, ids, targets, cfg)
+    _, ours = autograd_loss_and_grads(params, ids, targets, cfg)
+    tol = AUTOGRAD_TOLERANCE
+    gaps = {name: (float(np.abs(ours[name] - g).max()), float(relative_gap(ours[name], g))) for name, g in grads.items()}
+    # A gradient that is zero in exact arithmetic comes out as rounding noise on both sides.
+    on_floor = [name for name, g in grads.items() if np.abs(g).max() <= tol.abs]
+    worst = max((name for name in gaps if name not in on_floor), key=lambda name: gaps[name][1])
+    passed = all(gaps[name][1] <= tol.rel for name in gaps if name not in on_floor)
+    passed = passed and all(gaps[name][0] <= tol.abs for name in on_floor)
+    return {"tolerance": asdict(tol), "max_rel": gaps[worst][1], "worst": worst, "on_floor": on_floor,
+            "max_abs": max(a for a, _ in gaps.values()), "passed": passed}
 
 
 def make_torch_adamw(tparams, opt: AdamWConfig):
@@ -369,7 +418,7 @@ def run_crosscheck(devices=DEVICES, dtype=None, activation="relu", seed=0, batch
     report = {"versions": {"numpy": np.__version__, "torch": torch.__version__},
               "config": cfg.to_dict(), "seed": seed, "ids_shape": [batch, seq_len],
               "tolerances": {k: asdict(v) for k, v in TOLERANCES.items()},
-              "devices": [], "rows": []}
+              "devices": [], "rows": [], "autograd": autograd_against_numpy(cfg, params, ids, targets)}
     for name, torch_device, device_dtype, reason in discover_devices(devices):
         if torch_device is None:
             report["devices"].append({"device": name, "status": "not available", "reason": reason})
@@ -384,7 +433,8 @@ def run_crosscheck(devices=DEVICES, dtype=None, activation="relu", seed=0, batch
                                   "passed": all(r.passed for r in rows), "checks": len(rows),
                                   "flash_kernel": kernel_note})
         report["rows"] += [asdict(r) for r in rows]
-    report["passed"] = all(r["passed"] for r in report["rows"]) and bool(report["rows"])
+    report["passed"] = (all(r["passed"] for r in report["rows"]) and bool(report["rows"])
+                        and report["autograd"]["passed"])
     return report
 
 
@@ -417,6 +467,11 @@ def format_report(report, verbose=False):
         lines.append(f"        why this tolerance: {tol['why']}")
         if d.get("flash_kernel"):
             lines.append(f"        flash kernel: {d['flash_kernel']}")
+    engine = report["autograd"]
+    lines.append(f"  autograd engine against the hand-written NumPy gradients (both float64): largest relative gap "
+                 f"{engine['max_rel']:.2e} ({engine['worst']}), tolerance {engine['tolerance']['rel']:g}; "
+                 f"{len(engine['on_floor'])} zero gradients within {engine['tolerance']['abs']:g} absolute: "
+                 f"{'pass' if engine['passed'] else 'FAIL'}")
     header = (f"{'device':<6} {'check':<12} {'tensor':<36} {'max abs gap':>11} {'max rel gap':>11} "
               f"{'tol':>6}  result")
     lines += ["", header]

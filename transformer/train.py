@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .autograd_model import loss_and_grads as autograd_loss_and_grads
 from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from .config import ModelConfig, is_int
 from .data import TOKENIZERS, eval_windows, load_corpus, make_tokenizer, sample_batch, train_val_split
@@ -34,6 +35,7 @@ CHECKPOINT_NAME = "checkpoint.npz"
 RUN_FILES = (CHECKPOINT_NAME, "adapter.npz")  # what marks a folder as holding a run: train's, or finetune's
 METRICS_NAME = "metrics.jsonl"
 DTYPES = {"float32": np.float32, "float64": np.float64}
+ENGINES = ("handwritten", "autograd")
 
 
 def is_finite_number(value) -> bool:
@@ -70,6 +72,10 @@ class TrainConfig:
     dtype: str = field(default="float32", metadata={"help": "arithmetic of training", "choices": list(DTYPES)})
     tokenizer: str = field(default="char", metadata={"help": "char: vocabulary from the corpus; byte: n_V = 256",
                                                       "choices": list(TOKENIZERS)})
+    engine: str = field(default="handwritten", metadata={
+        "help": "how the gradients are computed: handwritten, by the backward functions of each step; autograd, "
+                "by the tape of transformer/autograd.py (the same gradients, more memory, slower)",
+        "choices": list(ENGINES)})
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_every", "ckpt_every"):
@@ -94,6 +100,8 @@ class TrainConfig:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.tokenizer not in TOKENIZERS:
             raise ConfigError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {self.tokenizer!r}")
+        if self.engine not in ENGINES:
+            raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
 
     def adamw(self) -> AdamWConfig:
         """The AdamW hyperparameters of this run.
@@ -235,6 +243,8 @@ class Run:
 
     def loss_and_grads(self, x, y):
         """The loss of a batch and the gradients of what this run trains: every parameter."""
+        if self.train_cfg.engine == "autograd":
+            return autograd_loss_and_grads(self.params, x, y, self.model_cfg)
         return loss_and_grads(self.params, x, y, self.model_cfg)
 
     def model_params(self):

@@ -38,6 +38,8 @@ def test_device_agrees_with_the_numpy_reference(device, activation):
     names = list(param_shapes(PRESETS["default"]))
     assert ("forward", "logits") in seen and ("loss", "loss") in seen
     assert all(("gradient", n) in seen for n in names)
+    assert all(("autograd", n) in seen for n in names)  # the engine's gradients, a third computation
+    assert report["autograd"]["passed"] and report["autograd"]["max_rel"] < 1e-12
     assert all((f"adamw step {s}", n) in seen for s in range(1, 11) for n in names)
     if FOUND[device][1] == "float64":
         assert all((f"train step {s}", n) in seen for s in range(1, 11) for n in names)
@@ -64,7 +66,7 @@ def test_float64_gaps_are_near_rounding_level():
     """
     report = run_crosscheck(["cpu"])
     def zero_gradient(r):  # the key-bias gradient is rounding noise on both sides
-        return r["check"] in ("gradient", "flash", "checkpointed") and r["tensor"].endswith(".bk")
+        return r["check"] in ("gradient", "autograd", "flash", "checkpointed") and r["tensor"].endswith(".bk")
 
     rows = [r for r in report["rows"] if not r["check"].startswith("train step") and not zero_gradient(r)]
     assert len(rows) > 400 and max(r["max_rel"] for r in rows) < 1e-13
