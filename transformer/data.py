@@ -140,8 +140,13 @@ class CharTokenizer:
         -------
         str
             The text.
+
+        Raises
+        ------
+        InputError
+            If an id is not an integer in [0, vocab_size).
         """
-        return "".join(self.chars[i] for i in np.asarray(ids).reshape(-1))
+        return "".join(self.chars[i] for i in checked_ids(ids, self.vocab_size))
 
     def to_dict(self) -> dict:
         """Describe the tokenizer for a checkpoint; `tokenizer_from_dict` rebuilds it.
@@ -191,9 +196,14 @@ class ByteTokenizer:
         -------
         str
             The text.
+
+        Raises
+        ------
+        InputError
+            If an id is not an integer in [0, 256).
         """
         # A sampled byte sequence need not be valid UTF-8: show U+FFFD there.
-        return bytes(np.asarray(ids, dtype=np.uint8).reshape(-1)).decode("utf-8", errors="replace")
+        return bytes(checked_ids(ids, self.vocab_size).astype(np.uint8)).decode("utf-8", errors="replace")
 
     def to_dict(self) -> dict:
         """Describe the tokenizer for a checkpoint; `tokenizer_from_dict` rebuilds it.
@@ -207,6 +217,20 @@ class ByteTokenizer:
 
 
 TOKENIZERS = ("char", "byte")
+
+
+def checked_ids(ids, vocab_size) -> np.ndarray:
+    """The ids as one flat integer array, refusing any id outside [0, vocab_size): a negative id would
+    otherwise index from the end, and a byte id of 300 would wrap to 44."""
+    flat = np.asarray(ids).reshape(-1)
+    if flat.size == 0:
+        return flat.astype(np.int64)
+    if flat.dtype.kind not in "iu":
+        raise InputError(f"token ids must be integers, got dtype {flat.dtype}")
+    bad = flat[(flat < 0) | (flat >= vocab_size)]
+    if bad.size:
+        raise InputError(f"token ids must lie in [0, {vocab_size}), got {bad[0]}")
+    return flat
 
 
 def make_tokenizer(kind: str, text: str):
