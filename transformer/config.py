@@ -5,6 +5,8 @@ B batch, T time (sequence length), d model width, H heads, dh head width (d/H),
 F feed-forward width, n_V vocabulary size, L layers.
 """
 
+import math
+import sys
 from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
@@ -33,6 +35,26 @@ def is_int(value) -> bool:
         True for 3, np.int64(3); False for True, 3.0, "3".
     """
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def is_finite_number(value) -> bool:
+    """Tell whether value is a finite Python int or float (numpy's float64 is one), and not a bool.
+
+    An int too large for a float (10**400) is refused too: the arithmetic it goes into would overflow.
+
+    Parameters
+    ----------
+    value : object
+        Any value.
+
+    Returns
+    -------
+    bool
+        True for 3, 0.5, np.float64(2); False for True, nan, inf, 10**400, "3".
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) if isinstance(value, float) else abs(value) <= sys.float_info.max
 
 
 @dataclass(frozen=True)
@@ -78,11 +100,11 @@ class ModelConfig:
                 f"num_heads={self.num_heads} does not divide emb_dim={self.emb_dim}: "
                 "each head needs an equal share d/H of the width"
             )
-        if isinstance(self.ln_eps, bool) or not (isinstance(self.ln_eps, (int, float)) and self.ln_eps > 0):
-            raise ConfigError(f"ln_eps must be a positive number, got {self.ln_eps!r}")
-        if self.activation not in ACTIVATIONS:
+        if not (is_finite_number(self.ln_eps) and self.ln_eps > 0):
+            raise ConfigError(f"ln_eps must be a positive finite number, got {self.ln_eps!r}")
+        if not (isinstance(self.activation, str) and self.activation in ACTIVATIONS):
             raise ConfigError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-        if self.attention not in ATTENTIONS:
+        if not (isinstance(self.attention, str) and self.attention in ATTENTIONS):
             raise ConfigError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
         if not isinstance(self.checkpoint_blocks, (bool, np.bool_)):
             raise ConfigError(f"checkpoint_blocks must be True or False, got {self.checkpoint_blocks!r}")

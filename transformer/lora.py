@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .config import is_int
+from .config import is_finite_number, is_int
 from .errors import ConfigError
 from .nf4 import NF4Weight
 from .quantized_linear import ROWS, nf4_linear_backward, nf4_linear_forward
@@ -32,11 +32,16 @@ class LoRAConfig:
     def __post_init__(self):
         if not (is_int(self.rank) and self.rank >= 1):
             raise ConfigError(f"lora rank must be a positive integer, got {self.rank!r}")
-        if isinstance(self.alpha, bool) or not (isinstance(self.alpha, (int, float)) and self.alpha > 0):
-            raise ConfigError(f"lora alpha must be a positive number, got {self.alpha!r}")
+        object.__setattr__(self, "rank", int(self.rank))  # a numpy integer becomes a plain int (adapter files are JSON)
+        if not (is_finite_number(self.alpha) and self.alpha > 0):
+            raise ConfigError(f"lora alpha must be a positive finite number, got {self.alpha!r}")
+        # A bare string is refused: "qv" would otherwise be read as the targets q and v.
+        if not (isinstance(self.targets, (tuple, list)) and all(isinstance(t, str) for t in self.targets)):
+            raise ConfigError(f"lora targets must be a list of names, got {self.targets!r}")
         unknown = [t for t in self.targets if t not in TARGETS]
         if unknown or not self.targets:
             raise ConfigError(f"lora targets must be some of {', '.join(TARGETS)}, got {', '.join(self.targets) or 'none'}")
+        object.__setattr__(self, "targets", tuple(self.targets))  # a list would make the config unhashable
 
     @property
     def scale(self):

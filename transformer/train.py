@@ -24,7 +24,7 @@ import numpy as np
 
 from .autograd_model import loss_and_grads as autograd_loss_and_grads
 from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from .config import ModelConfig, is_int
+from .config import ModelConfig, is_finite_number, is_int
 from .data import TOKENIZERS, eval_windows, load_corpus, make_tokenizer, sample_batch, train_val_split
 from .errors import CheckpointError, ConfigError, TransformerError
 from .model import forward, init_params, loss_and_grads
@@ -36,11 +36,9 @@ RUN_FILES = (CHECKPOINT_NAME, "adapter.npz")  # what marks a folder as holding a
 METRICS_NAME = "metrics.jsonl"
 DTYPES = {"float32": np.float32, "float64": np.float64}
 ENGINES = ("handwritten", "autograd")
-
-
-def is_finite_number(value) -> bool:
-    """A finite Python int or float, and not a bool (bool is a subclass of int, so True would pass as 1)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+# The counts and the seed of a run fit an int64, as numpy takes them; a larger one (10**400) would overflow the
+# float arithmetic of the learning-rate schedule.
+MAX_COUNT = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -80,13 +78,13 @@ class TrainConfig:
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_every", "ckpt_every"):
             value = getattr(self, name)
-            if not (is_int(value) and value >= 1):
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+            if not (is_int(value) and 1 <= value <= MAX_COUNT):
+                raise ConfigError(f"{name} must be a positive integer below 2**63, got {value!r}")
             object.__setattr__(self, name, int(value))  # numpy integers become plain ints (checkpoints are JSON)
         for name in ("seq_len", "warmup", "seed"):
             value = getattr(self, name)
-            if not (is_int(value) and value >= 0):
-                raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+            if not (is_int(value) and 0 <= value <= MAX_COUNT):
+                raise ConfigError(f"{name} must be a non-negative integer below 2**63, got {value!r}")
             object.__setattr__(self, name, int(value))
         for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
             value = getattr(self, name)
@@ -96,11 +94,11 @@ class TrainConfig:
             value = getattr(self, name)
             if not (is_finite_number(value) and 0 <= value < 1):
                 raise ConfigError(f"{name} must lie in [0, 1), got {value!r}")
-        if self.dtype not in DTYPES:
+        if not (isinstance(self.dtype, str) and self.dtype in DTYPES):
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.tokenizer not in TOKENIZERS:
+        if not (isinstance(self.tokenizer, str) and self.tokenizer in TOKENIZERS):
             raise ConfigError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {self.tokenizer!r}")
-        if self.engine not in ENGINES:
+        if not (isinstance(self.engine, str) and self.engine in ENGINES):
             raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
 
     def adamw(self) -> AdamWConfig:

@@ -114,7 +114,7 @@ def test_merging_folds_the_adapters_into_the_weights():
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"rank": 0}, "rank must be a positive integer"), ({"alpha": 0}, "alpha must be a positive number"),
+    ({"rank": 0}, "rank must be a positive integer"), ({"alpha": 0}, "alpha must be a positive finite number"),
     ({"targets": ("q", "z")}, "targets must be some of"), ({"targets": ()}, "targets must be some of"),
 ])
 def test_bad_lora_settings_are_refused_by_name(kwargs, message):
