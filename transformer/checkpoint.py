@@ -154,8 +154,8 @@ def load_checkpoint(path) -> Checkpoint:
     try:
         cfg = ModelConfig.from_dict(meta["config"])
         tokenizer = tokenizer_from_dict(meta["tokenizer"])
-        step = int(meta["step"])
-        adam_step = None if meta.get("adam_step") is None else int(meta["adam_step"])
+        step = saved_step(meta["step"], "step")
+        adam_step = None if meta.get("adam_step") is None else saved_step(meta["adam_step"], "adam_step")
         extra = meta.get("extra", {})
         if not isinstance(extra, dict):
             raise TypeError("extra is not a mapping")
@@ -172,8 +172,15 @@ def load_checkpoint(path) -> Checkpoint:
     return Checkpoint(params, cfg, tokenizer, step, opt_state, extra)
 
 
+def saved_step(value, name) -> int:
+    """A step count read from a file's description: a non-negative integer (JSON has no other kind of step)."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        raise TypeError(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
 def read_npz(path, what="checkpoint") -> dict:
-    """Every array of an .npz file, refusing pickled objects; a missing, truncated or foreign file is a
+    """Every array of an .npz file, refusing pickled objects; a missing, truncated, damaged or foreign file is a
     CheckpointError that says which."""
     path = Path(path)
     if path.is_dir():
@@ -185,10 +192,16 @@ def read_npz(path, what="checkpoint") -> dict:
     try:
         with np.load(path, allow_pickle=False) as npz:
             return {k: npz[k] for k in npz.files}
-    except (zipfile.BadZipFile, EOFError, OSError) as e:
-        raise CheckpointError(f"{what} {path} is truncated or not an .npz file ({e})") from None
-    except ValueError as e:  # object arrays need pickle, which we refuse
-        raise CheckpointError(f"{what} {path} holds pickled objects, which are refused: {e}") from None
+    except ValueError as e:
+        if "allow_pickle" in str(e):  # object arrays need pickle, which we refuse
+            raise CheckpointError(f"{what} {path} holds pickled objects, which are refused: {e}") from None
+        raise CheckpointError(f"{what} {path} is damaged or not an .npz file: {e}") from None
+    # A damaged zip makes zipfile and numpy raise almost anything (BadZipFile for a bad checksum, EOFError,
+    # NotImplementedError for a flipped compression method, RuntimeError for a flipped encryption flag,
+    # zlib.error, MemoryError for a huge shape in a header...), so every one of them is the same refusal.
+    except Exception as e:  # noqa: BLE001 (see above: the list of what a damaged file raises is open)
+        raise CheckpointError(f"{what} {path} is truncated, damaged or not an .npz file "
+                              f"({type(e).__name__}: {e})") from None
 
 
 def _read_meta(path, arrays) -> dict:

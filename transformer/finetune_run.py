@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import load_checkpoint, read_npz, state_arrays, write_npz_atomically
-from .config import ModelConfig
+from .checkpoint import load_checkpoint, read_npz, saved_step, state_arrays, write_npz_atomically
+from .config import ModelConfig, is_int
 from .errors import CheckpointError, ConfigError, TransformerError
 from .finetune import QUANTIZE, adapter_loss_and_grads, frozen_params, params_sha256, quantize_base
 from .lora import LoRAConfig, adapter_shapes, init_adapters
@@ -101,7 +101,11 @@ def load_adapter(path) -> AdapterFile:
         if quantize not in QUANTIZE:
             raise ConfigError(f"unknown quantization {quantize!r}")
         shapes = adapter_shapes(param_shapes(base_cfg), lora)
-        adam_step = meta.get("adam_step")
+        adam_step = None if meta.get("adam_step") is None else saved_step(meta["adam_step"], "adam_step")
+        step = saved_step(meta["step"], "step")
+        base_path, base_sha256, extra = meta["base"]["path"], meta["base"]["sha256"], meta.get("extra", {})
+        if not (isinstance(base_path, str) and isinstance(base_sha256, str) and isinstance(extra, dict)):
+            raise TypeError("the base's path and sha256 must be text and extra a mapping")
     except CheckpointError:
         raise
     except (TransformerError, KeyError, TypeError, ValueError, AttributeError) as e:
@@ -112,9 +116,8 @@ def load_adapter(path) -> AdapterFile:
         if set(found) != set(shapes) or any(found[k].shape != s for k, s in shapes.items()):
             raise CheckpointError(f"adapter file {path}: its {group} arrays do not match its rank and targets")
         groups[group] = {k: found[k] for k in shapes}
-    opt_state = None if adam_step is None else {"m": groups["adam_m"], "v": groups["adam_v"], "step": int(adam_step)}
-    return AdapterFile(groups["param"], lora, quantize, meta["base"]["path"], meta["base"]["sha256"], base_cfg,
-                       int(meta["step"]), opt_state, meta.get("extra", {}))
+    opt_state = None if adam_step is None else {"m": groups["adam_m"], "v": groups["adam_v"], "step": adam_step}
+    return AdapterFile(groups["param"], lora, quantize, base_path, base_sha256, base_cfg, step, opt_state, extra)
 
 
 def check_base(adapter: AdapterFile, base_params, base_cfg: ModelConfig, base_path):
@@ -181,10 +184,13 @@ def resumed_finetune_run(adapter_path, corpus_sha256, base_path=None):
     base_path = base_path or f.base_path
     ckpt = load_checkpoint(base_path)
     check_base(f, ckpt.params, ckpt.cfg, base_path)
+    learn_from, seq_len = f.extra.get("learn_from", 0), train_cfg.seq_len or ckpt.cfg.context_len
+    if not (is_int(learn_from) and 0 <= learn_from < seq_len):
+        raise CheckpointError(f"adapter file {adapter_path} holds learn_from {learn_from!r}; it must lie in [0, {seq_len})")
     return FineTuneRun(ckpt.cfg, train_cfg, ckpt.tokenizer, f.adapters, f.opt_state, rng, f.step,
                        f.extra.get("elapsed_s", 0.0), base=stored_base(ckpt.params, f.quantize), lora=f.lora,
                        quantize=f.quantize, base_path=str(base_path), base_sha256=f.base_sha256,
-                       learn_from=int(f.extra.get("learn_from", 0)))
+                       learn_from=learn_from)
 
 
 def new_full_run(base_path, train_cfg: TrainConfig):

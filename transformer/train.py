@@ -353,8 +353,11 @@ def restored_state(extra, opt_state, step, path, corpus_sha256, what="checkpoint
         train_cfg = TrainConfig.from_dict(extra["train"])
         rng = np.random.default_rng()
         rng.bit_generator.state = extra["sampler_state"]
-    except (TransformerError, AttributeError, KeyError, TypeError, ValueError) as e:
+    except (TransformerError, AttributeError, KeyError, TypeError, ValueError, OverflowError) as e:
         raise CheckpointError(f"{what} {path} holds an invalid training state: {e!r}") from None
+    elapsed = extra.get("elapsed_s", 0.0)
+    if not (is_finite_number(elapsed) and elapsed >= 0):
+        raise CheckpointError(f"{what} {path} holds an invalid training time elapsed_s={elapsed!r}")
     if step >= train_cfg.steps:
         raise ConfigError(f"the run in {Path(path).parent} already finished ({step} of {train_cfg.steps} "
                           "steps); there is nothing to resume")
