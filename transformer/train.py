@@ -78,13 +78,17 @@ class TrainConfig:
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_every", "ckpt_every"):
             value = getattr(self, name)
-            if not (is_int(value) and 1 <= value <= MAX_COUNT):
-                raise ConfigError(f"{name} must be a positive integer below 2**63, got {value!r}")
+            if not (is_int(value) and value >= 1):
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+            if value > MAX_COUNT:
+                raise ConfigError(f"{name} must be below 2**63, got {value!r}")
             object.__setattr__(self, name, int(value))  # numpy integers become plain ints (checkpoints are JSON)
         for name in ("seq_len", "warmup", "seed"):
             value = getattr(self, name)
-            if not (is_int(value) and 0 <= value <= MAX_COUNT):
-                raise ConfigError(f"{name} must be a non-negative integer below 2**63, got {value!r}")
+            if not (is_int(value) and value >= 0):
+                raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+            if value > MAX_COUNT:
+                raise ConfigError(f"{name} must be below 2**63, got {value!r}")
             object.__setattr__(self, name, int(value))
         for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
             value = getattr(self, name)
