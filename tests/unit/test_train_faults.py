@@ -11,14 +11,13 @@ import time
 
 import numpy as np
 import pytest
+from test_train import MODEL, corpus, read_metrics, small_config, stop_at  # noqa: F401  (corpus: a fixture)
 
 import transformer.train as train_module
 from transformer.checkpoint import load_checkpoint
 from transformer.cli import main
 from transformer.errors import MaskedRowError, NonFiniteError, RunLockedError
 from transformer.train import MAX_SKIPS_IN_A_ROW, new_run, train, train_step
-
-from test_train import MODEL, corpus, read_metrics, small_config, stop_at  # noqa: F401  (corpus: a fixture)
 
 
 def poison(monkeypatch, calls, value=np.nan, name="b0.wq"):
