@@ -326,10 +326,9 @@ MUTANTS = (
            "AdamW no longer checks the gradients: a NaN gradient is written into its parameter and moments.",
            (edit("transformer/optim.py:adamw_update", "    if bad is not None:\n        raise NonFiniteError(f\"the "
                  "gradient", "    if False:\n        raise NonFiniteError(f\"the gradient"),)),
-    Mutant("train-step-ignores-non-finite-gradients",
-           "A step checks only the loss: a NaN gradient with a finite loss is reported by AdamW without the "
-           "step's number.",
-           (edit("transformer/train.py:finite_loss_and_grads", "    bad = first_nonfinite(grads)", "    bad = None"),)),
+    Mutant("train-step-ignores-a-nan-loss",
+           "A step does not check its loss: a NaN loss with finite gradients is trained through.",
+           (edit("transformer/train.py:finite_loss_and_grads", "    if not math.isfinite(loss):", "    if False:"),)),
     Mutant("stop-keeps-the-sampler-past-the-bad-batch",
            "Stopping at a step that is not finite saves the sampler after the bad batch: the checkpoint is not "
            "the last good step, and a resume silently skips the batch.",

@@ -298,7 +298,7 @@ def report_summary(summary, resume_command):
     val = "" if summary["val_loss"] is None else \
         f", validation loss {summary['val_loss']:.4f} (at step {summary['val_step']})"
     if summary["skipped"]:
-        val += f"; {summary['skipped']} batches skipped (not finite)"
+        val += f"; {summary['skipped']} batch{'es' * (summary['skipped'] > 1)} skipped (not finite)"
     if summary["stopped"]:
         print(f"stopped ({summary['stopped']}) after step {summary['step']} of {summary['steps']}{val}; "
               f"checkpoint {summary['checkpoint']}; continue with: {resume_command}")

@@ -32,7 +32,7 @@ from .config import ModelConfig, is_int
 from .data import TOKENIZERS, eval_windows, load_corpus, make_tokenizer, sample_batch, train_val_split
 from .errors import CheckpointError, ConfigError, MaskedRowError, NonFiniteError, TransformerError
 from .model import forward, init_params, loss_and_grads
-from .optim import AdamWConfig, adamw_init, adamw_update, clip_grads, first_nonfinite, lr_at
+from .optim import AdamWConfig, adamw_init, adamw_update, clip_grads, lr_at
 from .runlock import FolderLock
 from .softmax import cross_entropy_forward
 
@@ -648,8 +648,12 @@ def start_session(corpus_path, out_dir, resume, overwrite, max_minutes, new, res
 
 
 def prepare_out_dir(out_dir, resume, step, metrics_path):
-    """Make the locked folder ready: a resumed run drops the metrics of the steps it will redo; a new run
-    removes any old run's files (with overwrite) and starts an empty metrics file."""
+    """Make the locked folder ready: remove the temporary files of a save that was killed halfway; a resumed
+    run drops the metrics of the steps it will redo; a new run removes any old run's files (with overwrite) and
+    starts an empty metrics file."""
+    for name in RUN_FILES:  # what a write killed halfway left (write_npz_atomically): no live run owns it
+        for stale in out_dir.glob(f"{name}.*.tmp"):
+            stale.unlink()
     if resume:
         _truncate_metrics(metrics_path, step)
         return
@@ -713,12 +717,12 @@ def train_step(run: Run, train_ids, seq_len) -> dict:
 
 
 def finite_loss_and_grads(run: Run, x, y, where):
-    """The run's loss and gradients on a batch, refused unless all of them are finite.
+    """The run's loss and gradients on a batch, refused unless the loss is finite.
 
     Raises
     ------
     NonFiniteError
-        Naming `where` (the step) and the loss, or the first gradient that is not finite.
+        Naming `where` (the step), when the loss is not finite.
     """
     try:
         loss, grads = run.loss_and_grads(x, y)
@@ -727,10 +731,7 @@ def finite_loss_and_grads(run: Run, x, y, where):
     if not math.isfinite(loss):
         hint = "" if run.train_cfg.grad_clip else " (--grad-clip, e.g. 1.0, bounds each step)"
         raise NonFiniteError(f"{where}: the loss became {loss}: training diverged{hint}", "loss")
-    bad = first_nonfinite(grads)
-    if bad is not None:
-        raise NonFiniteError(f"{where}: the gradient of {bad} is not finite (loss {loss:.4f})", bad)
-    return loss, grads
+    return loss, grads  # a gradient that is not finite is refused by adamw_update, which names the first
 
 
 def _read_metrics(metrics_path):

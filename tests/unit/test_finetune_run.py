@@ -211,6 +211,6 @@ def test_fine_tuning_stops_at_a_non_finite_step_with_its_last_good_adapters_and_
     assert load_adapter(out / ADAPTER_NAME).step == 2
     assert main(["finetune", "--resume", "--out", str(out), "--on-nonfinite", "skip", "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert "done: 6 steps" in printed and "1 batches skipped" in printed
+    assert "done: 6 steps" in printed and "1 batch skipped" in printed
     f = load_adapter(out / ADAPTER_NAME)
     assert f.step == 6 and f.extra["skipped_batches"] == 1
