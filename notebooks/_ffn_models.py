@@ -19,6 +19,7 @@ import numpy as np
 from transformer.activations import relu_backward, relu_forward
 from transformer.attention import attention_backward, attention_forward
 from transformer.embedding import embedding_backward, embedding_forward
+from transformer.errors import MaskedRowError
 from transformer.gradcheck import check_passes, numerical_grad, relative_gap
 from transformer.layernorm import layer_norm_backward, layer_norm_forward
 from transformer.linear import linear_backward, linear_forward
@@ -168,7 +169,12 @@ def fit(seed, lr, parts, ids, y, steps, clip=None, scale=1.0, corner=0):
     losses, norms, stats = [], [], {"corners": 0}
     for _ in range(steps):
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            loss, g = loss_and_grads(p, ids, y, parts, corner, stats)
+            try:
+                loss, g = loss_and_grads(p, ids, y, parts, corner, stats)
+            except MaskedRowError:  # scores overflowed to -inf across a whole row: the softmax refuses it
+                losses.append(np.nan)
+                norms.append(np.nan)
+                break
             g, norm = clip_grads(g, clip)
         losses.append(loss)
         norms.append(norm)
@@ -300,7 +306,10 @@ def sharpness_along(seed, lr, parts, ids, y, at_steps, iters=20):
     p, rows, at_steps = init(seed, parts), [], set(at_steps)
     for step in range(max(at_steps) + 1):
         with np.errstate(over="ignore", invalid="ignore"):
-            loss, g = loss_and_grads(p, ids, y, parts)
+            try:
+                loss, g = loss_and_grads(p, ids, y, parts)
+            except MaskedRowError:  # diverged so far that a row of scores is all -inf
+                break
         if not np.isfinite(loss):
             break
         if step in at_steps:

@@ -113,7 +113,8 @@ PAGES = (
                           "both fed our gradients, for ten steps; every parameter is compared after each step.")),
     Page("training", "training/loop.md", "Training loop & data", "Training",
          functions=("data:sample_batch", "train:train_step", "train:evaluate", "train:train", "train:training_loop"),
-         listings=("data:train_val_split", "data:eval_windows", "train:train_step", "train:evaluate",
+         listings=("data:train_val_split", "data:eval_windows", "train:train_step", "train:finite_loss_and_grads",
+                   "train:evaluate",
                    "train:train", "train:training_loop", "train:is_due"),
          seeds=("training and sampling",),
          crosscheck=Steps("train step", "Ten whole training steps on each side, each with its own "
@@ -192,6 +193,9 @@ PAGES = (
          reads=("mode",)),
     # It runs the command line in subprocesses, and prints where each test it cites is defined.
     Page("bad_inputs", "verification/bad-inputs.md", "Bad inputs", "Verification", reads=("cli:main", "tests")),
+    # It runs the command line in subprocesses, through tools/fault_inject.py, which wraps the loop's functions.
+    Page("faults", "verification/faults.md", "What survives a fault", "Verification",
+         reads=("transformer", "tools/fault_inject.py")),
     # The mutation run copies the package and runs every check on the copies: any file of the package, the
     # unit tests or the run itself can change its report.
     Page("mutants", "verification/mutants.md", "Are the checks good enough?", "Verification",

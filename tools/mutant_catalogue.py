@@ -84,15 +84,15 @@ MUTANTS = (
     # Activations.
     Mutant("relu-mask-omitted",
            "ReLU's backward lets every gradient through, as if it were the identity.",
-           (edit("transformer/activations.py:relu_backward", "dx = dy * (y > 0)", "dx = dy * 1.0"),)),
+           (edit("transformer/activations.py:relu_backward", "dx = dy * np.sign(y)", "dx = dy * 1.0"),)),
     Mutant("relu-mask-reversed",
            "ReLU's backward passes the gradient where the input was negative and stops it where positive.",
-           (edit("transformer/activations.py:relu_backward", "dx = dy * (y > 0)", "dx = dy * (y <= 0)"),)),
+           (edit("transformer/activations.py:relu_backward", "dx = dy * np.sign(y)", "dx = dy * (y <= 0)"),)),
     Mutant("relu-gradient-one-at-zero",
            "ReLU's derivative at exactly x = 0 is taken as 1 instead of 0 (the cache keeps x to tell 0 from "
            "negative).",
            (edit("transformer/activations.py:relu_forward", "cache = y", "cache = x"),
-            edit("transformer/activations.py:relu_backward", "dx = dy * (y > 0)", "dx = dy * (y >= 0)")),
+            edit("transformer/activations.py:relu_backward", "dx = dy * np.sign(y)", "dx = dy * (y >= 0)")),
            uncatchable="ReLU has no derivative at 0, so either value is a convention. Central differences at "
                        "x = 0 give 1/2, which matches neither; and an input that is exactly 0.0 does not occur "
                        "in a model with random real-valued weights, so no gradient entry changes."),
@@ -106,8 +106,7 @@ MUTANTS = (
     Mutant("softmax-no-max-shift",
            "Softmax exponentiates the scores without subtracting the row maximum first. The result is the "
            "same until a score passes about 709, where exp overflows.",
-           (edit("transformer/softmax.py:softmax_forward", "p = x - x.max(axis=-1, keepdims=True)",
-                 "p = x.copy()"),)),
+           (edit("transformer/softmax.py:softmax_forward", "p = x - row_max", "p = x.copy()"),)),
     Mutant("cross-entropy-grad-not-divided-by-n",
            "The cross-entropy gradient is not divided by the number of positions N, so it is the gradient of "
            "the sum while the loss is the mean.",
@@ -195,13 +194,13 @@ MUTANTS = (
     # The optimizer.
     Mutant("adamw-no-bias-correction",
            "AdamW skips the bias correction of both moments, so early steps are too small.",
-           (edit("transformer/optim.py:adamw_update", "bias1 = 1.0 - cfg.beta1 ** t", "bias1 = 1.0"),
-            edit("transformer/optim.py:adamw_update", "bias2_sqrt = math.sqrt(1.0 - cfg.beta2 ** t)",
-                 "bias2_sqrt = 1.0"))),
+           (edit("transformer/optim.py:adamw_param", "bias1 = 1.0 - cfg.beta1 ** t", "bias1 = 1.0"),
+            edit("transformer/optim.py:adamw_param", "bias2_sqrt = math.sqrt(1.0 - cfg.beta2 ** t)",
+                 "bias2_sqrt = 1.0")), about="transformer/optim.py:adamw_update"),  # adamw_update's per-parameter step
     Mutant("adamw-eps-inside-sqrt",
            "AdamW adds eps under the square root, sqrt(v + eps), instead of after it.",
-           (edit("transformer/optim.py:adamw_update", "np.sqrt(v) / bias2_sqrt + cfg.eps",
-                 "np.sqrt(v + cfg.eps) / bias2_sqrt"),)),
+           (edit("transformer/optim.py:adamw_param", "np.sqrt(v) / bias2_sqrt + cfg.eps",
+                 "np.sqrt(v + cfg.eps) / bias2_sqrt"),), about="transformer/optim.py:adamw_update"),
     Mutant("weight-decay-on-layernorm-gains",
            "Weight decay also pulls the LayerNorm gains towards zero.",
            (edit("transformer/optim.py", '"ff2_w", "head_w")', '"ff2_w", "head_w", "ln1_g", "ln2_g", "lnf_g")'),),
@@ -328,6 +327,36 @@ MUTANTS = (
            "backward leaves every node's parents and rule in place: a kept loss holds its whole graph, and "
            "self-referencing rules leak a graph a step.",
            (edit(AG, "node.parents, node.rule = (), None", "pass"),), about=f"{AG}:backward"),
+    # Reliability: the overflow-safe norm, the all-or-nothing step, NaN semantics, one run per folder.
+    Mutant("global-norm-squares-before-scaling",
+           "The global norm squares the entries first: huge finite gradients overflow to an infinite norm, and "
+           "clipping would zero them.",
+           (edit("transformer/optim.py:global_norm", "s = math.ldexp(1.0, math.frexp(largest)[1] - 1)", "s = 1.0"),)),
+    Mutant("global-norm-scale-not-multiplied-back",
+           "The root of the scaled squares is returned without the factor s: the norm of gradients far from 1 "
+           "is off by that power of two.",
+           (edit("transformer/optim.py:global_norm", "return s * math.sqrt(total)", "return math.sqrt(total)"),)),
+    Mutant("adamw-commits-a-non-finite-gradient",
+           "AdamW no longer checks the gradients: a NaN gradient is written into its parameter and moments.",
+           (edit("transformer/optim.py:adamw_update", "    if bad is not None:\n        raise NonFiniteError(f\"the "
+                 "gradient", "    if False:\n        raise NonFiniteError(f\"the gradient"),)),
+    Mutant("train-step-ignores-a-nan-loss",
+           "A step does not check its loss: a NaN loss with finite gradients is trained through.",
+           (edit("transformer/train.py:finite_loss_and_grads", "    if not math.isfinite(loss):", "    if False:"),)),
+    Mutant("stop-keeps-the-sampler-past-the-bad-batch",
+           "Stopping at a step that is not finite saves the sampler after the bad batch: the checkpoint is not "
+           "the last good step, and a resume silently skips the batch.",
+           (edit("transformer/train.py:Session.refuse", "        run.rng.bit_generator.state = sampler_state\n",
+                 ""),)),
+    Mutant("run-folder-not-locked",
+           "The folder lock is never taken: two runs into one --out overwrite each other's files.",
+           (edit("transformer/runlock.py:FolderLock.acquire", "        if fcntl is None:", "        if True:"),)),
+    Mutant("relu-backward-stops-nan",
+           "ReLU's backward multiplies by the mask y > 0, which is False for NaN: a NaN input gets a zero gradient.",
+           (edit("transformer/activations.py:relu_backward", "dx = dy * np.sign(y)", "dx = dy * (y > 0)"),)),
+    Mutant("softmax-lets-a-fully-masked-row-through",
+           "A row of -inf scores is not refused: its softmax is NaN.",
+           (edit("transformer/softmax.py:check_not_fully_masked", "    if masked.any():", "    if False:"),)),
 )
 
 # A handful that together exercise every kind of outcome, for the fast run inside the test suite and the

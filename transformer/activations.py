@@ -1,4 +1,9 @@
-"""Element-wise non-linearities of the feed-forward network: ReLU and GELU."""
+"""Element-wise non-linearities of the feed-forward network: ReLU and GELU.
+
+NaN semantics, the same for both, forward and backward: a NaN input gives a NaN output, and a NaN input
+(or a NaN output gradient) gives a NaN input gradient, so a NaN is never turned into a number that looks
+valid. The tests check it for every function of ACTIVATION_FUNCTIONS.
+"""
 
 import math
 
@@ -24,10 +29,10 @@ def relu_forward(x):
     Returns
     -------
     y : ndarray of shape (...)
-        The output, shaped like x.
+        The output, shaped like x; NaN where x is NaN (np.maximum propagates it).
     cache : y
         What `relu_backward` needs: the output y itself (the same array), positive exactly where x is,
-        which is where the gradient passes.
+        which is where the gradient passes, and NaN where x is.
     """
     y = np.maximum(x, 0)  # eq:relu
     cache = y
@@ -38,6 +43,8 @@ def relu_backward(dy, cache):
     """Let the gradient through where the input was positive and stop it elsewhere.
 
     At exactly x = 0 the derivative is taken to be 0; ReLU has no derivative there, so this is a convention.
+    The derivative is sign(y): 1 where y > 0, 0 where y = 0, and NaN where the input was NaN, so a NaN
+    input gives a NaN gradient instead of being stopped like a negative one.
 
     Parameters
     ----------
@@ -52,7 +59,7 @@ def relu_backward(dy, cache):
         Gradient with respect to the input.
     """
     y = cache
-    dx = dy * (y > 0)  # eq:relu-grad eq:act-diagonal eq:relu-deriv  (the boolean mask multiplies as 0 or 1)
+    dx = dy * np.sign(y)  # eq:relu-grad eq:act-diagonal eq:relu-deriv  (y >= 0, so sign(y) is 0 or 1, or NaN)
     return dx
 
 
@@ -67,7 +74,7 @@ def gelu_forward(x):
     Returns
     -------
     y : ndarray of shape (...)
-        The output, shaped like x.
+        The output, shaped like x; NaN where x is NaN (erf propagates it).
     cache : (x, phi_cdf)
         What `gelu_backward` needs:
 
@@ -93,7 +100,7 @@ def gelu_backward(dy, cache):
     Returns
     -------
     dx : ndarray of shape (...)
-        Gradient with respect to the input.
+        Gradient with respect to the input; NaN where x or dy is NaN.
     """
     x, phi_cdf = cache
     phi_pdf = _INV_SQRT_2PI * np.exp(-0.5 * x * x)  # eq:gelu-density

@@ -133,7 +133,9 @@ def separate_qkv_backward(dqkv, qkv_cache: SeparateQKV):
 def causal_mask(T, dtype):
     """Additive causal mask: 0 where query t may see key s (s <= t), -inf above the diagonal.
 
-    It is built once per (T, dtype) and shared read-only, since every step adds the same mask.
+    It is built once per (T, dtype) and shared read-only, since every step adds the same mask. The
+    diagonal is never masked (each query sees its own key), so no row is masked everywhere: the softmax's
+    refusal of a fully masked row (MaskedRowError) can come only from scores that are -inf themselves.
 
     Parameters
     ----------

@@ -106,6 +106,11 @@ def write_npz_atomically(path, arrays) -> Path:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private (0600); give it a normal file's mode
         os.replace(tmp, path)
+    except OSError as e:  # a full disk, say: name the file it was writing, and leave no half of it behind
+        Path(tmp).unlink(missing_ok=True)
+        if e.filename is not None or e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from e
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

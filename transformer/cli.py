@@ -79,7 +79,8 @@ def add_train_parser(sub):
                                         "with --resume, the run's own corpus)")
     train.add_argument("--out", required=True, help="output folder for checkpoint.npz and metrics.jsonl")
     train.add_argument("--resume", action="store_true",
-                       help="continue the run in --out exactly where it stopped")
+                       help="continue the run in --out exactly where it stopped (of the settings, "
+                            "only --on-nonfinite may change)")
     train.add_argument("--overwrite", action="store_true", help="start a new run in an --out that holds one")
     train.add_argument("--preset", default=None, choices=sorted(PRESETS),
                        help="model size to start from (default: default)")
@@ -111,7 +112,8 @@ def add_finetune_parser(sub):
     tune.add_argument("--corpus", help=f"UTF-8 text file (default: ${CORPUS_ENV}; with --resume, the run's own)")
     tune.add_argument("--out", required=True, help="output folder for adapter.npz (or checkpoint.npz) and "
                                                    "metrics.jsonl")
-    tune.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
+    tune.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped "
+                                                            "(of the settings, only --on-nonfinite may change)")
     tune.add_argument("--overwrite", action="store_true", help="start a new run in an --out that holds one")
     tune.add_argument("--max-minutes", type=float,
                       help="stop after this many minutes of training (with a checkpoint, resumable)")
@@ -223,6 +225,9 @@ def cmd_train(args):
     from .train import CHECKPOINT_NAME, TrainConfig, train
 
     given = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name) is not None}
+    # The one setting --resume takes: what to do at a step that is not finite is a policy, not part of the
+    # run's arithmetic, and a run stopped at such a step goes on past it with --on-nonfinite skip.
+    policy = given.pop("on_nonfinite", None) if args.resume else None
     model_given = {k: getattr(args, k) for k in MODEL_OPTIONS if getattr(args, k) is not None}
     if args.preset is not None:
         model_given["preset"] = args.preset
@@ -240,7 +245,8 @@ def cmd_train(args):
         print(f"warning: --warmup {train_cfg.warmup} >= --steps {train_cfg.steps}: "
               "the learning rate never reaches its peak", file=sys.stderr)
     summary = train(corpus, args.out, model_cfg, train_cfg, resume=args.resume, overwrite=args.overwrite,
-                    max_minutes=args.max_minutes, progress=False if args.no_progress else None)
+                    max_minutes=args.max_minutes, progress=False if args.no_progress else None,
+                    on_nonfinite=policy)
     return report_summary(summary, f"python -m transformer train --resume --out {args.out}")
 
 
@@ -254,6 +260,7 @@ def cmd_finetune(args):
     lora_given = {k: getattr(args, k) for k in ("lora_rank", "lora_alpha", "lora_targets", "quantize", "learn_from")
                   if getattr(args, k) is not None}
     if args.resume:
+        policy = given.pop("on_nonfinite", None)
         dropped = [*given, *lora_given] + [k for k in ("overwrite", "full") if getattr(args, k)]
         if dropped:
             raise TransformerError("--resume takes the configuration from the run; drop "
@@ -268,7 +275,7 @@ def cmd_finetune(args):
         corpus = corpus or os.environ.get(CORPUS_ENV)
         summary = finetune(args.checkpoint, corpus, args.out, None if full else LoRAConfig(), TrainConfig(),
                            resume=True, max_minutes=args.max_minutes,
-                           progress=False if args.no_progress else None)
+                           progress=False if args.no_progress else None, on_nonfinite=policy)
         return report_summary(summary, f"python -m transformer finetune --resume --out {args.out}")
     if not args.checkpoint:
         raise TransformerError("no base: pass --checkpoint PATH (a checkpoint.npz written by train)")
@@ -296,6 +303,8 @@ def report_summary(summary, resume_command):
     """Print how a training run ended; the exit status (130 when interrupted)."""
     val = "" if summary["val_loss"] is None else \
         f", validation loss {summary['val_loss']:.4f} (at step {summary['val_step']})"
+    if summary["skipped"]:
+        val += f"; {summary['skipped']} batch{'es' * (summary['skipped'] > 1)} skipped (not finite)"
     if summary["stopped"]:
         print(f"stopped ({summary['stopped']}) after step {summary['step']} of {summary['steps']}{val}; "
               f"checkpoint {summary['checkpoint']}; continue with: {resume_command}")

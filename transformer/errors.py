@@ -24,3 +24,25 @@ class CorpusError(TransformerError):
 
 class CheckpointError(TransformerError):
     """A checkpoint that is missing, truncated, foreign or does not match."""
+
+
+class MaskedRowError(InputError):
+    """A softmax row whose every score is -inf: every entry masked, so no probability can be given."""
+
+
+class NonFiniteError(TransformerError):
+    """A training step whose loss, a gradient or an update is not finite; nothing of the step was committed.
+
+    Attributes
+    ----------
+    name : str
+        What was not finite first: "loss", or the name of a parameter.
+    """
+
+    def __init__(self, message, name):
+        super().__init__(message)
+        self.name = name
+
+
+class RunLockedError(TransformerError):
+    """An output folder that another live run is writing into."""

@@ -154,9 +154,7 @@ class FineTuneRun(Run):
         return frozen_params(self.base, self.params, self.lora)
 
     def save(self, path, elapsed_s, corpus_path, corpus_sha256):
-        extra = {"train": asdict(self.train_cfg), "sampler_state": self.rng.bit_generator.state,
-                 "elapsed_s": elapsed_s, "corpus": str(corpus_path), "corpus_sha256": corpus_sha256,
-                 "learn_from": self.learn_from}
+        extra = {**self.extra(elapsed_s, corpus_path, corpus_sha256), "learn_from": self.learn_from}
         save_adapter(path, AdapterFile(self.params, self.lora, self.quantize, self.base_path, self.base_sha256,
                                        self.model_cfg, self.step, self.opt_state, extra))
 
@@ -188,7 +186,7 @@ def resumed_finetune_run(adapter_path, corpus_sha256, base_path=None):
     if not (is_int(learn_from) and 0 <= learn_from < seq_len):
         raise CheckpointError(f"adapter file {adapter_path} holds learn_from {learn_from!r}; it must lie in [0, {seq_len})")
     return FineTuneRun(ckpt.cfg, train_cfg, ckpt.tokenizer, f.adapters, f.opt_state, rng, f.step,
-                       f.extra.get("elapsed_s", 0.0), base=stored_base(ckpt.params, f.quantize), lora=f.lora,
+                       f.extra.get("elapsed_s", 0.0), int(f.extra.get("skipped_batches", 0)), base=stored_base(ckpt.params, f.quantize), lora=f.lora,
                        quantize=f.quantize, base_path=str(base_path), base_sha256=f.base_sha256,
                        learn_from=learn_from)
 
@@ -202,9 +200,10 @@ def new_full_run(base_path, train_cfg: TrainConfig):
 
 
 def finetune(base_path, corpus_path, out_dir, lora: LoRAConfig | None, train_cfg: TrainConfig, quantize="none",
-             learn_from=0, resume=False, overwrite=False, max_minutes=None, progress=None, on_step=None):
+             learn_from=0, resume=False, overwrite=False, max_minutes=None, progress=None, on_step=None,
+             on_nonfinite=None):
     """Fine-tune the adapters of a base checkpoint on a corpus; the arguments and the summary are those of
-    `train.train`, plus the base, the LoRA settings, the quantization and learn_from. lora=None fine-tunes
+    `train.train` (on_nonfinite included), plus the base, the LoRA settings, the quantization and learn_from. lora=None fine-tunes
     every parameter instead (full fine-tuning; no quantization, every position learned), into checkpoint.npz.
 
     Raises
@@ -220,7 +219,8 @@ def finetune(base_path, corpus_path, out_dir, lora: LoRAConfig | None, train_cfg
             raise ConfigError("full fine-tuning trains the dense base on every position: drop --quantize and "
                               "--learn-from, or give LoRA settings")
         session = start_session(corpus_path, out_dir, resume, overwrite, max_minutes,
-                                lambda text: new_full_run(base_path, train_cfg), resumed_run)
+                                lambda text: new_full_run(base_path, train_cfg), resumed_run,
+                                on_nonfinite=on_nonfinite)
         return run_session(session, progress, on_step, "finetune")
 
     def new(text):
@@ -229,5 +229,6 @@ def finetune(base_path, corpus_path, out_dir, lora: LoRAConfig | None, train_cfg
     def resumed(path, corpus_sha256):
         return resumed_finetune_run(path, corpus_sha256, base_path)
 
-    session = start_session(corpus_path, out_dir, resume, overwrite, max_minutes, new, resumed, ADAPTER_NAME)
+    session = start_session(corpus_path, out_dir, resume, overwrite, max_minutes, new, resumed, ADAPTER_NAME,
+                            on_nonfinite)
     return run_session(session, progress, on_step, "finetune")

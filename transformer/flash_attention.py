@@ -19,6 +19,7 @@ import numpy as np
 
 from .attention import merge_heads, project_qkv, project_qkv_backward, split_heads
 from .linear import linear_backward, linear_forward
+from .softmax import check_not_fully_masked
 
 
 def diagonal_mask(size, dtype):
@@ -80,6 +81,12 @@ def flash_core_forward(q_scaled, k, v, tile):
         m: the largest score of each query row.
     row_sum : ndarray of shape (B, H, T)
         l: the sum of exp(score - m) over each row.
+
+    Raises
+    ------
+    MaskedRowError
+        If a row's scores are -inf everywhere, as the materialized path's softmax raises. The causal mask
+        alone never does it: each row sees its own key, the first column of its diagonal tile.
     """
     B, H, T, dh = q_scaled.shape
     out = np.zeros_like(q_scaled)
@@ -95,6 +102,7 @@ def flash_core_forward(q_scaled, k, v, tile):
         row_sum[..., start:] = rescale * row_sum[..., start:] + p.sum(axis=-1)  # eq:flash-sum
         out[:, :, start:] = rescale[..., None] * out[:, :, start:] + p @ v[:, :, start:stop]  # eq:flash-acc
         row_max[..., start:] = m_new
+    check_not_fully_masked(row_max, "flash attention")
     out /= row_sum[..., None]  # eq:flash-normalise
     return out, row_max, row_sum
 

@@ -1,4 +1,8 @@
-"""Layer normalisation over the last axis (the model width d)."""
+"""Layer normalisation over the last axis (the model width d).
+
+NaN semantics: a NaN in a row makes that whole row NaN (its mean and variance are NaN), forward and
+backward; the other rows are untouched.
+"""
 
 import numpy as np
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .errors import NonFiniteError
+
 # Weight decay pulls matrices (weights and embedding tables) towards zero.
 # Biases and LayerNorm gains/shifts are not decayed: shrinking a gain towards
 # zero would fight the normalisation rather than regularise the model.
@@ -62,8 +64,24 @@ def adamw_init(params):
             "step": 0}
 
 
+def first_nonfinite(arrays):
+    """The name of the first array, in the dict's order, that holds a NaN or an infinity.
+
+    Parameters
+    ----------
+    arrays : dict
+        Name to array (parameters, gradients).
+
+    Returns
+    -------
+    str or None
+        The name, or None when every entry of every array is finite.
+    """
+    return next((name for name, a in arrays.items() if not np.isfinite(a).all()), None)
+
+
 def adamw_update(params, grads, state, lr, cfg: AdamWConfig):
-    """Take one AdamW step, updating params and state in place.
+    """Take one AdamW step, updating params and state in place, all or nothing.
 
     For each parameter p with gradient g, in the order torch.optim.AdamW uses:
 
@@ -72,6 +90,9 @@ def adamw_update(params, grads, state, lr, cfg: AdamWConfig):
     m <- b1 m + (1 - b1) g;   v <- b2 v + (1 - b2) g^2
     p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
     ```
+
+    Every new value is computed first; they are committed only when every gradient and every new
+    parameter is finite. Otherwise nothing changes: no parameter, no moment, not the step count.
 
     Parameters
     ----------
@@ -85,22 +106,46 @@ def adamw_update(params, grads, state, lr, cfg: AdamWConfig):
         The learning rate of this step (used instead of cfg.lr).
     cfg : AdamWConfig
         The betas, eps and weight decay.
+
+    Raises
+    ------
+    NonFiniteError
+        If a gradient holds a NaN or an infinity, or the update would make a parameter non-finite; its
+        `name` is the first such parameter.
     """
-    state["step"] += 1
-    t = state["step"]
+    bad = first_nonfinite({name: grads[name] for name in params})
+    if bad is not None:
+        raise NonFiniteError(f"the gradient of {bad} is not finite", bad)
+    t = state["step"] + 1
+    new = {name: adamw_param(name, p, grads[name], state["m"][name], state["v"][name], lr, t, cfg)
+           for name, p in params.items()}
+    bad = first_nonfinite({name: p for name, (p, _, _) in new.items()})
+    if bad is not None:
+        raise NonFiniteError(f"the update would make {bad} non-finite", bad)
+    for name, (p, m, v) in new.items():  # commit: every check has passed
+        params[name][...], state["m"][name][...], state["v"][name][...] = p, m, v
+    state["step"] = t
+
+
+def adamw_param(name, p, g, m, v, lr, t, cfg: AdamWConfig):
+    """One parameter's AdamW step at step count t, into new arrays; p, m and v are left as they are.
+
+    Returns
+    -------
+    (p, m, v)
+        The new parameter and moments.
+    """
     bias1 = 1.0 - cfg.beta1 ** t  # eq:adam-bias-correction
     bias2_sqrt = math.sqrt(1.0 - cfg.beta2 ** t)  # eq:adam-bias-correction
-    step_size = lr / bias1
-    for name, p in params.items():
-        g, m, v = grads[name], state["m"][name], state["v"][name]
-        if cfg.weight_decay and is_decayed(name):
-            p *= 1.0 - lr * cfg.weight_decay  # eq:adamw-decay
-        m *= cfg.beta1  # eq:adam-moments
-        m += (1.0 - cfg.beta1) * g  # eq:adam-moments
-        v *= cfg.beta2  # eq:adam-moments
-        v += (1.0 - cfg.beta2) * (g * g)  # eq:adam-moments
-        denom = np.sqrt(v) / bias2_sqrt + cfg.eps
-        p -= step_size * (m / denom)  # eq:adam-update
+    if cfg.weight_decay and is_decayed(name):
+        p = p * (1.0 - lr * cfg.weight_decay)  # eq:adamw-decay
+    m = m * cfg.beta1  # eq:adam-moments
+    m += (1.0 - cfg.beta1) * g  # eq:adam-moments
+    v = v * cfg.beta2  # eq:adam-moments
+    v += (1.0 - cfg.beta2) * (g * g)  # eq:adam-moments
+    denom = np.sqrt(v) / bias2_sqrt + cfg.eps
+    p = p - (lr / bias1) * (m / denom)  # eq:adam-update
+    return p, m, v
 
 
 def lr_at(step, peak_lr, warmup_steps, total_steps, min_lr=0.0):
@@ -135,6 +180,12 @@ def lr_at(step, peak_lr, warmup_steps, total_steps, min_lr=0.0):
 def global_norm(grads) -> float:
     """Global norm of the gradients: the square root of the sum of squares of every entry.
 
+    Every entry is divided by a power of two s near the largest magnitude before it is squared, and the
+    root is multiplied back: `s * sqrt(sum (g / s)^2)`. Scaling by a power of two is exact, so where the
+    plain `sqrt(sum g^2)` neither overflows nor underflows this gives the very same bits; where the
+    squares would overflow (entries past about 1e154 in float64, 1.8e19 in float32) it still gives the
+    norm instead of inf. A NaN or an infinity among the entries gives a NaN or an infinite norm.
+
     Parameters
     ----------
     grads : dict
@@ -145,13 +196,19 @@ def global_norm(grads) -> float:
     float
         The norm.
     """
-    return math.sqrt(sum(float(np.vdot(g, g)) for g in grads.values()))  # eq:global-norm
+    largest = max((float(np.max(np.abs(g))) for g in grads.values() if g.size), default=0.0)
+    if largest == 0.0 or not math.isfinite(largest):
+        return largest  # all zero, or a NaN (the max propagates it) or an infinity
+    s = math.ldexp(1.0, math.frexp(largest)[1] - 1)  # eq:global-norm-scale  s <= largest < 2 s
+    total = sum(float(np.vdot(g / s, g / s)) for g in grads.values())  # eq:global-norm  each term <= 4
+    return s * math.sqrt(total)  # eq:global-norm
 
 
 def clip_grads(grads, max_norm):
     """Scale all gradients by one factor so that their global norm is at most max_norm.
 
-    The input arrays are never modified.
+    The input arrays are never modified. Gradients whose norm is not finite are returned as they are:
+    no factor can clip them, and the caller (`train_step`, `adamw_update`) refuses them.
 
     Parameters
     ----------
@@ -163,12 +220,13 @@ def clip_grads(grads, max_norm):
     Returns
     -------
     grads : dict
-        New arrays when clipping, else the input dict itself (its norm is already within max_norm).
+        New arrays when clipping, else the input dict itself (its norm is already within max_norm, or
+        not finite).
     norm : float
         The global norm before clipping.
     """
     norm = global_norm(grads)
-    if max_norm is None or norm <= max_norm:  # eq:clip
+    if max_norm is None or not math.isfinite(norm) or norm <= max_norm:  # eq:clip
         return grads, norm
     scale = max_norm / (norm + 1e-6)  # eq:clip
     return {k: g * scale for k, g in grads.items()}, norm

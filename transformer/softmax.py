@@ -1,9 +1,36 @@
-"""Softmax over the last axis, and cross-entropy fused from logits."""
+"""Softmax over the last axis, and cross-entropy fused from logits.
+
+NaN semantics: a NaN anywhere in a row makes the whole row of probabilities NaN (the row maximum is NaN),
+forward and backward; nothing turns it back into a number. A row whose every score is -inf (masked
+everywhere) has no softmax at all: it raises MaskedRowError instead of returning NaN.
+"""
 
 import numpy as np
 
 from .config import is_int
-from .errors import InputError
+from .errors import InputError, MaskedRowError
+
+
+def check_not_fully_masked(row_max, what="softmax"):
+    """Refuse rows whose largest score is -inf: every entry of such a row is masked.
+
+    Parameters
+    ----------
+    row_max : ndarray
+        The maximum of each row (NaN for a row holding a NaN, which is let through).
+    what : str
+        What the rows are, for the message.
+
+    Raises
+    ------
+    MaskedRowError
+        Naming how many rows are masked everywhere and the first of them.
+    """
+    masked = np.isneginf(row_max)
+    if masked.any():
+        first = tuple(int(i) for i in np.argwhere(masked)[0])
+        raise MaskedRowError(f"{what}: {int(masked.sum())} row(s) are -inf everywhere (fully masked), the first "
+                             f"at index {first}; a softmax needs at least one score that is not -inf")
 
 
 def softmax_forward(x):
@@ -23,8 +50,15 @@ def softmax_forward(x):
         The probabilities; each row sums to 1.
     cache : p
         What `softmax_backward` needs: the probabilities p themselves (the same array as the output).
+
+    Raises
+    ------
+    MaskedRowError
+        If a row is -inf everywhere.
     """
-    p = x - x.max(axis=-1, keepdims=True)  # eq:softmax eq:softmax-shift
+    row_max = x.max(axis=-1, keepdims=True)
+    check_not_fully_masked(row_max)
+    p = x - row_max  # eq:softmax eq:softmax-shift
     np.exp(p, out=p)  # eq:softmax  in place: saves allocating (and page-faulting) a copy
     p /= p.sum(axis=-1, keepdims=True)  # eq:softmax
     cache = p
@@ -77,11 +111,18 @@ def cross_entropy_forward(logits, targets):
         - log_sum_exp, shape (N,): log sum_j exp(z_j) of each row, so softmax = exp(z - log_sum_exp);
         - t, shape (N,): the targets, flattened like the rows of z;
         - shape: the shape of logits, given back to the gradient.
+
+    Raises
+    ------
+    MaskedRowError
+        If a row of logits is -inf everywhere.
     """
     n_v = logits.shape[-1]
     z = logits.reshape(-1, n_v)
     t = targets.reshape(-1)
-    z = z - z.max(axis=-1, keepdims=True)  # eq:softmax-shift
+    row_max = z.max(axis=-1, keepdims=True)
+    check_not_fully_masked(row_max, "cross-entropy")
+    z = z - row_max  # eq:softmax-shift
     log_sum_exp = np.log(np.exp(z).sum(axis=-1))  # eq:xent eq:xent-row eq:softmax-log
     log_probs_target = z[np.arange(t.size), t] - log_sum_exp  # eq:xent eq:xent-row eq:softmax-log
     loss = -log_probs_target.mean()  # eq:xent

@@ -4,7 +4,12 @@ A run writes into its output folder:
 
 - checkpoint.npz: the latest checkpoint (every --ckpt-every steps, at the end,
   and when stopped by Ctrl-C or --max-minutes);
-- metrics.jsonl: one JSON object a line: training steps, validation losses.
+- metrics.jsonl: one JSON object a line: training steps, validation losses, refused steps;
+- run.lock: held while a run writes into the folder, so that a second run is refused (see runlock.py).
+
+A step whose loss, a gradient or an update is not finite commits nothing (no parameter, no AdamW moment,
+no step count); the run then stops with a checkpoint of its last good step, or skips the batch
+(TrainConfig.on_nonfinite).
 
 Resuming restores the parameters, the AdamW moments, the step and the batch
 sampler's random state, so a resumed run computes the same losses as one that
@@ -17,7 +22,7 @@ import signal
 import threading
 import time
 import hashlib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +31,10 @@ from .autograd_model import loss_and_grads as autograd_loss_and_grads
 from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from .config import ModelConfig, is_finite_number, is_int
 from .data import TOKENIZERS, eval_windows, load_corpus, make_tokenizer, sample_batch, train_val_split
-from .errors import CheckpointError, ConfigError, TransformerError
+from .errors import CheckpointError, ConfigError, MaskedRowError, NonFiniteError, TransformerError
 from .model import forward, init_params, loss_and_grads
 from .optim import AdamWConfig, adamw_init, adamw_update, clip_grads, lr_at
+from .runlock import FolderLock
 from .softmax import cross_entropy_forward
 
 CHECKPOINT_NAME = "checkpoint.npz"
@@ -39,6 +45,8 @@ ENGINES = ("handwritten", "autograd")
 # The counts and the seed of a run fit an int64, as numpy takes them; a larger one (10**400) would overflow the
 # float arithmetic of the learning-rate schedule.
 MAX_COUNT = 2**63 - 1
+NONFINITE_POLICIES = ("stop", "skip")
+MAX_SKIPS_IN_A_ROW = 20  # skip mode stops after this many refused batches in a row: the model itself is broken
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,10 @@ class TrainConfig:
         "help": "how the gradients are computed: handwritten, by the backward functions of each step; autograd, "
                 "by the tape of transformer/autograd.py (the same gradients, more memory, slower)",
         "choices": list(ENGINES)})
+    on_nonfinite: str = field(default="stop", metadata={
+        "help": "a step whose loss or a gradient is not finite changes nothing; stop: end the run with a "
+                f"checkpoint of the last good step; skip: go on with the next batch (counted in metrics.jsonl; "
+                f"{MAX_SKIPS_IN_A_ROW} in a row stop the run)", "choices": list(NONFINITE_POLICIES)})
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_every", "ckpt_every"):
@@ -104,6 +116,9 @@ class TrainConfig:
             raise ConfigError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {self.tokenizer!r}")
         if not (isinstance(self.engine, str) and self.engine in ENGINES):
             raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if not (isinstance(self.on_nonfinite, str) and self.on_nonfinite in NONFINITE_POLICIES):
+            raise ConfigError(f"on_nonfinite must be one of {', '.join(NONFINITE_POLICIES)}, "
+                              f"got {self.on_nonfinite!r}")
 
     def adamw(self) -> AdamWConfig:
         """The AdamW hyperparameters of this run.
@@ -230,6 +245,8 @@ class Run:
         Steps taken so far.
     elapsed_s : float
         Wall time of the earlier sessions of this run, in seconds.
+    skipped : int
+        Batches skipped so far because a step was not finite (on_nonfinite="skip").
     """
 
     model_cfg: ModelConfig
@@ -240,6 +257,7 @@ class Run:
     rng: np.random.Generator  # draws the training batches
     step: int = 0
     elapsed_s: float = 0.0  # wall time of earlier sessions of this run
+    skipped: int = 0  # batches skipped because their step was not finite
 
     file_name = CHECKPOINT_NAME  # what the run saves into its folder
 
@@ -274,9 +292,14 @@ class Run:
         Checkpoint
             Parameters, AdamW state, step, training config and sampler state.
         """
-        extra = {"train": asdict(self.train_cfg), "sampler_state": self.rng.bit_generator.state,
-                 "elapsed_s": elapsed_s, "corpus": str(corpus_path), "corpus_sha256": corpus_sha256}
+        extra = self.extra(elapsed_s, corpus_path, corpus_sha256)
         return Checkpoint(self.params, self.model_cfg, self.tokenizer, self.step, self.opt_state, extra)
+
+    def extra(self, elapsed_s, corpus_path, corpus_sha256) -> dict:
+        """What a saved run records besides its arrays: its settings, where its sampler is, its clock and corpus."""
+        return {"train": asdict(self.train_cfg), "sampler_state": self.rng.bit_generator.state,
+                "elapsed_s": elapsed_s, "corpus": str(corpus_path), "corpus_sha256": corpus_sha256,
+                "skipped_batches": self.skipped}
 
 
 def new_run(text, model_cfg: ModelConfig, train_cfg: TrainConfig) -> Run:
@@ -328,7 +351,7 @@ def resumed_run(ckpt_path, corpus_sha256) -> Run:
     ckpt = load_checkpoint(ckpt_path)
     train_cfg, rng = restored_state(ckpt.extra, ckpt.opt_state, ckpt.step, ckpt_path, corpus_sha256)
     return Run(ckpt.cfg, train_cfg, ckpt.tokenizer, ckpt.params, ckpt.opt_state, rng, ckpt.step,
-               ckpt.extra.get("elapsed_s", 0.0))
+               ckpt.extra.get("elapsed_s", 0.0), int(ckpt.extra.get("skipped_batches", 0)))
 
 
 def restored_state(extra, opt_state, step, path, corpus_sha256, what="checkpoint"):
@@ -369,7 +392,7 @@ def restored_state(extra, opt_state, step, path, corpus_sha256, what="checkpoint
 
 
 def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, resume=False,
-          overwrite=False, max_minutes=None, progress=None, on_step=None):
+          overwrite=False, max_minutes=None, progress=None, on_step=None, on_nonfinite=None):
     """Train a model, writing checkpoints and metrics into out_dir.
 
     Parameters
@@ -392,25 +415,34 @@ def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, 
         True shows a progress bar, False hides it, None shows it on a terminal only.
     on_step : callable, optional
         Called as on_step(step, stop_request) after every step (the tests use it to stop a run).
+    on_nonfinite : str, optional
+        With resume=True, replaces the run's saved TrainConfig.on_nonfinite ("stop" or "skip"): a run that
+        stopped at a batch whose step was not finite can go on past it.
 
     Returns
     -------
     dict
         A summary: the step reached, why the run stopped, the last validation loss and its step, the
-        checkpoint and metrics paths, and the run time.
+        checkpoint and metrics paths, the batches skipped, and the run time.
 
     Raises
     ------
     ConfigError
-        If max_minutes is not positive, out_dir is a file or already holds a run, seq_len exceeds context_len, the
-        run cannot be resumed, or training diverges.
+        If max_minutes is not positive, out_dir is a file or already holds a run, seq_len exceeds context_len, or
+        the run cannot be resumed.
     CorpusError
         If the corpus cannot be read or is too short.
     CheckpointError
         If the checkpoint to resume from cannot be read.
+    RunLockedError
+        If another live run is writing into out_dir.
+    NonFiniteError
+        If a step is not finite and the run stops there (on_nonfinite="stop", or too many skips in a row); the
+        checkpoint then holds the last good step.
     """
     session = start_session(corpus_path, out_dir, resume, overwrite, max_minutes,
-                            new=lambda text: new_run(text, model_cfg, train_cfg), resumed=resumed_run)
+                            new=lambda text: new_run(text, model_cfg, train_cfg), resumed=resumed_run,
+                            on_nonfinite=on_nonfinite)
     return run_session(session, progress, on_step, "train")
 
 
@@ -420,11 +452,14 @@ def run_session(session, progress, on_step, desc):
 
     bar = tqdm(total=session.run.train_cfg.steps, initial=session.run.step, unit="step", desc=desc,
                disable=None if progress is None else not progress, dynamic_ncols=True)
-    # Ctrl-C is caught, and metrics.jsonl open for appending, until the loop is over.
-    with StopRequest() as stop, bar, open(session.metrics_path, "a") as metrics:
-        session.metrics = metrics
-        training_loop(session, stop, bar, on_step)
-        session.finish(stop)
+    # Ctrl-C is caught, and metrics.jsonl open for appending, until the loop is over; the folder is locked until then.
+    try:
+        with StopRequest() as stop, bar, open(session.metrics_path, "a") as metrics:
+            session.metrics = metrics
+            training_loop(session, stop, bar, on_step)
+            session.finish(stop)
+    finally:
+        session.lock.release()
     return session.summary(stop.reason)
 
 
@@ -445,6 +480,10 @@ def training_loop(session, stop: StopRequest, bar, on_step=None):
     run, tc = session.run, session.run.train_cfg
     while run.step < tc.steps and stop.reason is None:
         record = session.step()
+        if "skipped" in record:  # nothing changed but the batch: report it, then draw the next one
+            bar.write(f"{record['skipped']}; skipped the batch ({run.skipped} so far)")
+            session.metrics.flush()
+            continue
         if is_due(run.step, tc.eval_every, tc.steps):
             val_loss = session.validate()
             bar.write(f"step {run.step}: train loss {record['loss']:.4f}, validation loss {val_loss:.4f}")
@@ -484,6 +523,8 @@ class Session:
         Hash of the corpus text, recorded in checkpoints.
     max_minutes : float or None
         The time limit of this call.
+    lock : FolderLock
+        Held on out_dir while this call writes there.
     """
 
     run: Run
@@ -494,7 +535,9 @@ class Session:
     corpus_path: object
     corpus_sha256: str
     max_minutes: float | None = None
+    lock: FolderLock | None = None
     val_loss: float | None = None  # the last validation loss of this call
+    refused_in_a_row: int = 0  # steps refused (not finite) since the last good one
     metrics: object = None  # metrics.jsonl, open for appending while the loop runs
     t_start: float = field(default_factory=time.perf_counter)  # the clock of this call starts when it is made
 
@@ -511,11 +554,45 @@ class Session:
         return self.run.elapsed_s + time.perf_counter() - self.t_start
 
     def step(self) -> dict:
-        """Take one training step and append its metrics record."""
-        record = train_step(self.run, self.train_ids, self.seq_len)
+        """Take one training step and append its metrics record; a step that is not finite is refused (see
+        `refuse`), and its record says which batch was skipped."""
+        sampler_state = self.run.rng.bit_generator.state
+        try:
+            record = train_step(self.run, self.train_ids, self.seq_len)
+            self.refused_in_a_row = 0
+        except NonFiniteError as e:
+            record = self.refuse(e, sampler_state)
         record["time_s"] = self.run_time()
         self.metrics.write(json.dumps(record) + "\n")
         return record
+
+    def refuse(self, e: NonFiniteError, sampler_state) -> dict:
+        """A step that was not finite, and committed nothing: skip its batch, or stop with a checkpoint.
+
+        Under on_nonfinite="skip" (and fewer than MAX_SKIPS_IN_A_ROW in a row) the batch counts as skipped and
+        its record is returned. Otherwise the sampler goes back to before the batch, so that the checkpoint
+        written is exactly the last good step, and the run stops.
+
+        Raises
+        ------
+        NonFiniteError
+            When the run stops; the message says which checkpoint holds the last good step.
+        """
+        run = self.run
+        self.refused_in_a_row += 1
+        record = {"step": run.step + 1, "nonfinite": e.name}
+        if run.train_cfg.on_nonfinite == "skip" and self.refused_in_a_row < MAX_SKIPS_IN_A_ROW:
+            run.skipped += 1
+            return {**record, "skipped": str(e), "skipped_batches": run.skipped}
+        self.metrics.write(json.dumps({**record, "stopped": True, "time_s": self.run_time()}) + "\n")
+        run.rng.bit_generator.state = sampler_state
+        self.save()
+        if run.train_cfg.on_nonfinite == "skip":
+            why, hint = f" after {self.refused_in_a_row} such batches in a row", "lower --lr"
+        else:
+            why, hint = "", "lower --lr, or resume with --on-nonfinite skip to go on past such batches"
+        raise NonFiniteError(f"{e}; stopped{why}, keeping the last good step, {run.step}, in {self.ckpt_path}; "
+                             f"{hint}", e.name)
 
     def validate(self) -> float:
         """Compute the validation loss, append it to the metrics and return it."""
@@ -546,20 +623,22 @@ class Session:
         run = self.run
         return {"step": run.step, "steps": run.train_cfg.steps, "stopped": stopped, "val_loss": self.val_loss,
                 "val_step": None if self.val_loss is None else _last_val_step(self.metrics_path),
-                "checkpoint": str(self.ckpt_path), "metrics": str(self.metrics_path), "time_s": self.run_time()}
+                "checkpoint": str(self.ckpt_path), "metrics": str(self.metrics_path), "skipped": run.skipped,
+                "time_s": self.run_time()}
 
 
 def start_session(corpus_path, out_dir, resume, overwrite, max_minutes, new, resumed,
-                  file_name=CHECKPOINT_NAME) -> Session:
-    """Check train's arguments, load the corpus, make or restore the run and prepare its folder.
+                  file_name=CHECKPOINT_NAME, on_nonfinite=None) -> Session:
+    """Check train's arguments, load the corpus, make or restore the run, lock its folder and prepare it.
 
-    The first five parameters are those of `train`, and so are the errors raised. `new(text)` makes a run,
-    `resumed(path, corpus_sha256)` restores one from the file `file_name` of out_dir.
+    The first five parameters and on_nonfinite are those of `train`, and so are the errors raised. `new(text)`
+    makes a run, `resumed(path, corpus_sha256)` restores one from the file `file_name` of out_dir. The folder
+    is locked before anything in it is written (truncated metrics, an overwritten run).
 
     Returns
     -------
     Session
-        Ready for the training loop; its clock starts now.
+        Ready for the training loop, holding the folder's lock; its clock starts now.
     """
     out_dir = Path(out_dir)
     _check_out_dir(out_dir, resume, overwrite, max_minutes)
@@ -567,20 +646,37 @@ def start_session(corpus_path, out_dir, resume, overwrite, max_minutes, new, res
     corpus_sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
     ckpt_path, metrics_path = out_dir / file_name, out_dir / METRICS_NAME
     run = resumed(ckpt_path, corpus_sha256) if resume else new(text)
+    if resume and on_nonfinite is not None:
+        run.train_cfg = replace(run.train_cfg, on_nonfinite=on_nonfinite)
     seq_len = run.train_cfg.seq_len or run.model_cfg.context_len
     if seq_len > run.model_cfg.context_len:
         raise ConfigError(f"seq_len={seq_len} is longer than context_len={run.model_cfg.context_len}")
     train_ids, val_ids = train_val_split(run.tokenizer.encode(text), seq_len, source=f"corpus {corpus_path}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lock = FolderLock(out_dir).acquire()
+    try:
+        prepare_out_dir(out_dir, resume, run.step, metrics_path)
+    except BaseException:
+        lock.release()
+        raise
+    return Session(run, train_ids, val_ids, seq_len, out_dir, corpus_path, corpus_sha256, max_minutes, lock)
+
+
+def prepare_out_dir(out_dir, resume, step, metrics_path):
+    """Make the locked folder ready: remove the temporary files of a save that was killed halfway; a resumed
+    run drops the metrics of the steps it will redo; a new run removes any old run's files (with overwrite) and
+    starts an empty metrics file."""
+    for name in RUN_FILES:  # what a write killed halfway left (write_npz_atomically): no live run owns it
+        for stale in out_dir.glob(f"{name}.*.tmp"):
+            stale.unlink()
     if resume:
-        _truncate_metrics(metrics_path, run.step)
-    else:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        # With overwrite, the old run's checkpoint goes with its metrics: were it kept, a new run that
-        # fails before its first checkpoint would leave it beside the new metrics, and --resume would mix both.
-        for name in RUN_FILES:
-            (out_dir / name).unlink(missing_ok=True)
-        metrics_path.write_text("")
-    return Session(run, train_ids, val_ids, seq_len, out_dir, corpus_path, corpus_sha256, max_minutes)
+        _truncate_metrics(metrics_path, step)
+        return
+    # With overwrite, the old run's checkpoint goes with its metrics: were it kept, a new run that
+    # fails before its first checkpoint would leave it beside the new metrics, and --resume would mix both.
+    for name in RUN_FILES:
+        (out_dir / name).unlink(missing_ok=True)
+    metrics_path.write_text("")
 
 
 def _check_out_dir(out_dir, resume, overwrite, max_minutes):
@@ -595,7 +691,7 @@ def _check_out_dir(out_dir, resume, overwrite, max_minutes):
 
 
 def train_step(run: Run, train_ids, seq_len) -> dict:
-    """Take one optimizer step on a fresh random batch.
+    """Take one optimizer step on a fresh random batch, all or nothing.
 
     Parameters
     ----------
@@ -613,23 +709,44 @@ def train_step(run: Run, train_ids, seq_len) -> dict:
 
     Raises
     ------
-    ConfigError
-        If the loss is not finite (training diverged).
+    NonFiniteError
+        If the loss, a gradient or the update is not finite. Then no parameter, no moment and not the step
+        count changed; only the sampler has moved past the batch. The message names the step and what was
+        not finite first (the loss, or the first parameter in the model's order).
     """
     tc = run.train_cfg
     t0 = time.perf_counter()
     lr = lr_at(run.step, tc.lr, tc.warmup, tc.steps, tc.min_lr)
     x, y = sample_batch(train_ids, tc.batch_size, seq_len, run.rng)
-    with np.errstate(over="ignore", invalid="ignore"):  # a diverging run is reported below
-        loss, grads = run.loss_and_grads(x, y)
-    if not math.isfinite(loss):
-        hint = "lower --lr" if tc.grad_clip else "lower --lr or set --grad-clip (e.g. 1.0)"
-        raise ConfigError(f"the loss became {loss} at step {run.step + 1}: training diverged; {hint}")
-    grads, norm = clip_grads(grads, tc.grad_clip or None)
-    adamw_update(run.params, grads, run.opt_state, lr, tc.adamw())
+    where = f"step {run.step + 1}"
+    with np.errstate(over="ignore", invalid="ignore"):  # what is not finite is reported below
+        loss, grads = finite_loss_and_grads(run, x, y, where)
+        grads, norm = clip_grads(grads, tc.grad_clip or None)
+        try:
+            adamw_update(run.params, grads, run.opt_state, lr, tc.adamw())
+        except NonFiniteError as e:
+            raise NonFiniteError(f"{where}: {e} (loss {loss:.4f})", e.name) from None
     run.step += 1
     return {"step": run.step, "loss": loss, "lr": lr, "grad_norm": norm,
             "tokens_per_s": x.size / (time.perf_counter() - t0)}
+
+
+def finite_loss_and_grads(run: Run, x, y, where):
+    """The run's loss and gradients on a batch, refused unless the loss is finite.
+
+    Raises
+    ------
+    NonFiniteError
+        Naming `where` (the step), when the loss is not finite.
+    """
+    try:
+        loss, grads = run.loss_and_grads(x, y)
+    except MaskedRowError as e:  # scores that overflowed to -inf: a diverged model, not a bad input
+        raise NonFiniteError(f"{where}: the loss is not finite ({e}); training diverged", "loss") from None
+    if not math.isfinite(loss):
+        hint = "" if run.train_cfg.grad_clip else " (--grad-clip, e.g. 1.0, bounds each step)"
+        raise NonFiniteError(f"{where}: the loss became {loss}: training diverged{hint}", "loss")
+    return loss, grads  # a gradient that is not finite is refused by adamw_update, which names the first
 
 
 def _read_metrics(metrics_path):

@@ -15,7 +15,7 @@ from transformer.generate import sample_next
 from transformer.model import forward, init_params, loss_and_grads, param_count, param_shapes
 from transformer.optim import clip_grads, global_norm, is_decayed
 from transformer.softmax import cross_entropy_backward, cross_entropy_forward, softmax_forward
-from transformer.train import TrainConfig, train_step
+from transformer.train import TrainConfig, finite_loss_and_grads, train_step
 
 from .. import code_facts, depends, sections
 from ..cache_inventory import inventory_md
@@ -328,12 +328,14 @@ def key_pattern_md():
 def update_md():
     """How the gradients of one batch become one parameter update, read from train_step."""
     tc, cfg = TrainConfig(), PRESETS["default"]
-    calls = {name: next(p for p in code_facts.called_by(name) if p.function == train_step.__name__)
+    steps = (train_step.__name__, finite_loss_and_grads.__name__)  # the second refuses what is not finite
+    calls = {name: next(p for p in code_facts.called_by(name) if p.function in steps)
              for name in ("loss_and_grads", "clip_grads", "adamw_update")}
-    link = {n: f"[`train.py:{p.line}`]({sections.function_link(PAGE, p.path, 'train_step', p.line)})"
+    link = {n: f"[`train.py:{p.line}`]({sections.function_link(PAGE, p.path, p.function, p.line)})"
             for n, p in calls.items()}
     seq_len = tc.seq_len or cfg.context_len
-    return (f"`train_step` calls `loss_and_grads` on a batch of \\(B = {tc.batch_size}\\) windows of "
+    return (f"`train_step` calls `loss_and_grads` (through `{steps[1]}`, which refuses a loss or a gradient that is "
+            f"not finite) on a batch of \\(B = {tc.batch_size}\\) windows of "
             f"\\(T = {seq_len}\\) tokens ({link['loss_and_grads']}): one forward and one backward for the whole "
             f"batch, so every gradient is already the average over the \\(N = BT = {tc.batch_size * seq_len}\\) "
             f"positions (the \\(1/N\\) of [the gradient on the logits](#eq-model-dlogits)). It then clips the "

@@ -12,6 +12,7 @@ from transformer.config import PRESETS
 from transformer.errors import CheckpointError, ConfigError, InputError
 from transformer.finetune_run import ADAPTER_NAME, finetune, load_adapter, save_adapter
 from transformer.lora import LoRAConfig, merge
+from transformer.runlock import LOCK_NAME
 from transformer.generate import generate
 from transformer.train import TrainConfig, train
 
@@ -170,7 +171,7 @@ def test_a_torn_adapter_file_is_refused_and_a_failed_save_keeps_the_previous_one
     with pytest.raises(OSError, match="disk full"):
         save_adapter(path, load_adapter(path))
     assert path.read_bytes() == good and sorted(p.name for p in path.parent.iterdir()) == [ADAPTER_NAME,
-                                                                                           "metrics.jsonl"]
+                                                                                           "metrics.jsonl", LOCK_NAME]
 
 
 def test_a_folder_holding_either_kind_of_run_is_refused_and_overwrite_removes_both(files, tmp_path):
@@ -182,4 +183,34 @@ def test_a_folder_holding_either_kind_of_run_is_refused_and_overwrite_removes_bo
     with pytest.raises(ConfigError, match="already holds a run"):
         train(files / "corpus.txt", out, MODEL, small(steps=2), progress=False)
     finetune(base, files / "reply.txt", out, None, small(steps=2), overwrite=True, progress=False)
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.npz", "metrics.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.npz", "metrics.jsonl", LOCK_NAME]
+
+
+def test_fine_tuning_stops_at_a_non_finite_step_with_its_last_good_adapters_and_skips_on_resume(files, tmp_path,
+                                                                                               monkeypatch, capsys):
+    """The same all-or-nothing step as train's: the adapter file keeps step 2, and a resume with
+    --on-nonfinite skip goes on past the batch, counting it."""
+    import transformer.finetune_run as finetune_module
+
+    real, count = finetune_module.adapter_loss_and_grads, [0]
+
+    def poisoned(*args):
+        loss, grads = real(*args)
+        count[0] += 1
+        if count[0] in (3, 4):  # step 3, then the same batch again after the resume
+            grads = {k: g * np.nan if k.endswith("lora_b") else g for k, g in grads.items()}
+        return loss, grads
+
+    monkeypatch.setattr(finetune_module, "adapter_loss_and_grads", poisoned)
+    out = tmp_path / "run"
+    args = ["finetune", "--checkpoint", files / "base" / "checkpoint.npz", "--corpus", files / "reply.txt",
+            "--out", out, "--steps", "6", "--batch-size", "4", "--seq-len", "8", "--lora-rank", "2", "--no-progress"]
+    assert main([str(a) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: step 3: the gradient of b0.wq.lora_b is not finite") and err.count("\n") == 1
+    assert load_adapter(out / ADAPTER_NAME).step == 2
+    assert main(["finetune", "--resume", "--out", str(out), "--on-nonfinite", "skip", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "done: 6 steps" in printed and "1 batch skipped" in printed
+    f = load_adapter(out / ADAPTER_NAME)
+    assert f.step == 6 and f.extra["skipped_batches"] == 1

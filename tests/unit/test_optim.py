@@ -161,3 +161,116 @@ def test_clip_grads_does_not_modify_the_input_arrays():
     for k in grads:
         assert_array_equal(grads[k], copies[k])
         assert not np.shares_memory(clipped[k], grads[k])
+
+
+# ------------------------------------------------------- the global norm, overflow-safe
+
+
+def plain_norm(grads):
+    """The formula as written, squares first: what global_norm must equal wherever it does not overflow."""
+    return math.sqrt(sum(float(np.vdot(g, g)) for g in grads.values()))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 7.0, 1e6])
+def test_global_norm_gives_the_plain_formulas_very_bits_where_that_is_exact(dtype, scale):
+    from transformer.optim import global_norm
+
+    rng = np.random.default_rng(35)
+    grads = {k: g.astype(dtype) for k, g in random_grads(rng, scale).items()}
+    assert global_norm(grads) == plain_norm(grads)
+
+
+@pytest.mark.parametrize("dtype, huge", [(np.float64, 1e200), (np.float32, 3e19), (np.float32, 1e38)])
+def test_global_norm_of_huge_finite_gradients_is_their_finite_norm(dtype, huge):
+    """Their squares overflow (the plain formula says inf); the norm itself is a finite number."""
+    from transformer.optim import global_norm
+
+    grads = {"a": np.full(4, huge, dtype=dtype), "b": np.array([-huge, 0.0], dtype=dtype)}
+    with np.errstate(over="ignore"):
+        assert plain_norm(grads) == math.inf
+    assert_allclose(global_norm(grads), math.sqrt(5) * float(dtype(huge)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype, huge", [(np.float64, 1e200), (np.float32, 3e19)])
+def test_clipping_huge_gradients_gives_the_requested_norm_not_zeros(dtype, huge):
+    from transformer.optim import global_norm
+
+    rng = np.random.default_rng(36)
+    grads = {k: (g * huge).astype(dtype) for k, g in random_grads(rng, 1.0).items()}
+    clipped, norm = clip_grads(grads, 1.0)
+    assert math.isfinite(norm) and norm > huge
+    assert_allclose(global_norm(clipped), 1.0, rtol=1e-5)
+    for k in grads:  # the direction is kept
+        assert clipped[k].dtype == dtype
+        assert_allclose(clipped[k], grads[k].astype(np.float64) / norm, rtol=1e-5, atol=1e-30)
+
+
+def test_global_norm_of_tiny_gradients_does_not_underflow_to_zero():
+    from transformer.optim import global_norm
+
+    grads = {"a": np.full(9, 1e-30, dtype=np.float32)}
+    assert_allclose(global_norm(grads), 3e-30, rtol=1e-6)
+    assert global_norm({"a": np.zeros(3), "b": np.zeros((0, 2))}) == 0.0
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_gradient_has_a_non_finite_norm_and_is_not_clipped(bad):
+    from transformer.optim import global_norm
+
+    grads = {"a": np.ones(3), "b": np.array([1.0, bad])}
+    assert not math.isfinite(global_norm(grads))
+    clipped, norm = clip_grads(grads, 1.0)
+    assert not math.isfinite(norm) and clipped is grads
+
+
+# ------------------------------------------------------- AdamW commits all or nothing
+
+
+def adam_case(rng):
+    params = {"w": rng.standard_normal((3, 2)), "b": rng.standard_normal(2)}
+    state = adamw_init(params)
+    grads = {k: rng.standard_normal(p.shape) for k, p in params.items()}
+    adamw_update(params, grads, state, 1e-2, AdamWConfig())  # non-zero moments and a step count of 1
+    return params, state
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_adamw_with_a_non_finite_gradient_changes_nothing_and_names_it(bad):
+    from transformer.errors import NonFiniteError
+
+    rng = np.random.default_rng(37)
+    params, state = adam_case(rng)
+    before = {"p": {k: v.copy() for k, v in params.items()}, "m": {k: v.copy() for k, v in state["m"].items()},
+              "v": {k: v.copy() for k, v in state["v"].items()}}
+    grads = {"w": rng.standard_normal((3, 2)), "b": np.array([0.5, bad])}
+    with pytest.raises(NonFiniteError, match="the gradient of b is not finite") as raised:
+        adamw_update(params, grads, state, 1e-2, AdamWConfig())
+    assert raised.value.name == "b" and state["step"] == 1
+    for group, now in (("p", params), ("m", state["m"]), ("v", state["v"])):
+        for k in now:
+            assert_array_equal(now[k], before[group][k])
+
+
+def test_adamw_refuses_an_update_that_would_overflow_a_parameter():
+    from transformer.errors import NonFiniteError
+
+    rng = np.random.default_rng(38)
+    params, state = adam_case(rng)
+    params = {k: p.astype(np.float32) for k, p in params.items()}
+    state = {"m": {k: m.astype(np.float32) for k, m in state["m"].items()},
+             "v": {k: v.astype(np.float32) for k, v in state["v"].items()}, "step": 1}
+    kept = {k: p.copy() for k, p in params.items()}
+    grads = {k: np.ones_like(p) for k, p in params.items()}
+    with pytest.raises(NonFiniteError, match="the update would make w non-finite"), np.errstate(over="ignore"):
+        adamw_update(params, grads, state, 1e39, AdamWConfig(weight_decay=0.0))
+    assert state["step"] == 1 and all(np.array_equal(params[k], kept[k]) for k in params)
+
+
+def test_adamw_updates_the_callers_arrays_in_place():
+    """The commit writes into the arrays the caller holds (a run's dict and any view of it)."""
+    rng = np.random.default_rng(39)
+    params, state = adam_case(rng)
+    w, m = params["w"], state["m"]["w"]
+    adamw_update(params, {k: np.ones_like(p) for k, p in params.items()}, state, 1e-2, AdamWConfig())
+    assert params["w"] is w and state["m"]["w"] is m and state["step"] == 2

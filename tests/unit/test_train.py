@@ -10,7 +10,7 @@ import pytest
 
 from transformer.checkpoint import load_checkpoint
 from transformer.config import PRESETS
-from transformer.errors import CheckpointError, ConfigError, CorpusError
+from transformer.errors import CheckpointError, ConfigError, CorpusError, NonFiniteError
 from transformer.train import TrainConfig, evaluate, train
 from transformer.model import init_params
 from transformer.softmax import cross_entropy_forward
@@ -163,9 +163,10 @@ def test_resume_refuses_a_checkpoint_with_an_invalid_training_state(tmp_path, co
 
 
 def test_divergence_is_reported_not_trained_through(tmp_path, corpus):
-    with pytest.raises(ConfigError, match="the loss became"):
+    with pytest.raises(NonFiniteError, match=r"step 2: the loss became nan.*keeping the last good step, 1,"):
         train(corpus, tmp_path / "run", MODEL, small_config(lr=1e30, grad_clip=0.0, warmup=0, weight_decay=0.0),
               progress=False)
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.npz").step == 1
 
 
 @pytest.mark.skipif(os.name != "posix", reason="sends SIGINT")
@@ -229,16 +230,17 @@ def test_a_new_run_never_overwrites_an_existing_one_by_accident(tmp_path, corpus
 
 
 def test_an_overwriting_run_that_fails_leaves_no_checkpoint_of_the_old_run(tmp_path, corpus):
-    """Otherwise --resume would continue the old run with the failed run's metrics."""
+    """Otherwise --resume would continue the old run with the failed run's metrics: the checkpoint left is the
+    new run's own last good step, beside its own metrics."""
     out = tmp_path / "run"
 
     train(corpus, out, MODEL, small_config(), progress=False, on_step=stop_at(2))
-    with pytest.raises(ConfigError, match="the loss became"):
-        train(corpus, out, MODEL, small_config(lr=1e30, grad_clip=0.0, warmup=0, weight_decay=0.0), overwrite=True,
-              progress=False)
-    assert not (out / "checkpoint.npz").exists()
-    with pytest.raises(CheckpointError, match="does not exist"):
-        train(corpus, out, MODEL, small_config(), resume=True, progress=False)
+    diverging = small_config(lr=1e30, grad_clip=0.0, warmup=0, weight_decay=0.0)
+    with pytest.raises(NonFiniteError, match="the loss became"):
+        train(corpus, out, MODEL, diverging, overwrite=True, progress=False)
+    ckpt = load_checkpoint(out / "checkpoint.npz")
+    assert ckpt.step == 1 and ckpt.extra["train"]["lr"] == 1e30
+    assert [m["step"] for m in read_metrics(out)] == [1, 2] and "nonfinite" in read_metrics(out)[1]
 
 
 def test_resume_refuses_a_different_corpus(tmp_path, corpus):

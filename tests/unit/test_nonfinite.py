@@ -1,0 +1,129 @@
+"""NaN semantics of every element-wise and row-wise op (NaN in, NaN out, forward and backward), and the
+refusal of a softmax row that is masked everywhere, in the materialized and the flash attention paths."""
+
+import numpy as np
+import pytest
+
+from transformer.activations import ACTIVATION_FUNCTIONS
+from transformer.attention import causal_mask
+from transformer.errors import InputError, MaskedRowError
+from transformer.flash_attention import flash_core_forward, tile_scores
+from transformer.layernorm import layer_norm_backward, layer_norm_forward
+from transformer.linear import linear_backward, linear_forward
+from transformer.softmax import cross_entropy_forward, softmax_backward, softmax_forward
+
+DTYPES = (np.float32, np.float64)
+
+
+def with_nan(rng, shape, dtype, where):
+    x = rng.standard_normal(shape).astype(dtype)
+    x[where] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(ACTIVATION_FUNCTIONS))
+def test_an_activation_keeps_nan_as_nan_forward_and_backward(name, dtype):
+    """A NaN input gives a NaN output and a NaN input gradient; every other entry stays finite. Negative,
+    zero and positive inputs sit beside it, so a backward that stops NaN like a negative input fails."""
+    forward, backward = ACTIVATION_FUNCTIONS[name]
+    x = np.array([[-2.0, np.nan, 0.0, 1.5], [np.nan, -0.5, 3.0, np.nan]], dtype=dtype)
+    nan = np.isnan(x)
+    y, cache = forward(x)
+    dx = backward(np.ones_like(x), cache)
+    assert (np.isnan(y) == nan).all() and (np.isnan(dx) == nan).all()
+    assert y.dtype == dx.dtype == dtype
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATION_FUNCTIONS))
+def test_an_activation_backward_passes_a_nan_upstream_gradient_on(name):
+    rng = np.random.default_rng(40)
+    forward, backward = ACTIVATION_FUNCTIONS[name]
+    x = rng.standard_normal((3, 5))
+    x[0, 0] = -1.0  # ReLU's zero derivative times NaN is NaN, not 0
+    dy = np.ones_like(x)
+    dy[0, 0] = dy[2, 3] = np.nan
+    _, cache = forward(x)
+    assert (np.isnan(backward(dy, cache)) == np.isnan(dy)).all()
+
+
+def test_relu_backward_is_still_the_step_function_on_numbers():
+    """Away from 0 (the convention there is the mutation run's relu-gradient-one-at-zero)."""
+    x = np.array([-1.0, 2.0, -1e-300, 1e-300, np.inf])
+    _, cache = ACTIVATION_FUNCTIONS["relu"][0](x)
+    dx = ACTIVATION_FUNCTIONS["relu"][1](np.full(5, 3.0), cache)
+    np.testing.assert_array_equal(dx, [0.0, 3.0, 0.0, 3.0, 3.0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_makes_a_row_with_a_nan_all_nan_and_leaves_the_other_rows(dtype):
+    rng = np.random.default_rng(41)
+    x = with_nan(rng, (3, 4), dtype, (1, 2))
+    p, cache = softmax_forward(x)
+    dx = softmax_backward(rng.standard_normal((3, 4)).astype(dtype), cache)
+    for out in (p, dx):
+        assert np.isnan(out[1]).all() and np.isfinite(out[[0, 2]]).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_layer_norm_makes_a_row_with_a_nan_all_nan_and_leaves_the_other_rows(dtype):
+    rng = np.random.default_rng(42)
+    x = with_nan(rng, (3, 4), dtype, (2, 0))
+    g, b = np.ones(4, dtype=dtype), np.zeros(4, dtype=dtype)
+    y, cache = layer_norm_forward(x, g, b, 1e-5)
+    dx, dg, db = layer_norm_backward(rng.standard_normal((3, 4)).astype(dtype), cache)
+    for out in (y, dx):
+        assert np.isnan(out[2]).all() and np.isfinite(out[:2]).all()
+    assert np.isnan(dg).all() and np.isfinite(db).all()  # the NaN row's xhat reaches every gain; db is dy only
+
+
+def test_linear_carries_a_nan_into_its_row_and_its_gradients():
+    rng = np.random.default_rng(43)
+    x = with_nan(rng, (3, 4), np.float64, (0, 1))
+    w, b = rng.standard_normal((4, 2)), rng.standard_normal(2)
+    y, cache = linear_forward(x, w, b)
+    _, dw, db = linear_backward(np.ones((3, 2)), cache)
+    assert np.isnan(y[0]).all() and np.isfinite(y[1:]).all()
+    assert np.isnan(dw[1]).all() and np.isfinite(dw[[0, 2, 3]]).all() and np.isfinite(db).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_fully_masked_softmax_row_is_refused_with_the_librarys_error(dtype):
+    x = np.zeros((2, 3, 4), dtype=dtype)
+    x[1, 2] = -np.inf
+    with pytest.raises(MaskedRowError, match=r"1 row\(s\) are -inf everywhere .* first at index \(1, 2, 0\)"):
+        softmax_forward(x)
+    assert issubclass(MaskedRowError, InputError)
+    with pytest.raises(MaskedRowError, match="cross-entropy"):
+        cross_entropy_forward(x, np.zeros((2, 3), dtype=int))
+
+
+def test_a_partly_masked_row_is_an_ordinary_softmax():
+    p, _ = softmax_forward(np.array([0.0, -np.inf, 0.0]))
+    np.testing.assert_array_equal(p, [0.5, 0.0, 0.5])
+
+
+@pytest.mark.parametrize("T", [1, 2, 7, 16])
+def test_the_causal_mask_leaves_every_row_a_key(T):
+    assert (causal_mask(T, np.dtype(np.float64)).max(axis=-1) == 0.0).all()
+
+
+@pytest.mark.parametrize("tile", [1, 3, 8])
+def test_every_flash_tile_row_sees_at_least_one_key(tile):
+    """Each query row of each key tile has a finite score, so no tile masks a row everywhere either."""
+    rng = np.random.default_rng(44)
+    q, k = rng.standard_normal((2, 1, 7, 4)), rng.standard_normal((2, 1, 7, 4))
+    for start in range(0, 7, tile):
+        s = tile_scores(q, k, start, min(start + tile, 7))
+        assert np.isfinite(s.max(axis=-1)).all()
+
+
+def test_flash_attention_refuses_a_row_of_minus_inf_scores_as_softmax_does():
+    """Scores that are -inf themselves (keys at -inf): both paths raise the same error class."""
+    rng = np.random.default_rng(45)
+    q = np.abs(rng.standard_normal((1, 1, 4, 2))) + 1.0
+    k = np.full((1, 1, 4, 2), -np.inf)
+    with pytest.raises(MaskedRowError, match="flash attention"), np.errstate(invalid="ignore"):
+        flash_core_forward(q, k, rng.standard_normal((1, 1, 4, 2)), tile=2)
+    with pytest.raises(MaskedRowError, match="softmax"), np.errstate(invalid="ignore"):
+        softmax_forward(q @ k.transpose(0, 1, 3, 2) + causal_mask(4, np.dtype(np.float64)))
