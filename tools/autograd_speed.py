@@ -1,8 +1,8 @@
 """Benchmark: one float32 training step (forward, backward, AdamW) by the hand-written backward, by the
 autograd engine, and by PyTorch eager on the CPU, on the same parameters and batch.
 
-The three alternate in blocks of steps, as in tools/bench_step.py (whose step functions this uses), so
-all see the same machine state; we print the median of each and its ratio to the hand-written step.
+The three alternate in blocks of steps in one process (as tools/bench_step.py --in-process; its step
+functions, parameters and batch are the ones used here), so all see the same machine state; we print the median of each and its ratio to the hand-written step.
 
     python tools/autograd_speed.py [--steps 20] [--configs A] [--frameworks handwritten autograd torch]
 """
@@ -13,47 +13,36 @@ import time
 
 import numpy as np
 
-from tools.bench_step import BATCH, make_torch_step, numpy_step
+from tools.bench_step import BATCH, numpy_step, setup, torch_step
 from transformer.autograd_model import loss_and_grads as autograd_loss_and_grads
 from transformer.config import PRESETS
 from transformer.memory import keep_freed_memory
-from transformer.model import init_params
 from transformer.optim import AdamWConfig, adamw_init, adamw_update
 
 FRAMEWORKS = ("handwritten", "autograd", "torch")
 
 
-def autograd_step(params, state, ids, targets, cfg, opt):
-    _, grads = autograd_loss_and_grads(params, ids, targets, cfg)
-    adamw_update(params, grads, state, opt.lr, opt)
+def autograd_step(name):
+    """A step function of the autograd engine, on bench_step's parameters and batch of preset `name`."""
+    cfg, params, ids, targets = setup(name)
+    opt, state = AdamWConfig(), adamw_init(params)
+
+    def step():
+        _, grads = autograd_loss_and_grads(params, ids, targets, cfg)
+        adamw_update(params, grads, state, opt.lr, opt)
+
+    return step
 
 
-def step_functions(cfg, ids, targets, frameworks):
-    """One step function per framework, each on its own copy of the same float32 parameters."""
-    opt = AdamWConfig()
-    steps = {}
-    for framework in frameworks:
-        params = init_params(cfg, seed=0, dtype=np.float32)
-        state = adamw_init(params)
-        if framework == "torch":
-            import torch
-
-            step, tids, ttargets = make_torch_step(params, cfg, opt), torch.as_tensor(ids), torch.as_tensor(targets)
-            steps[framework] = lambda step=step, a=tids, b=ttargets: step(a, b)
-        else:
-            run = numpy_step if framework == "handwritten" else autograd_step
-            steps[framework] = lambda run=run, p=params, s=state: run(p, s, ids, targets, cfg, opt)
-    return steps
+STEPS = {"handwritten": numpy_step, "autograd": autograd_step, "torch": torch_step}
 
 
 def bench(name, steps, block, frameworks):
     """Median milliseconds per step of each framework on preset name."""
-    cfg = PRESETS[name]
-    rng = np.random.default_rng(0)
-    ids, targets = (rng.integers(0, cfg.vocab_size, (BATCH[name], cfg.context_len)) for _ in range(2))
     times = {framework: [] for framework in frameworks}
     for _ in range(-(-steps // (block - 1))):
-        for framework, step in step_functions(cfg, ids, targets, frameworks).items():
+        for framework in frameworks:
+            step = STEPS[framework](name)  # each block on a fresh copy of the same float32 parameters
             time.sleep(0.3)  # let the previous framework's BLAS threads stop spinning
             for i in range(block):
                 t0 = time.perf_counter()

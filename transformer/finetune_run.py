@@ -186,7 +186,8 @@ def resumed_finetune_run(adapter_path, corpus_sha256, base_path=None):
     if not (is_int(learn_from) and 0 <= learn_from < seq_len):
         raise CheckpointError(f"adapter file {adapter_path} holds learn_from {learn_from!r}; it must lie in [0, {seq_len})")
     return FineTuneRun(ckpt.cfg, train_cfg, ckpt.tokenizer, f.adapters, f.opt_state, rng, f.step,
-                       f.extra.get("elapsed_s", 0.0), int(f.extra.get("skipped_batches", 0)), base=stored_base(ckpt.params, f.quantize), lora=f.lora,
+                       f.extra.get("elapsed_s", 0.0), int(f.extra.get("skipped_batches", 0)),
+                       base=stored_base(ckpt.params, f.quantize), lora=f.lora,
                        quantize=f.quantize, base_path=str(base_path), base_sha256=f.base_sha256,
                        learn_from=learn_from)
 

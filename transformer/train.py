@@ -385,6 +385,9 @@ def restored_state(extra, opt_state, step, path, corpus_sha256, what="checkpoint
     elapsed = extra.get("elapsed_s", 0.0)
     if not (is_finite_number(elapsed) and elapsed >= 0):
         raise CheckpointError(f"{what} {path} holds an invalid training time elapsed_s={elapsed!r}")
+    skipped = extra.get("skipped_batches", 0)
+    if not (is_int(skipped) and skipped >= 0):
+        raise CheckpointError(f"{what} {path} holds an invalid count of skipped batches {skipped!r}")
     if step >= train_cfg.steps:
         raise ConfigError(f"the run in {Path(path).parent} already finished ({step} of {train_cfg.steps} "
                           "steps); there is nothing to resume")
