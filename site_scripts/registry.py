@@ -79,7 +79,8 @@ PAGES = (
                          {"intermediate": ("*.ln1", "*.ln2", "lnf"), "gradient": ("*ln*",)})),
     Page("softmax", "model/softmax.md", "Softmax & Cross-Entropy", "Model",
          functions=("softmax:softmax_forward", "softmax:softmax_backward", "softmax:cross_entropy_forward",
-                    "softmax:cross_entropy_backward"), seeds=EXAMPLE_SEEDS,
+                    "softmax:cross_entropy_backward"), listings=("softmax:check_not_fully_masked",),
+         seeds=EXAMPLE_SEEDS,
          crosscheck=Rows("torch's `F.cross_entropy` (the logits and the loss)", {"forward": ("*",), "loss": ("*",)})),
     Page("attention", "model/attention.md", "Attention", "Model",
          functions=("attention:attention_forward", "attention:attention_backward"), seeds=EXAMPLE_SEEDS,
@@ -108,14 +109,15 @@ PAGES = (
                          {"forward": ("*",), "loss": ("*",), "gradient": ("*",)})),
     Page("optim", "training/optim.md", "AdamW / Learning rate / Clipping", "Training",
          functions=("optim:adamw_update", "optim:lr_at", "optim:clip_grads"),
-         listings=("optim:is_decayed", "optim:adamw_init", "optim:global_norm"), seeds=("init_params",),
+         listings=("optim:is_decayed", "optim:adamw_init", "optim:adamw_update", "optim:global_norm"),
+         seeds=("init_params",),
          crosscheck=Steps("adamw step", "Our `adamw_update` against `torch.optim.AdamW` with the same decay groups, "
                           "both fed our gradients, for ten steps; every parameter is compared after each step.")),
     Page("training", "training/loop.md", "Training loop & data", "Training",
          functions=("data:sample_batch", "train:train_step", "train:evaluate", "train:train", "train:training_loop"),
          listings=("data:train_val_split", "data:eval_windows", "train:train_step", "train:finite_loss_and_grads",
                    "train:evaluate",
-                   "train:train", "train:training_loop", "train:is_due"),
+                   "train:train", "train:training_loop", "train:is_due", "train:Session", "runlock:FolderLock"),
          seeds=("training and sampling",),
          crosscheck=Steps("train step", "Ten whole training steps on each side, each with its own "
                           "gradients (NumPy backward against torch autograd) and its own AdamW; every parameter "
