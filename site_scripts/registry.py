@@ -79,7 +79,8 @@ PAGES = (
                          {"intermediate": ("*.ln1", "*.ln2", "lnf"), "gradient": ("*ln*",)})),
     Page("softmax", "model/softmax.md", "Softmax & Cross-Entropy", "Model",
          functions=("softmax:softmax_forward", "softmax:softmax_backward", "softmax:cross_entropy_forward",
-                    "softmax:cross_entropy_backward"), listings=("softmax:check_not_fully_masked",), seeds=EXAMPLE_SEEDS,
+                    "softmax:cross_entropy_backward"), listings=("softmax:check_not_fully_masked",),
+         seeds=EXAMPLE_SEEDS,
          crosscheck=Rows("torch's `F.cross_entropy` (the logits and the loss)", {"forward": ("*",), "loss": ("*",)})),
     Page("attention", "model/attention.md", "Attention", "Model",
          functions=("attention:attention_forward", "attention:attention_backward"), seeds=EXAMPLE_SEEDS,
@@ -108,7 +109,7 @@ PAGES = (
                          {"forward": ("*",), "loss": ("*",), "gradient": ("*",)})),
     Page("optim", "training/optim.md", "AdamW / Learning rate / Clipping", "Training",
          functions=("optim:adamw_update", "optim:lr_at", "optim:clip_grads"),
-         listings=("optim:adamw_update", "optim:is_decayed", "optim:adamw_init", "optim:global_norm", "optim:first_nonfinite"),
+         listings=("optim:is_decayed", "optim:adamw_init", "optim:adamw_update", "optim:global_norm"),
          seeds=("init_params",),
          crosscheck=Steps("adamw step", "Our `adamw_update` against `torch.optim.AdamW` with the same decay groups, "
                           "both fed our gradients, for ten steps; every parameter is compared after each step.")),
@@ -116,7 +117,7 @@ PAGES = (
          functions=("data:sample_batch", "train:train_step", "train:evaluate", "train:train", "train:training_loop"),
          listings=("data:train_val_split", "data:eval_windows", "train:train_step", "train:finite_loss_and_grads",
                    "train:evaluate",
-                   "train:train", "train:training_loop", "train:is_due", "train:Session"),
+                   "train:train", "train:training_loop", "train:is_due", "train:Session", "runlock:FolderLock"),
          seeds=("training and sampling",),
          crosscheck=Steps("train step", "Ten whole training steps on each side, each with its own "
                           "gradients (NumPy backward against torch autograd) and its own AdamW; every parameter "
@@ -197,7 +198,7 @@ PAGES = (
     Page("bad_inputs", "verification/bad-inputs.md", "Bad inputs", "Verification", reads=("cli:main", "tests")),
     # It runs the command line in subprocesses, through tools/fault_inject.py, which wraps the loop's functions.
     Page("faults", "verification/faults.md", "What survives a fault", "Verification",
-         listings=("runlock:FolderLock",), reads=("transformer", "tools/fault_inject.py")),
+         reads=("transformer", "tools/fault_inject.py")),
     # The mutation run copies the package and runs every check on the copies: any file of the package, the
     # unit tests or the run itself can change its report.
     Page("mutants", "verification/mutants.md", "Are the checks good enough?", "Verification",

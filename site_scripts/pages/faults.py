@@ -68,7 +68,7 @@ def disk_md(case):
     require(case.ran.status == 2 and case.kept.step == fc.CKPT_EVERY and case.equal[0],
             "the full disk was not survived as described")
     rows = [["What was done", f"`--out` on a tmpfs of {case.size:,} bytes: room for one checkpoint "
-                              f"({case.checkpoint_bytes:,} bytes) and a half, so the save at step "
+                              f"(about {case.checkpoint_bytes // 1024} KiB) and a half, so the save at step "
                               f"{2 * fc.CKPT_EVERY} (a temporary file beside the kept one) fills it"],
             ["Command", code(case.ran.command)],
             ["What the program said", said(case.ran) + f"<br>{status(case.ran)}"],
