@@ -234,15 +234,11 @@ def check_device(device, torch_device, dtype, cfg, params, ids, targets, adam_st
     if dtype == "float64":  # see check_steps for why not in float32
         rows += check_steps(device, torch_device, dtype, cfg, params, ids, targets, adam_steps, own_gradients=True)
     rows += check_kv_cache(device, torch_device, dtype, cfg, params, ids[0])
-    from .crosscheck_memory import check_policies  # it imports this module
+    from . import crosscheck_finetune, crosscheck_memory, crosscheck_serving  # each imports this module
 
-    rows += check_policies(device, torch_device, dtype, cfg, params, ids, targets)
-    from .crosscheck_serving import check_paged  # it imports this module
-
-    rows += check_paged(device, torch_device, dtype, cfg, params)
-    from .crosscheck_finetune import check_finetune  # it imports this module
-
-    rows += check_finetune(device, torch_device, dtype, cfg, params, ids, targets)
+    rows += crosscheck_memory.check_policies(device, torch_device, dtype, cfg, params, ids, targets)
+    rows += crosscheck_serving.check_paged(device, torch_device, dtype, cfg, params)
+    rows += crosscheck_finetune.check_finetune(device, torch_device, dtype, cfg, params, ids, targets)
     return rows
 
 

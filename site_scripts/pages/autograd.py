@@ -113,7 +113,8 @@ VARIANTS = (("freed", True, False, False), ("freed, every loss kept", True, True
             ("not freed, self-capturing rules", False, False, True))
 
 
-def steps_md():
+def measured_steps():
+    """One row per variant: live Tensors after the first and last step, bytes held, growth per step."""
     cfg = PRESETS["default"]
     rng = np.random.default_rng(SEED)
     ids, targets = (rng.integers(0, cfg.vocab_size, (BATCH, WINDOW)) for _ in range(2))
@@ -123,6 +124,14 @@ def steps_md():
         growth = (records[-1].traced_bytes - records[4].traced_bytes) / (STEPS - 5)
         rows.append([name, records[0].live_tensors, records[-1].live_tensors,
                      f"{records[-1].traced_bytes / MIB:.2f}", f"{growth / 1024:.1f}"])
+    return rows
+
+
+def steps_md():
+    # tracemalloc's totals move by a few hundred bytes from run to run (Python's free lists): kept under a key
+    # of the code they measure, like the timings, so a rebuild with nothing changed prints the same table.
+    rows = timed("autograd_steps", ROOT / "transformer" / "autograd_memory.py", measured_steps,
+                 json.dumps([STEPS, BATCH, WINDOW, SEED]))
     return (f"{STEPS} AdamW steps on one batch (as above) with the cyclic garbage collector off, so that what is "
             "freed is what reference counting frees. *Self-capturing rules* re-creates the bug of the reference "
             "engine: every node's rule holds the node itself, so each node is a reference cycle.\n\n"
