@@ -186,8 +186,13 @@ def fit(seed, lr, parts, ids, y, steps, clip=None, scale=1.0, corner=0):
 
 
 def predictions(p, ids, parts):
+    """Each sequence's predicted label; -1 (wrong whatever the label) for all of them when the model's scores
+    overflow to a fully masked row on some sequence, which the softmax refuses."""
     with np.errstate(over="ignore", invalid="ignore"):
-        return np.argmax(forward(p, ids, parts)[0], axis=-1)
+        try:
+            return np.argmax(forward(p, ids, parts)[0], axis=-1)
+        except MaskedRowError:
+            return np.full(len(ids), -1)
 
 
 def flat(p):
