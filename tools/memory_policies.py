@@ -32,6 +32,7 @@ from transformer.block import block_params
 from transformer.config import ModelConfig
 from transformer.flash_attention import flash_attention_backward, flash_attention_forward
 from transformer.layernorm import layer_norm_forward
+from transformer.memory import arrays_in
 from transformer.model import forward, init_params, loss_and_grads
 from transformer.optim import AdamWConfig, adamw_init, adamw_update, clip_grads
 
@@ -56,18 +57,6 @@ class Measurement:
     retained: int  # bytes
     attention_peak: int  # bytes
     seconds: float | None  # median time per step; None when not timed
-
-
-def arrays_in(obj):
-    """Every ndarray reachable from a cache: through tuples (named ones too), lists and dicts."""
-    if isinstance(obj, np.ndarray):
-        yield obj
-    elif isinstance(obj, (tuple, list)):
-        for item in obj:
-            yield from arrays_in(item)
-    elif isinstance(obj, dict):
-        for item in obj.values():
-            yield from arrays_in(item)
 
 
 def owned_bytes(obj, exclude=()):

@@ -18,21 +18,10 @@ import numpy as np
 
 from .autograd import backward, live_tensors, topological_order
 from .autograd_model import as_leaves, cross_entropy, forward
+from .memory import arrays_in
 from .model import forward as hand_forward
 from .model import init_params
 from .optim import AdamWConfig, adamw_init, adamw_update
-
-
-def arrays_in(obj):
-    """Every ndarray reachable from obj through tuples (named ones too), lists and dicts."""
-    if isinstance(obj, np.ndarray):
-        yield obj
-    elif isinstance(obj, (tuple, list)):
-        for item in obj:
-            yield from arrays_in(item)
-    elif isinstance(obj, dict):
-        for item in obj.values():
-            yield from arrays_in(item)
 
 
 def distinct_bytes(arrays, exclude=()):

@@ -13,6 +13,8 @@ result, only where freed memory waits for its next use.
 import ctypes
 import ctypes.util
 
+import numpy as np
+
 _M_TRIM_THRESHOLD = -1  # constants from glibc's <malloc.h>
 _M_MMAP_THRESHOLD = -3
 
@@ -34,3 +36,16 @@ def keep_freed_memory(threshold_bytes=1 << 30) -> bool:
     ok_mmap = mallopt(_M_MMAP_THRESHOLD, threshold_bytes)
     ok_trim = mallopt(_M_TRIM_THRESHOLD, threshold_bytes)
     return bool(ok_mmap and ok_trim)
+
+
+def arrays_in(obj):
+    """Every ndarray reachable from obj (a cache, a graph's saved values) through tuples, named ones too,
+    lists and dicts: what the memory measurements count."""
+    if isinstance(obj, np.ndarray):
+        yield obj
+    elif isinstance(obj, (tuple, list)):
+        for item in obj:
+            yield from arrays_in(item)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            yield from arrays_in(item)

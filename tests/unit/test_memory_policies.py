@@ -17,6 +17,7 @@ from transformer.attention import attention_backward, attention_forward
 from transformer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from transformer.cli import main
 from transformer.config import ModelConfig
+from transformer.memory import arrays_in
 from transformer.data import CharTokenizer
 from transformer.errors import ConfigError
 from transformer.flash_attention import FlashCache, flash_attention_backward, flash_attention_forward
@@ -134,18 +135,6 @@ def test_flash_never_forms_a_t_by_t_matrix_and_keeps_no_probabilities(monkeypatc
         assert getattr(cache, name).shape == (B, H, T, 16 // H)
     assert cache.row_max.shape == cache.row_sum.shape == (B, H, T)
     assert not [a.shape for a in arrays_in(cache) if list(a.shape).count(T) >= 2]  # nothing (T, T), anywhere
-
-
-def arrays_in(obj):
-    """Every array reachable from a cache, through tuples, lists and dicts."""
-    if isinstance(obj, np.ndarray):
-        yield obj
-    elif isinstance(obj, (tuple, list)):
-        for item in obj:
-            yield from arrays_in(item)
-    elif isinstance(obj, dict):
-        for item in obj.values():
-            yield from arrays_in(item)
 
 
 def test_the_t_by_t_check_sees_the_materialized_probabilities():
