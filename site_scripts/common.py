@@ -82,7 +82,8 @@ def cached_json(path: Path, key: str, compute, force=False):
         stored = json.loads(path.read_text())
         if stored.get("key") == key:
             return stored["value"]
-    value = json.loads(json.dumps(compute()))  # the same types as a reloaded one
+    # the same types, and the same key order, as a reloaded one: a first build and a rebuild print alike
+    value = json.loads(json.dumps(compute(), sort_keys=True))
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")  # written beside it, then renamed: whole or absent
     partial.write_text(json.dumps({"key": key, "value": value}, sort_keys=True))

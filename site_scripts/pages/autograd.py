@@ -147,7 +147,7 @@ def speed_md():
                     lambda: autograd_speed.bench("A", steps, block, autograd_speed.FRAMEWORKS),
                     json.dumps([steps, block]))
     base = medians["handwritten"]
-    rows = [[name, f"{ms:.0f}", f"{ms / base:.2f}"] for name, ms in medians.items()]
+    rows = [[name, f"{medians[name]:.0f}", f"{medians[name] / base:.2f}"] for name in autograd_speed.FRAMEWORKS]
     cfg = PRESETS["A"]
     return (f"One float32 training step (forward, backward, AdamW) of configuration A (B = "
             f"{autograd_speed.BATCH['A']}, T = {cfg.context_len}, d = {cfg.emb_dim}, L = {cfg.num_layers}), median "

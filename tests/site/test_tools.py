@@ -387,3 +387,14 @@ def test_computing_the_report_key_fetches_nothing_without_the_corpus(tmp_path, m
     monkeypatch.setattr(mutants, "pinned_corpus_digest", lambda: "0" * 64)  # another corpus, another key
     assert mutants.report_key(quick=True) != key
 
+
+
+def test_a_computed_result_and_its_reload_are_the_same_down_to_key_order(tmp_path):
+    """A timing measured in this build and the same timing read back in the next must print alike: the
+    stored file sorts its keys, so the fresh value must come back sorted too (the autograd page's speed
+    table once swapped two rows between a first build and a rebuild)."""
+    stored = tmp_path / "timing.json"
+    fresh = cached_json(stored, "k", lambda: {"torch": 1.0, "autograd": 3.0, "handwritten": 2.0})
+    again = cached_json(stored, "k", lambda: pytest.fail("a current result was recomputed"))
+    assert list(fresh) == list(again) == ["autograd", "handwritten", "torch"]
+    assert json.dumps(fresh) == json.dumps(again)
