@@ -224,6 +224,10 @@ def finetune(base_path, corpus_path, out_dir, lora: LoRAConfig | None, train_cfg
                                 on_nonfinite=on_nonfinite)
         return run_session(session, progress, on_step, "finetune")
 
+    if train_cfg.engine != "handwritten":  # FineTuneRun.loss_and_grads is the hand-written adapters' backward
+        raise ConfigError(f"LoRA fine-tuning runs the hand-written backward only, got engine {train_cfg.engine!r}: "
+                          "drop it, or fine-tune every parameter (lora=None), which the autograd engine can")
+
     def new(text):
         return new_finetune_run(base_path, lora, train_cfg, quantize, learn_from)
 

@@ -130,6 +130,14 @@ def test_bad_fine_tuning_settings_are_one_clear_line(files, tmp_path, capsys, ex
     assert code == 2 and err.startswith(f"error: {message}") and "\n" not in err, err
 
 
+def test_lora_with_the_autograd_engine_is_refused_before_anything_is_written(files, tmp_path):
+    """The adapters' backward is hand-written only: engine="autograd" must not be ignored in silence."""
+    with pytest.raises(ConfigError, match="LoRA fine-tuning runs the hand-written backward only, got engine 'autograd'"):
+        finetune(files / "base" / "checkpoint.npz", files / "reply.txt", tmp_path / "run", LORA,
+                 small(steps=2, engine="autograd"), progress=False)
+    assert not (tmp_path / "run").exists()
+
+
 def test_an_adapter_for_another_base_is_refused(files, tmp_path, capsys):
     finetune(files / "base" / "checkpoint.npz", files / "reply.txt", tmp_path / "run", LORA, small(steps=2),
              progress=False)
