@@ -21,6 +21,7 @@ from transformer.model import init_params
 from .. import sections
 from ..common import ROOT, mode
 from ..examples import SEED
+from ..figures import new_figure, png
 from ._bench import timed
 
 PAGE = "autograd"
@@ -28,6 +29,7 @@ EPS = 1e-5
 BATCH, WINDOW = 8, 16  # the default config's training windows
 STEPS = 30
 MIB = 2 ** 20
+FIGURE = "steps.png"
 
 
 def layer_norm_inputs():
@@ -127,6 +129,62 @@ def measured_steps():
     return rows
 
 
+def long_steps():
+    """The issue's 300 steps (60 in a quick build) of the three variants that free their graph: the bytes held
+    after each step and the peak during it. The two that do not free it stop at STEPS: by step 300 they would
+    hold about ten times the 30-step figure of the table, some two GiB."""
+    return 60 if mode() == "quick" else 300
+
+
+def measured_series():
+    """{variant: [[held after the step, peak during it] per step]}, freed variants for long_steps(), the others
+    for STEPS."""
+    cfg = PRESETS["default"]
+    rng = np.random.default_rng(SEED)
+    ids, targets = (rng.integers(0, cfg.vocab_size, (BATCH, WINDOW)) for _ in range(2))
+    return {name: [[r.traced_bytes, r.peak_bytes]
+                   for r in train_steps(cfg, ids, targets, long_steps() if free_graph else STEPS, free_graph,
+                                        keep, capture, seed=SEED)]
+            for name, free_graph, keep, capture in VARIANTS}
+
+
+def series():
+    return timed("autograd_series", ROOT / "transformer" / "autograd_memory.py", measured_series,
+                 json.dumps([long_steps(), STEPS, BATCH, WINDOW, SEED]))
+
+
+def figure_png(found):
+    """Left: bytes held after each step, log scale, every variant; right: the peak during each step of the
+    variants that free their graph, on a linear scale, where flat must look flat."""
+    fig, (held, peak) = new_figure(1, 2, figsize=(11, 4.2))
+    for name, free_graph, *_ in VARIANTS:
+        steps = range(1, len(found[name]) + 1)
+        held.plot(steps, [h / MIB for h, _ in found[name]], "-" if free_graph else "--", label=name)
+        if len(found[name]) == long_steps():
+            peak.plot(steps, [p / MIB for _, p in found[name]], label=name)
+    held.set(yscale="log", title="Held after each step", xlabel="training step",
+             ylabel="bytes numpy and Python hold (MiB)")
+    peak.set(title="Peak during each step, graph freed", xlabel="training step",
+             ylabel="most bytes held at once (MiB)", ylim=(0, None))
+    for ax in (held, peak):
+        ax.legend(fontsize="small")
+    fig.suptitle(f"The autograd engine's memory over {long_steps()} AdamW steps, float64, tracemalloc")
+    fig.tight_layout()
+    return png(fig)
+
+
+def flat_md(found):
+    """The figure and what it shows, in numbers read from the same series."""
+    freed = found["freed"]
+    peaks = [p for _, p in freed]
+    first, last = freed[9], freed[-1]
+    return (f"![Memory held after each step and the peak during each step, by variant](autograd/{FIGURE})\n\n"
+            f"Over {len(freed)} steps with the graph freed, the peak during a step stays between "
+            f"{min(peaks) / MIB:.2f} and {max(peaks) / MIB:.2f} MiB, and what is held after a step goes from "
+            f"{first[0] / MIB:.3f} MiB at step 10 to {last[0] / MIB:.3f} MiB at step {len(freed)}. Not freed, "
+            f"the held bytes climb by a graph a step, so those two lines stop at step {STEPS}.\n")
+
+
 def steps_md():
     # tracemalloc's totals move by a few hundred bytes from run to run (Python's free lists): kept under a key
     # of the code they measure, like the timings, so a rebuild with nothing changed prints the same table.
@@ -157,5 +215,6 @@ def speed_md():
 
 
 def generate(context):
+    found = series()
     return {"layernorm": layernorm_md(), "graph": graph_md(), "census": census_md(), "steps": steps_md(),
-            "speed": speed_md()}
+            "flat": flat_md(found), FIGURE: figure_png(found), "speed": speed_md()}
