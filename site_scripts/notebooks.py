@@ -10,7 +10,7 @@ tests use it); each mode keeps its own outputs, and a quick page says at its top
 
 Output: build/notebooks/<mode>/<name>.md and its figures in build/notebooks/<mode>/<name>/, which the mkdocs hook
 adds to the site as experiments/<name>.md. A failing cell stops the build with the notebook's name, the cell's
-number and first line, and the error.
+number and first line, and the error; so does an output a page cannot show (HTML, SVG), naming its type.
 
     python -m site_scripts.notebooks [--only NAME ...] [--force]
 """
@@ -121,7 +121,7 @@ def render(nb, name, run_mode, repo_url=REPO_URL):
         if "hide-input" not in cell.metadata.get("tags", []) and cell.source.strip():
             parts.append(f"```python\n{cell.source.rstrip()}\n```\n")
         for n, output in enumerate(cell.get("outputs", [])):
-            parts.append(_output_md(output, name, f"fig-{index}-{n}.png", figures))
+            parts.append(_output_md(output, name, f"fig-{index}-{n}.png", figures, f"{name}.py, cell {index}"))
     source_link = f"[`notebooks/{name}.py`]({repo_url}/blob/main/notebooks/{name}.py)"
     parts.append(f"---\n\nExecuted at build time from {source_link} by nbclient ({run_mode} mode), with Python "
                  f"{platform.python_version()}, numpy {package_version('numpy')}, "
@@ -130,12 +130,21 @@ def render(nb, name, run_mode, repo_url=REPO_URL):
     return "\n".join(p for p in parts if p), figures
 
 
-def _output_md(output, name, figure_name, figures):
+SHOWN = ("image/png", "text/markdown", "text/plain")  # what a page can show of a displayed value, in this order
+
+
+def _output_md(output, name, figure_name, figures, where):
+    """One output of a cell as markdown. An output the page cannot show (a displayed value with only HTML or
+    SVG, an unknown output type) stops the build naming it, rather than vanishing from the page."""
     kind = output.get("output_type")
     if kind == "stream":
         return f"```text\n{output['text'].rstrip()}\n```\n"
     if kind in ("display_data", "execute_result"):
         data = output.get("data", {})
+        unshown = sorted(set(data) - set(SHOWN))
+        if unshown and not ("image/png" in data or "text/markdown" in data):  # text/plain alone: its repr
+            raise NotebookError(f"notebook notebooks/{where} displays {', '.join(unshown)}, which a page cannot "
+                                f"show (only its text/plain form would remain): give it one of {', '.join(SHOWN)}")
         if "image/png" in data:
             figures[figure_name] = base64.b64decode(data["image/png"])
             alt = output.get("metadata", {}).get("alt", "figure")
@@ -144,7 +153,9 @@ def _output_md(output, name, figure_name, figures):
             return data["text/markdown"].rstrip() + "\n"
         if "text/plain" in data:
             return f"```text\n{data['text/plain'].rstrip()}\n```\n"
-    return ""
+        raise NotebookError(f"notebook notebooks/{where} displays {', '.join(sorted(data)) or 'nothing'}, which "
+                            f"a page cannot show: give it one of {', '.join(SHOWN)}")
+    raise NotebookError(f"notebook notebooks/{where} has an output of type {kind!r}, which a page cannot show")
 
 
 def run(name, run_mode, force=False, folder=NOTEBOOKS, out=OUT, repo_url=REPO_URL):

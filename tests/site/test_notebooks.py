@@ -28,6 +28,21 @@ def test_a_failing_cell_names_the_notebook_the_cell_and_the_error(tmp_path):
     assert not (tmp_path / "out" / "quick" / "broken.md").exists()
 
 
+def test_an_output_the_page_cannot_show_names_the_notebook_the_cell_and_the_type(tmp_path):
+    """Negative control: an HTML-only value (an SVG, a widget) must stop the build, not vanish from the page."""
+    write_notebook(tmp_path / "nb", "html", ['# %% [markdown]\n# # HTML', "# %%\nx = 1",
+                                             "# %%\nfrom IPython.display import HTML, display\n"
+                                             "display(HTML('<b>bold</b>'))"])
+    with pytest.raises(notebooks.NotebookError) as error:
+        notebooks.run("html", "quick", folder=tmp_path / "nb", out=tmp_path / "out")
+    message = str(error.value)
+    assert "notebooks/html.py, cell 3 displays text/html" in message and "image/png" in message, message
+    assert not (tmp_path / "out" / "quick" / "html.md").exists()
+    nb = {"cells": [{"cell_type": "code", "source": "x", "metadata": {}, "outputs": [{"output_type": "weird"}]}]}
+    with pytest.raises(notebooks.NotebookError, match="html.py, cell 1 has an output of type 'weird'"):
+        notebooks.render(__import__("nbformat").from_dict(nb), "html", "quick")
+
+
 def test_a_notebook_runs_once_and_its_rerun_is_byte_identical(tmp_path):
     out = tmp_path / "out"
     assert notebooks.run("gradcheck_by_hand", "quick", out=out)
