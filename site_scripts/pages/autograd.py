@@ -195,7 +195,7 @@ def steps_md():
             "engine: every node's rule holds the node itself, so each node is a reference cycle.\n\n"
             + sections.md_table(["Variant", "Tensors alive after step 1", f"after step {STEPS}",
                                  f"Held after step {STEPS} (MiB)", "Growth per step (KiB)"], rows)
-            + "\nFreed, the few hundred bytes a step that remain are the records of this table and Python's free "
+            + f"\nFreed, the {rows[0][4]} KiB a step that remain are the records of this table and Python's free "
               "lists filling up; kept losses are one number each. Not freed, a step keeps its whole graph.\n")
 
 
