@@ -256,10 +256,15 @@ class OverflowRow:
     finite: bool  # every parameter of the final checkpoint is finite
 
 
+# Factors that make the squares of a batch's gradients overflow the dtype (float32's largest number is about
+# 3.4e38, float64's 1.8e308), while the gradients themselves stay finite.
+OVERFLOW_FACTORS = {"float64": 1e200, "float32": 1e21}
+
+
 def overflow_case(folder):
     """Batch POISONED_BATCH's gradients multiplied by a factor whose squares overflow the dtype, in each dtype."""
     rows = []
-    for dtype, factor in (("float64", 1e200), ("float32", 1e19)):
+    for dtype, factor in OVERFLOW_FACTORS.items():
         out = f"scaled-{dtype}"
         ran = run(folder, train_args(out, "--dtype", dtype), ["--scale", f"{POISONED_BATCH}:{factor:g}"])
         record = next(r for r in metric_records(folder / out, "loss") if r["step"] == POISONED_BATCH)

@@ -1,4 +1,10 @@
-"""Causal multi-head self-attention with q/k/v/o projections and biases."""
+"""Causal multi-head self-attention with q/k/v/o projections and biases.
+
+NaN semantics: a NaN in a window's input stays inside that window, forward and backward, and reaches every
+position of it: the causal mask is added to the scores, and NaN + (-inf) is NaN, so a NaN key poisons even the
+rows that may not see it (flash attention, which never computes above the diagonal, keeps earlier positions
+finite in the forward).
+"""
 
 import math
 from functools import lru_cache

@@ -114,10 +114,12 @@ def overflow_md(rows):
     table = []
     for r in rows:
         require(r.ran.status == 0 and r.committed and r.finite and math.isfinite(r.norm), "overflow not survived")
+        # The row shows something only if squaring first would have overflowed: norm² beyond the dtype's range.
+        require(r.norm > math.sqrt(np.finfo(r.dtype).max), f"{r.dtype}: the squares of norm {r.norm:g} do not overflow")
         table.append([r.dtype, f"{r.factor:g}", code(r.ran.command), f"{r.norm:.4e}", "yes" if r.committed else "no",
                       "yes" if r.finite else "no"])
-    return (sections.md_table(["dtype", "Gradients of batch 13 times", "Command", "`grad_norm` recorded",
-                               "Step taken", "Every parameter finite at the end"], table)
+    return (sections.md_table(["dtype", f"Gradients of batch {fc.POISONED_BATCH} times", "Command",
+                               "`grad_norm` recorded", "Step taken", "Every parameter finite at the end"], table)
             + "\n" + squares_md())
 
 
@@ -125,12 +127,12 @@ def squares_md():
     """The same kind of gradients in the library: the plain formula against `global_norm`, and the clip."""
     rng = np.random.default_rng(fc.SEED)
     rows = []
-    for dtype, factor in ((np.float64, 1e200), (np.float32, 1e19)):
+    for dtype, factor in fc.OVERFLOW_FACTORS.items():
         grads = {"a": (rng.standard_normal(8) * factor).astype(dtype), "b": (rng.standard_normal(3) * factor).astype(dtype)}
         with np.errstate(over="ignore"):
             plain = math.sqrt(sum(float(np.vdot(g, g)) for g in grads.values()))
         clipped, norm = clip_grads(grads, 1.0)
-        rows.append([np.dtype(dtype).name, f"{plain:g}", f"{norm:.4e}", f"{global_norm(clipped):.6f}"])
+        rows.append([dtype, f"{plain:g}", f"{norm:.4e}", f"{global_norm(clipped):.6f}"])
     return ("The same in the library, on 11 random normal entries times the factor: squaring first overflows, so "
             "the plain formula says `inf`, and a clip by `1.0 / inf` would have made every gradient zero.\n\n"
             + sections.md_table(["dtype", "sqrt(sum g²), squares first", "`global_norm`",

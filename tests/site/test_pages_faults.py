@@ -37,3 +37,16 @@ def test_the_kill_moments_are_distinct_steps_after_the_first_checkpoint_and_incl
     steps = [s for s, _ in moments]
     assert len(moments) == fc.KILLS and steps == sorted(set(steps)) and min(steps) > fc.CKPT_EVERY
     assert any(m in ("mid-save", "validation") for _, m in moments)
+
+
+def overflow_row(dtype, norm):
+    return fc.OverflowRow(dtype, fc.OVERFLOW_FACTORS[dtype], ran(0), norm, True, True)
+
+
+def test_the_overflow_table_refuses_a_row_whose_squares_would_not_have_overflowed():
+    """float32's squares overflow past sqrt(3.4e38) = 1.8e19: a norm of 1.3e19 (the factor 1e19 the page once
+    used) demonstrates nothing, 1.3e21 does; float64's limit is 1.3e154."""
+    assert "1.3000e+21" in faults.overflow_md([overflow_row("float32", 1.3e21), overflow_row("float64", 1.3e200)])
+    for dtype, norm in (("float32", 1.3e19), ("float64", 1.3e150)):
+        with pytest.raises(RuntimeError, match="do not overflow"):
+            faults.overflow_md([overflow_row(dtype, norm)])

@@ -5,12 +5,15 @@ import numpy as np
 import pytest
 
 from transformer.activations import ACTIVATION_FUNCTIONS
-from transformer.attention import causal_mask
+from transformer.attention import attention_backward, attention_forward, causal_mask
+from transformer.embedding import embedding_backward, embedding_forward
 from transformer.errors import InputError, MaskedRowError
-from transformer.flash_attention import flash_core_forward, tile_scores
+from transformer.flash_attention import (flash_attention_backward, flash_attention_forward, flash_core_forward,
+                                         tile_scores)
 from transformer.layernorm import layer_norm_backward, layer_norm_forward
 from transformer.linear import linear_backward, linear_forward
-from transformer.softmax import cross_entropy_forward, softmax_backward, softmax_forward
+from transformer.softmax import (cross_entropy_backward, cross_entropy_forward, cross_entropy_time_range_backward,
+                                 cross_entropy_time_range_forward, softmax_backward, softmax_forward)
 
 DTYPES = (np.float32, np.float64)
 
@@ -85,6 +88,67 @@ def test_linear_carries_a_nan_into_its_row_and_its_gradients():
     _, dw, db = linear_backward(np.ones((3, 2)), cache)
     assert np.isnan(y[0]).all() and np.isfinite(y[1:]).all()
     assert np.isnan(dw[1]).all() and np.isfinite(dw[[0, 2, 3]]).all() and np.isfinite(db).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_linear_keeps_nan_in_both_dtypes(dtype):
+    rng = np.random.default_rng(46)
+    x = with_nan(rng, (2, 3, 4), dtype, (1, 2, 0))
+    y, cache = linear_forward(x, rng.standard_normal((4, 5)).astype(dtype), np.zeros(5, dtype=dtype))
+    dx, dw, _ = linear_backward(with_nan(rng, (2, 3, 5), dtype, (0, 0, 1)), cache)
+    assert (np.isnan(y).any(axis=-1) == np.isnan(x).any(axis=-1)).all()
+    assert np.isnan(dx[0, 0]).all() and np.isfinite(dx[1]).all() and np.isnan(dw).any()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cross_entropy_of_a_row_with_a_nan_is_nan_and_so_is_that_rows_gradient(dtype):
+    """The loss is a mean, so one NaN logit makes it NaN; the gradient is NaN in that row only (the others
+    are (P - e_y)/N times the upstream 1, which does not involve the NaN row)."""
+    rng = np.random.default_rng(47)
+    logits = with_nan(rng, (2, 3, 5), dtype, (1, 0, 4))
+    targets = rng.integers(0, 5, (2, 3))
+    loss, cache = cross_entropy_forward(logits, targets)
+    dlogits = cross_entropy_backward(1.0, cache)
+    assert np.isnan(loss) and dlogits.dtype == dtype
+    assert np.isnan(dlogits[1, 0]).all() and np.isfinite(np.delete(dlogits.reshape(6, 5), 3, axis=0)).all()
+    loss, cache = cross_entropy_time_range_forward(logits, targets, 1, 2)  # the NaN position is not counted
+    assert np.isfinite(loss) and np.isfinite(cross_entropy_time_range_backward(1.0, cache)).all()
+    loss, cache = cross_entropy_time_range_forward(logits, targets, 0, 2)
+    assert np.isnan(loss) and np.isnan(cross_entropy_time_range_backward(1.0, cache)[1, 0]).all()
+
+
+def test_the_embedding_gradient_carries_a_nan_into_the_rows_that_position_used():
+    rng = np.random.default_rng(48)
+    ids = np.array([[2, 0, 2], [1, 1, 0]])
+    _, cache = embedding_forward(ids, rng.standard_normal((4, 3)), rng.standard_normal((5, 3)))
+    dx = with_nan(rng, (2, 3, 3), np.float64, (1, 0, 2))  # sequence 1, position 0: token 1
+    dtok, dpos = embedding_backward(dx, cache)
+    assert np.isnan(dtok[1, 2]) and np.isfinite(np.delete(dtok, 1, axis=0)).all()
+    assert np.isnan(dpos[0, 2]) and np.isfinite(dpos[1:]).all()
+
+
+ATTENTION_PATHS = {"materialized": (attention_forward, attention_backward),
+                   "flash": (lambda x, p, h: flash_attention_forward(x, p, h, tile=2), flash_attention_backward)}
+
+
+@pytest.mark.parametrize("path", sorted(ATTENTION_PATHS))
+def test_attention_keeps_a_nan_inside_its_own_window(path):
+    """A NaN in window 0's input at position 2 reaches that window's outputs at positions 2 and later (they
+    attend to it), and never window 1, forward or backward. Earlier positions differ by path: the
+    materialized path adds the mask, and NaN + (-inf) is NaN, so the NaN key's score poisons every row of
+    the window; flash attention never computes a tile above the diagonal, so positions 0 and 1 stay finite."""
+    forward, backward = ATTENTION_PATHS[path]
+    rng = np.random.default_rng(49)
+    d, H = 4, 2
+    p = {name: rng.standard_normal((d, d)) for name in ("wq", "wk", "wv", "wo")}
+    p.update({name: rng.standard_normal(d) for name in ("bq", "bk", "bv", "bo")})
+    x = with_nan(rng, (2, 5, d), np.float64, (0, 2, 1))
+    with np.errstate(invalid="ignore"):
+        y, cache = forward(x, p, H)
+        dx, grads = backward(np.ones_like(y), cache)
+    assert np.isnan(y[0, 2:]).all() and np.isfinite(y[1]).all()
+    assert np.isnan(y[0, :2]).all() if path == "materialized" else np.isfinite(y[0, :2]).all()
+    assert np.isnan(dx[0]).any() and np.isfinite(dx[1]).all() and np.isnan(grads["wq"]).any()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
