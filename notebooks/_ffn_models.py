@@ -217,15 +217,20 @@ def top_hessian_eigenvalue(p, ids, y, parts, iters=30, eps=1e-6, seed=0):
     v /= np.linalg.norm(v)
     value = 0.0
     for _ in range(iters):
-        plus = flat(loss_and_grads(unflat(theta + eps * v, p), ids, y, parts)[1])
-        minus = flat(loss_and_grads(unflat(theta - eps * v, p), ids, y, parts)[1])
+        try:
+            plus = flat(loss_and_grads(unflat(theta + eps * v, p), ids, y, parts)[1])
+            minus = flat(loss_and_grads(unflat(theta - eps * v, p), ids, y, parts)[1])
+        except MaskedRowError:  # scores overflowed to -inf across a row: no gradient, so no curvature
+            return float("nan")
         hv = (plus - minus) / (2 * eps)
+        if not np.isfinite(hv).all():  # the parameters are so large that the gradient overflows: no curvature
+            return float("nan")
         value = float(v @ hv)  # the Rayleigh quotient
-        v = hv / np.linalg.norm(hv)
+        if not hv.any():
+            return value
+        v = hv / np.abs(hv).max()  # scaled first: the norm of a huge hv would overflow
+        v /= np.linalg.norm(v)
     return value
-
-
-
 
 
 # ---------------------------------------------------------------- what a run ended as
@@ -255,6 +260,21 @@ def outcome(run, parts, sequences, labels, train_idx, steps):
     right = predictions(run.params, sequences, parts) == labels
     kind = FITTED if right[train_idx].all() else STALLED
     return Outcome(kind, float(run.losses[-1]), int(right.sum()), steps)
+
+
+def reliability_text(results, how, seeds, rates):
+    """Whether a variant of B is reliable, from its runs results[(rate, seed)]: no run diverges, and at some
+    rate every seed fits the training set."""
+    runs = {lr: [results[(lr, s)].kind for s in seeds] for lr in rates}
+    fits_all = [lr for lr in rates if runs[lr].count(FITTED) == len(seeds)]
+    diverged = sum(kinds.count(DIVERGED) for kinds in runs.values())
+    per_rate = "; ".join(f"rate {lr:g}: {k.count(FITTED)} fit, {k.count(STALLED)} stall, {k.count(DIVERGED)} diverge"
+                         for lr, k in runs.items())
+    reliable = diverged == 0 and bool(fits_all)
+    why = (f"no run diverges, and every seed fits at rate {', '.join(f'{lr:g}' for lr in fits_all)}" if reliable
+           else f"{diverged} run(s) diverge" if diverged else "at no rate does every seed fit")
+    return (f"**B {how}**, seed by seed ({len(seeds)} per rate): {per_rate}. "
+            + (f"**Reliable** on this task: {why}." if reliable else f"**Not reliable** on this task: {why}."))
 
 
 PART_NAMES = ("LN", "FFN", "residual")

@@ -461,12 +461,13 @@ say(f"A second power iteration from another random start agrees to a relative "
 
 # %% [markdown]
 # What happens next, in a run of B at `FAST_RATE` (seed 0): the gradient's norm,
-# step by step until it overflows. If it merely oscillated out along one sharp
-# direction it would grow by a constant factor per step; instead the logarithm
-# of the norm itself grows by a factor, the mark of parameters that multiply.
-# B's output is a product of several weight matrices (the value and output
+# step by step until it overflows. If the run merely oscillated out along one
+# sharp direction, the norm would grow by a constant factor per step. B's
+# output is a product of several weight matrices (the value and output
 # projections, the two FFN layers and the read-out), so once they are large a
-# step grows each by roughly the product of the others.
+# step grows each by roughly the product of the others: then the factor itself
+# grows, and the logarithm of the norm grows by a factor. The table, and the
+# sentence computed from it, say which happened.
 
 # %%
 blow = m.fit(0, FAST_RATE, m.B, X, Y, STEPS)
@@ -475,6 +476,15 @@ table(["step", "training loss", "gradient norm", "log₁₀ norm", "growth of lo
       [[i, f"{blow.losses[i]:.3g}", f"{blow.norms[i]:.3g}", f"{log_norm[i]:.2f}",
         f"× {log_norm[i] / log_norm[i - 1]:.2f}" if i and log_norm[i - 1] > 1 and np.isfinite(log_norm[i]) else ""]
        for i in range(len(blow.norms))])
+growth = [log_norm[i] / log_norm[i - 1] for i in range(1, len(log_norm))
+          if log_norm[i - 1] > 1 and np.isfinite(log_norm[i])]
+ratios = np.diff(log_norm[np.isfinite(log_norm)])  # log10 of the norm's growth factor per step
+say(f"Once the norm passes 10, the logarithm of the norm grows by × {min(growth):.2f} to × {max(growth):.2f} per "
+    f"step, and the norm itself by a factor of 10^{ratios[-len(growth):].min():.2g} to 10^{ratios.max():.3g}: "
+    + ("a factor that itself grows, which one sharp direction (a constant factor per step) cannot give."
+       if min(growth) > 1 and np.all(np.diff(ratios[-len(growth):]) > 0) else
+       "not the steadily growing factor of parameters that multiply; the account above does not fit this run.")
+    if growth else "The norm never passes 10 before the run ends; the account above is not tested by this run.")
 
 # %% [markdown]
 # A divergence late in a run, at `LATE_RATE`, may take another route: the run
@@ -504,9 +514,18 @@ def late_divergence(seed, at):
     say(f"Until step {steps_[calm].max()} the loss falls or holds, and |λ| has median "
         f"**{np.median(np.abs(lams[calm])):.2f}** against the limit 2/{LATE_RATE:g} = {2 / LATE_RATE:g}: the run "
         "sits at the edge of stability, as gradient descent above its limit tends to. "
-        + (f"From step {first_rise} the loss is above its start and |λ| is {np.abs(lams[~calm]).min():.3g} to "
-           f"{np.abs(lams[~calm]).max():.3g}; at step {at} the loss is no longer finite." if first_rise is not None
-           else f"The loss stops being finite at step {at}."))
+        + (f"From step {first_rise} the loss is above its start{rising_text(lams[~calm])}; at step {at} the loss "
+           "is no longer finite." if first_rise is not None else f"The loss stops being finite at step {at}."))
+
+
+def rising_text(lams):
+    """What the sharpness was once the loss rose: its range where it could be measured."""
+    finite = np.abs(lams[np.isfinite(lams)])
+    if finite.size == 0:
+        return ", and |λ| cannot be measured there (the gradient itself overflows)"
+    missed = lams.size - finite.size
+    unmeasured = f" ({missed} point{'s' * (missed > 1)} where the gradient overflows)" if missed else ""
+    return f" and |λ| is {finite.min():.3g} to {finite.max():.3g}{unmeasured}"
 
 
 late = [s for s in SEEDS if sweep[(m.B, LATE_RATE, s)].kind == m.DIVERGED
@@ -555,6 +574,8 @@ say(f"Model A fits the training set in {fits[m.A]} of {RUNS} runs; those that do
     f"commoner label. Model B fits it in {fits[m.B]} of {RUNS}. Plain gradient descent diverges in "
     f"{count(plain_b, m.DIVERGED)} of B's {RUNS} runs; clipped at {CLIP:g}, in {count(clip_b, m.DIVERGED)}, and "
     f"{count(clip_b, m.FITTED)} of {RUNS} fit the training set.")
+say(m.reliability_text(clipped, f"clipped at {CLIP:g}", SEEDS, RATES))
+say(m.reliability_text(smaller, f"started at {INIT_SCALE:g} times the weights", SEEDS, RATES))
 say("What the experiment cannot say: it is one small task with one width, one depth and one number of steps, "
     "trained by full-batch gradient descent; a model that fails here may represent the function and not be "
     "found by this optimiser at these settings. \"Necessary\" and \"sufficient\" above are statements about "

@@ -239,3 +239,29 @@ def test_why_ffn_outcomes_follow_their_definitions():
     kinds = [m.outcome(m.Run(p, np.array(losses), None, 0), m.A, sequences, labels, train, 3).kind
              for losses in ([0.7, 0.6, 0.5], [0.7, 0.6, np.inf], [0.7, 0.6], [0.7, 0.8, 0.9])]
     assert kinds == [m.FITTED if right.all() else m.STALLED, m.DIVERGED, m.DIVERGED, m.DIVERGED]
+
+
+def test_why_ffn_calls_a_variant_reliable_only_when_nothing_diverges_and_some_rate_always_fits():
+    from notebooks import _ffn_models as m
+
+    def results(kinds):  # kinds[rate index][seed]
+        return {(lr, s): m.Outcome(kind, 0.1, None, 1) for lr, row in zip((0.5, 1.0), kinds)
+                for s, kind in enumerate(row)}
+
+    F, S, D = m.FITTED, m.STALLED, m.DIVERGED
+    text = m.reliability_text(results([[F, F], [S, F]]), "clipped", [0, 1], [0.5, 1.0])
+    assert "rate 1: 1 fit, 1 stall, 0 diverge" in text and "**Reliable** on this task" in text
+    assert "fits at rate 0.5." in text
+    assert "**Not reliable** on this task: 1 run(s) diverge" in m.reliability_text(
+        results([[F, F], [S, D]]), "clipped", [0, 1], [0.5, 1.0])
+    assert "at no rate does every seed fit" in m.reliability_text(
+        results([[F, S], [S, F]]), "clipped", [0, 1], [0.5, 1.0])
+
+
+def test_why_ffn_power_iteration_gives_nan_where_the_gradient_overflows():
+    from notebooks import _ffn_models as m
+
+    sequences, labels = m.task()
+    p = {k: v * 1e150 for k, v in m.init(0, m.B).items()}
+    with np.errstate(all="ignore"):
+        assert np.isnan(m.top_hessian_eigenvalue(p, sequences[:4], labels[:4], m.B, iters=2))
