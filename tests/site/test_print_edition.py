@@ -3,11 +3,12 @@ every equation on the site cites it, and a citation names the page where the PDF
 the PDF's own text (its contents and the equation's printed number) says, not as the build's reading of
 its named destinations says."""
 
+import os
 import re
 
 import pytest
 
-from site_scripts import equations, print_gather, print_pdf, print_readback, registry
+from site_scripts import equations, print_edition, print_gather, print_pdf, print_readback, registry
 from sitebuild import html_of
 
 CITATION = re.compile(r'<span class="print-citation" data-eq="([a-z0-9-]+)">Print edition: '
@@ -16,16 +17,24 @@ SAMPLE = 12  # citations checked against the PDF's text (each needs two of its p
 
 
 @pytest.fixture(scope="module")
-def pdf(built_site):
-    return (built_site / "print" / "transformer.pdf").read_bytes()
+def printed_site(built_site):
+    """The built site, which must hold its print edition unless the tests were told to build it without."""
+    if os.environ.get(print_edition.SKIP_ENV) == "0":
+        pytest.skip(f"{print_edition.SKIP_ENV}=0: the site was built without its print edition")
+    return built_site
 
 
 @pytest.fixture(scope="module")
-def citations(built_site):
+def pdf(printed_site):
+    return (printed_site / print_edition.PDF).read_bytes()
+
+
+@pytest.fixture(scope="module")
+def citations(printed_site):
     """Every citation on the built pages: equation id -> (section, number, page), and the pages that hold each."""
     found, where = {}, {}
     for page in registry.PAGES:
-        for eq_id, link, linked_page, section, number, cited_page in CITATION.findall(html_of(built_site, page.path)):
+        for eq_id, link, linked_page, section, number, cited_page in CITATION.findall(html_of(printed_site, page.path)):
             assert linked_page == cited_page, (eq_id, "the link opens another page than the one cited")
             assert link.endswith("print/transformer.pdf"), link
             found[eq_id] = (section, int(number), int(cited_page))
@@ -41,11 +50,11 @@ def test_the_pdf_numbers_at_least_every_declared_equation(pdf):
     assert sorted(c.number for c in reading.citations.values()) == list(range(1, len(declared) + 1))
 
 
-def test_every_equation_on_the_site_cites_the_print_edition_once(built_site, citations):
+def test_every_equation_on_the_site_cites_the_print_edition_once(printed_site, citations):
     found, where = citations
     shown = {}
     for page in registry.PAGES:
-        for eq_id in re.findall(r'\bid="eq-([a-z0-9-]+)"', html_of(built_site, page.path)):
+        for eq_id in re.findall(r'\bid="eq-([a-z0-9-]+)"', html_of(printed_site, page.path)):
             shown[eq_id] = page.path
     assert shown and set(found) == set(shown), sorted(set(found) ^ set(shown))
     assert all(where[eq_id] == [shown[eq_id]] for eq_id in shown)
@@ -85,14 +94,10 @@ def test_a_sample_of_citations_lands_on_the_page_that_shows_the_equation(pdf, ci
         assert "is not in Section" in citation_problems(texts, toc, eq_id, following, number, page)
 
 
-def test_the_footer_of_every_page_links_to_the_pdf(built_site):
+def test_the_footer_of_every_page_links_to_the_pdf(printed_site):
     for page in registry.PAGES:
-        link = posix_link(print_gather.page_dir(page.path))
-        assert f'<a href="{link}">Print edition (PDF)</a>' in html_of(built_site, page.path), page.path
-
-
-def posix_link(folder):
-    return "../" * folder.count("/") + "print/transformer.pdf"
+        link = "../" * print_gather.page_dir(page.path).count("/") + print_edition.PDF
+        assert f'<a href="{link}">Print edition (PDF)</a>' in html_of(printed_site, page.path), page.path
 
 
 def test_the_print_dates_are_replaced_in_place():
