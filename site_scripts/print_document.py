@@ -5,6 +5,7 @@ render it as they render the site. The contents and the list leave each page num
 placeholder that site_scripts/print_pdf.py fills in from a first print."""
 
 import html
+import json
 import re
 
 from .print_gather import PAGE_REF, chapter_anchor, equation_anchor, page_anchor
@@ -52,11 +53,22 @@ def title_page(site_name, description, quick):
             f"code when the site was built.</p>{note}</section>")
 
 
+def without_features(m):
+    """The theme's configuration with none of its optional features: for print, code annotations stay the
+    numbered notes under their listing (the theme turns them into tooltips, sometimes before a print and
+    sometimes after), and no copy buttons or instant loading are added."""
+    config = json.loads(m[2])
+    config["features"] = []
+    return m[1] + json.dumps(config) + m[3]
+
+
 def shell(home_html, title):
     """The built home page, whole (the theme's scripts expect its header, navigation and footer, which its
     print styles hide), titled `title`; returns the text (before, after) its article's content."""
     page = re.sub(r"<title>.*?</title>", f"<title>{html.escape(title)}</title>", home_html, count=1, flags=re.S)
     page = re.sub(r'<link rel="(?:next|prev)"[^>]*>', "", page)
+    page = re.sub(r'(<script id="__config" type="application/json">)(.*?)(</script>)', without_features, page,
+                  count=1, flags=re.S)
     found = re.search(r'(<article class="md-content__inner md-typeset)(">).*?(</article>)', page, flags=re.S)
     if not found:
         raise RuntimeError("print edition: the home page has no article")

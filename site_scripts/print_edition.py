@@ -86,13 +86,18 @@ def printed(site, page, log):
     return pdf, reading.citations
 
 
-def build(site, config, log=print):
-    """Print the edition of the built site in `site`, put it at site/PDF and cite it on every page."""
+def edition_page(site, config):
+    """The print edition's HTML page, gathered from the built (and not yet cited) site in `site`."""
     declared = equations.all_equations()
     edition = print_gather.gather(site, [eq.id for eq in declared], config.get("site_url"))
     home = (site / "index.html").read_text()
-    page = print_document.document(edition, home, config, {eq.id: eq.title for eq in declared}, mode() == "quick")
-    pdf, citations = printed(site, page, log)
+    return print_document.document(edition, home, config, {eq.id: eq.title for eq in declared}, mode() == "quick")
+
+
+def build(site, config, log=print):
+    """Print the edition of the built site in `site`, put it at site/PDF and cite it on every page."""
+    declared = equations.all_equations()
+    pdf, citations = printed(site, edition_page(site, config), log)
     if sorted(citations) != sorted(eq.id for eq in declared):
         raise RuntimeError("print edition: the PDF numbers " + str(len(citations)) + " equations, the site declares "
                            + str(len(declared)))

@@ -21,6 +21,9 @@ from . import registry
 ARTICLE = re.compile(r'<article class="md-content__inner md-typeset">(.*?)</article>', re.S)
 HEADING = re.compile(r"<h([1-6])([^>]*)>(.*?)</h\1>", re.S)
 PAGE_REF = "000"  # the placeholder of a page number, as wide as the numbers that replace it
+# Mermaid draws its shapes' outlines through rough.js, which samples them at random points unless given a
+# seed: two prints of one diagram would differ in every curve.
+MERMAID_SEED = '%%{init: {"handDrawnSeed": 1}}%%'
 
 
 @dataclass(frozen=True)
@@ -135,11 +138,12 @@ class Rewriter:
 
 
 def strip_for_print(text):
-    """Without the edit button and the headings' permalinks, with every collapsed block open, and each code
-    line carrying its number (the separate column of numbers is dropped: a wrapped line would leave it)."""
+    """Without the edit button and the headings' permalinks, with every collapsed block open, the diagrams
+    drawn from a fixed seed, and each code line carrying its number (the separate column of numbers is dropped: a wrapped line would leave it)."""
     text = re.sub(r'<a [^>]*class="md-content__button[^"]*"[^>]*>.*?</a>', "", text, flags=re.S)
     text = re.sub(r'<a class="headerlink"[^>]*>.*?</a>', "", text, flags=re.S)
     text = re.sub(r"<details( [^>]*)?>", lambda m: f"<details{m[1] or ''} open>", text)
+    text = text.replace('<pre class="mermaid"><code>', f'<pre class="mermaid"><code>{MERMAID_SEED}\n')
     text = re.sub(r'<td class="linenos">.*?</td>', "", text, flags=re.S)
     return re.sub(r'(<span id="__span-[^"]*-(\d+)">)<a id="(__codelineno-[^"]*)"[^>]*></a>',
                   r'\1<a id="\3"></a><span class="print-lineno">\2</span>', text)  # (a line's link to itself dropped)

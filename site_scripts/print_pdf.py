@@ -103,15 +103,20 @@ def print_site(site, guess, log=print):
 
 
 DATES = re.compile(rb"/(CreationDate|ModDate) \(D:\d{14}[^)]*\)")
+NODE_ID = re.compile(rb"\(node(\d{8})\)")  # a tagged element's ID (a table cell's, which its row's /Headers name)
 
 
 def normalised(pdf, date=b"D:20000101000000+00'00'"):
-    """The PDF with the dates Chromium writes (the time of printing) replaced by a fixed one of the same
-    length, so that two prints of the same page are the same bytes (Chromium writes no other varying field:
-    no /ID, no random font prefixes)."""
-    def one(m):
+    """The PDF with what Chromium writes differently each time replaced in place, by values of the same length
+    (the cross-reference table counts bytes): the dates (the time of printing) by a fixed one, and the tagged
+    elements' IDs (the browser's own numbers for the page's nodes, which depend on what asked for one before)
+    by their rank, which keeps their order (the ID tree is sorted by them). Two prints of one page are then
+    the same bytes."""
+    def one_date(m):
         new = b"/" + m.group(1) + b" (" + date + b")"
-        if len(new) != len(m.group(0)):  # the cross-reference table counts bytes
+        if len(new) != len(m.group(0)):
             raise RuntimeError(f"print edition: unexpected date format {m.group(0)!r}")
         return new
-    return DATES.sub(one, pdf)
+    rank = {old: b"%08d" % i for i, old in enumerate(sorted(set(NODE_ID.findall(pdf))))}
+    pdf = NODE_ID.sub(lambda m: b"(node" + rank[m.group(1)] + b")", pdf)
+    return DATES.sub(one_date, pdf)
