@@ -21,7 +21,6 @@ import posixpath
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 from . import chromium, equations, print_document, print_gather, print_pdf, print_readback, registry
 from .common import ROOT, mode
@@ -54,9 +53,8 @@ def key(site, page):
         digest.update((ROOT / "site_scripts" / name).read_bytes())
     from importlib.metadata import version
 
-    browser = subprocess.run([chromium.CHROMIUM, "--version"], capture_output=True, text=True).stdout \
-        if not chromium.missing() else chromium.missing()
-    digest.update(f"{browser} pypdf {version('pypdf')}".encode())
+    browser = chromium.missing() or subprocess.run([chromium.CHROMIUM, "--version"], capture_output=True, text=True).stdout
+    digest.update(f"{browser} playwright {version('playwright')} pypdf {version('pypdf')}".encode())
     return digest.hexdigest()
 
 
