@@ -3,7 +3,8 @@ the experiment notebooks that need it before reading the docs, so no page can
 be built stale; the rendered notebooks join the site as experiments/<name>.md.
 The navigation comes from site_scripts/registry.py, each docs page's
 `<!-- anatomy -->` line becomes the standard sections (site_scripts/anatomy.py),
-and each equation of its prose gets the links to its code (site_scripts/equations.py)."""
+and each equation of its prose gets the links to its code (site_scripts/equations.py). Once the pages are
+built, the print edition is printed from them and cited under each equation (site_scripts/print_edition.py)."""
 
 import re
 import sys
@@ -15,17 +16,26 @@ PROJECT = str(Path(__file__).resolve().parent.parent)  # mkdocs loads this file 
 if PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
 
-from site_scripts import anatomy, build, equations, notebooks, registry, sections  # noqa: E402
+from site_scripts import anatomy, build, equations, notebooks, print_edition, registry, sections  # noqa: E402
+
+COMMAND = "build"  # or "serve", "gh-deploy": on_startup says which
+
+
+def on_startup(command, **kwargs):
+    global COMMAND
+    COMMAND = command
 
 
 def on_config(config, **kwargs):
-    """The navigation is the registry's: mkdocs.yml names no page."""
+    """The navigation is the registry's: mkdocs.yml names no page. The footer links to the print edition
+    when this build makes it (overrides/partials/copyright.html)."""
     # mkdocs restores sys.path once this file is imported; the pages import tools/ later, so put it back.
     if PROJECT not in sys.path:
         sys.path.insert(0, PROJECT)
     if config["nav"] and config["nav"] != registry.nav():
         raise PluginError("mkdocs.yml has a nav: the pages and their order come from site_scripts/registry.py")
     config["nav"] = registry.nav()
+    config["extra"]["print_edition"] = print_edition.PDF if print_edition.wanted(COMMAND) else None
     return config
 
 
@@ -61,7 +71,8 @@ def on_page_markdown(markdown, page, config, **kwargs):
         return markdown
     try:
         markdown = anatomy.expand(markdown, entry.id, build.made_fragments(entry.id))
-        return equations.expand(markdown, lambda eq_id: sections.computed_at(entry.id, eq_id, config["repo_url"]))
+        return equations.expand(markdown, lambda eq_id: sections.computed_at(entry.id, eq_id, config["repo_url"])
+                                + print_edition.placeholder(eq_id))
     except ValueError as e:
         raise PluginError(f"{page.file.src_uri}: {e}") from None
 
@@ -87,3 +98,17 @@ def on_post_page(output, page, **kwargs):
 def on_post_template(output_content, template_name, **kwargs):
     """The same for the pages built from theme templates alone (404.html)."""
     return output_content.replace(SOURCE_FACTS, "")
+
+
+def on_post_build(config, **kwargs):
+    """Print the edition from the built pages, then cite it under their equations."""
+    import logging
+
+    log = logging.getLogger("mkdocs.hooks.site_scripts")
+    if not print_edition.wanted(COMMAND):
+        log.info(f"print edition skipped ({print_edition.SKIP_ENV}=0 or mkdocs serve)")
+        return
+    try:
+        print_edition.build(Path(config["site_dir"]), config, log=log.info)
+    except RuntimeError as e:
+        raise PluginError(str(e)) from None

@@ -1,6 +1,7 @@
 """Check every link inside a built site: each `href` and `src`, and each link of
 a mermaid diagram, that stays on the site must name a file that exists and,
-with a `#fragment`, an element of that file with that id (or name). Links to
+with a `#fragment`, an element of that file with that id (or name), or for a PDF
+(the print edition) `#page=N` with N one of its pages. Links to
 other hosts are skipped, but nothing a page loads (a script, a stylesheet, an
 image, an icon) may come from one: the site works offline. Other schemes
 (mailto:, data:) are not checked.
@@ -101,12 +102,23 @@ def target_of(site, page_rel, url):
     return target, unquote(parts.fragment)
 
 
+def pdf_has(path, fragment, counts):
+    """Whether the PDF at `path` has the page a `page=N` fragment names (`counts` keeps each file's
+    page count, read once with pypdf)."""
+    if path not in counts:
+        from pypdf import PdfReader  # imported here: only a site with a PDF needs it
+
+        counts[path] = len(PdfReader(path).pages)
+    number = fragment.removeprefix("page=")
+    return fragment.startswith("page=") and number.isdigit() and 1 <= int(number) <= counts[path]
+
+
 def check_site(site):
     """Every problem found, as 'page: link -> what is missing', in file order, a repeated one once
     with its count; [] when all resolve."""
     site = Path(site)
     pages = {p: parse(p) for p in sorted(site.rglob("*.html"))}
-    problems = []
+    problems, pdf_pages = [], {}
     for path, page in pages.items():
         rel = path.relative_to(site).as_posix()
         for url in page.remote_assets:
@@ -122,6 +134,8 @@ def check_site(site):
                 problems.append(f"{shown} -> no file {target.relative_to(site).as_posix()}")
             elif fragment and target.suffix == ".html" and fragment not in pages[target].ids:
                 problems.append(f"{shown} -> no id \"{fragment}\" in {target.relative_to(site).as_posix()}")
+            elif fragment and target.suffix == ".pdf" and not pdf_has(target, fragment, pdf_pages):
+                problems.append(f"{shown} -> no page \"{fragment}\" in {target.relative_to(site).as_posix()}")
     counts = Counter(problems)
     return [p + (f" ({counts[p]} times)" if counts[p] > 1 else "") for p in counts]
 

@@ -1,39 +1,15 @@
 """What the browser tests need besides pytest: a static server for a folder, Chromium through
-playwright, and `check_page`, which loads one page and lists everything wrong with it."""
+playwright (both from site_scripts/chromium.py, which the print edition shares), and `check_page`,
+which loads one page and lists everything wrong with it."""
 
-import functools
-import http.server
-import os
 import re
 import shutil
-import threading
-from contextlib import contextmanager
 from urllib.parse import urlsplit
 
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")  # `scripts/setup --browser` installs Debian's
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage"]
-HOST = "127.0.0.1"
+from site_scripts import chromium as _chromium
+from site_scripts.chromium import HOST, NOTE_UNCAUGHT, chromium, playwright_error, serve  # noqa: F401 (the tests' names)
+
 TIMEOUT_MS = 15_000  # for one page to typeset its formulas, draw its diagrams and load its images
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-@contextmanager
-def serve(folder):
-    """The base URL of a static server of `folder` on 127.0.0.1 and a free port, running in a thread."""
-    server = http.server.ThreadingHTTPServer((HOST, 0), functools.partial(_QuietHandler, directory=str(folder)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://{HOST}:{server.server_port}/"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def fault_path(name):
@@ -56,30 +32,6 @@ def plant_faults(site, folder, faults):
     return folder
 
 
-@contextmanager
-def chromium():
-    """Chromium, headless, through playwright's sync API."""
-    try:
-        from playwright.sync_api import sync_playwright  # imported here: only the browser tests need it
-    except ImportError:
-        raise RuntimeError("playwright is not installed: run scripts/setup --browser") from None
-    if not os.access(CHROMIUM, os.X_OK):
-        raise RuntimeError(f"no Chromium at {CHROMIUM}: run scripts/setup --browser (or set CHROMIUM to one)")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
-def playwright_error():
-    """playwright's error class (its TimeoutError is one), imported late like playwright itself."""
-    from playwright.sync_api import Error
-
-    return Error
-
-
 def watch(page):
     """A list that fills with what goes wrong while `page` loads: console errors, uncaught
     exceptions, failed requests, error responses, and any request to a host other than ours."""
@@ -98,28 +50,6 @@ def watch(page):
     page.add_init_script(NOTE_UNCAUGHT)
     return seen
 
-
-# Marks a page on which a script threw: SETTLED then stops waiting for diagrams (a diagram that
-# failed to draw stays undrawn, and the exception is already reported).
-NOTE_UNCAUGHT = """
-addEventListener("error", () => { window.__uncaught = true; });
-addEventListener("unhandledrejection", () => { window.__uncaught = true; });
-"""
-
-
-# Done when MathJax has loaded, every mermaid diagram has been replaced by its drawing (or a
-# script threw: see NOTE_UNCAUGHT), and every image has loaded or failed (lazy ones are made
-# eager first). Then TYPESET waits for MathJax's queue: docs/assets/mathjax-config.js chains
-# each typeset pass onto MathJax.startup.promise.
-SETTLED = """() => {
-  for (const img of document.images) img.loading = "eager";
-  return Boolean(window.MathJax?.startup?.promise) && (!document.querySelector("pre.mermaid") || window.__uncaught)
-    && [...document.images].every(img => img.complete);
-}"""
-TYPESET = """async () => {
-  let promise;
-  do { promise = MathJax.startup.promise; await promise; } while (promise !== MathJax.startup.promise);
-}"""
 
 # Each problem of the rendered page as a line of text.
 RENDERING_PROBLEMS = """() => {
@@ -146,16 +76,9 @@ RENDERING_PROBLEMS = """() => {
 
 
 def settle(page, url, wait_until="load"):
-    """Load `url` and wait until `wait_until` (playwright's: "load", "networkidle"), the formulas
-    are typeset, the diagrams drawn and the images loaded. Returns [] or the one problem that kept
-    it from settling."""
-    page.goto(url, wait_until=wait_until)
-    try:
-        page.wait_for_function(SETTLED, timeout=TIMEOUT_MS)
-        page.evaluate(TYPESET)
-    except playwright_error() as e:  # a timeout
-        return [f"MathJax, diagrams or images not done after {TIMEOUT_MS} ms: {str(e).splitlines()[0]}"]
-    return []
+    """Load `url` and wait until its formulas are typeset, its diagrams drawn and its images loaded
+    (site_scripts/chromium.py); [] or the one problem that kept it from settling."""
+    return _chromium.settle(page, url, TIMEOUT_MS, wait_until)
 
 
 def check_page(page, url):

@@ -25,7 +25,7 @@ def built_site(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    """Headless Chromium (scripts/setup --browser installs it and playwright)."""
+    """Headless Chromium (scripts/setup --browser installs it; playwright comes with the site tools)."""
     import browsercheck
 
     with browsercheck.chromium() as b:

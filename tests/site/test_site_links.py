@@ -47,3 +47,19 @@ def test_the_command_line_exits_non_zero_on_a_broken_link(tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "tools" / "linkcheck.py"), str(tmp_path)],
                             capture_output=True, text=True)
     assert result.returncode == 1 and "index.html: <a href=\"nowhere.html\"> -> no file nowhere.html" in result.stdout
+
+
+def test_a_link_to_a_page_the_pdf_does_not_have_is_reported(tmp_path):
+    """The print edition's citations link to `#page=N`: N must be one of the PDF's pages."""
+    from pypdf import PdfWriter
+
+    (tmp_path / "print").mkdir()
+    writer = PdfWriter()
+    for _ in range(3):
+        writer.add_blank_page(width=595, height=842)
+    writer.write(tmp_path / "print" / "book.pdf")
+    write(tmp_path / "index.html", '<a href="print/book.pdf#page=3">last</a> <a href="print/book.pdf">whole</a>')
+    assert check_site(tmp_path) == []
+    write(tmp_path / "index.html", '<a href="print/book.pdf#page=4">past</a> <a href="print/book.pdf#eq-1">named</a>')
+    assert check_site(tmp_path) == ['index.html: <a href="print/book.pdf#page=4"> -> no page "page=4" in print/book.pdf',
+                                    'index.html: <a href="print/book.pdf#eq-1"> -> no page "eq-1" in print/book.pdf']
