@@ -12,7 +12,8 @@ temporary copy of the package and its unit tests (tools/project_copy.py; the wor
    one, ...). The tests that fail check it; those that pass only use it. `--jobs` processes run at once,
    each with one BLAS thread, the longest first.
 
-A unit that no test calls, or whose output no rule can change (None, an object), is reported as not measured,
+A unit that returns nothing is perturbed through what it changes in place (tools/perturbations.py). A unit that
+no test calls, or that neither returns nor changes anything a rule can change, is reported as not measured,
 with the reason. The report is cached in build/cache/ under a key of everything it depends on (REPORT_INPUTS,
 the units, the versions); the site's pages read it (site_scripts/sections.py).
 
@@ -44,7 +45,7 @@ REPORT_INPUTS = ("transformer", "pyproject.toml", UNIT_TESTS, "tools/checked_by.
 # hold their own tests. The pages say which units it measured.
 QUICK = ("model:forward", "layernorm:layer_norm_backward", "data:CharTokenizer", "nf4:pack", "optim:lr_at")
 QUICK_FILES = ("test_model.py", "test_generate.py", "test_layers.py", "test_data.py", "test_nf4.py", "test_optim.py")
-TIMEOUT_S = 900  # per process: tests that have not finished by then are reported as not run
+TIMEOUT_S = 900  # per process, beyond each test's own limit: tests that have not finished are reported as not run
 
 
 def page_units():
@@ -98,23 +99,33 @@ def trace(copy, units, files, jobs):
     return tests, rules
 
 
-def perturb(copy, unit, tests, mode="perturb"):
-    """Run the tests that call `unit` with its output made wrong (mode control: copied, unchanged)."""
+def test_timeout(seconds):
+    """How long a test may run perturbed: generous, since only a hang (a loop that a wrong value never lets
+    end) should reach it, and the machine may be busy."""
+    return round(5 + 20 * seconds)
+
+
+def perturb(copy, unit, tests, mode="perturb", in_place=False, limit=None):
+    """Run the tests that call `unit` with its output made wrong (mode control: copied, unchanged). in_place:
+    for a unit that returns nothing, what it changes in its arguments instead."""
     name = unit.replace(":", ".")
     out, keep = copy / "runs" / f"{mode}-{name}.jsonl", copy / "runs" / f"{mode}-{name}.tests"
     keep.write_text("\n".join(tests) + "\n")
     env = {"CHECKED_BY_MODE": mode, "CHECKED_BY_UNITS": unit, "CHECKED_BY_OUT": str(out),
-           "CHECKED_BY_TESTS": str(keep)}
+           "CHECKED_BY_TESTS": str(keep), "CHECKED_BY_IN_PLACE": unit if in_place else "",
+           "CHECKED_BY_TEST_TIMEOUT": str(limit or "")}
     files = sorted({t.split("::")[0] for t in tests})
     start = time.perf_counter()
-    result = run_in(copy, pytest_cmd(files), timeout=TIMEOUT_S, threads=1, env=env)
+    result = run_in(copy, pytest_cmd(files), timeout=TIMEOUT_S + len(tests) * (limit or 0), threads=1, env=env)
     seconds = time.perf_counter() - start
     records, rules = read_records(out)
     if result is not None and result.returncode not in (0, 1):
         raise RuntimeError(f"{unit}: pytest exit status {result.returncode}: {(result.stdout + result.stderr)[-1500:]}")
     seen = rules.get(unit, {"calls": 0, "rules": set(), "untouched": set()})
-    return {"failed": [t for t in tests if records.get(t, {}).get("outcome") in ("failed", "error")],
-            "not_run": [t for t in tests if t not in records], "timed_out": result is None,
+    outcome = {t: records.get(t, {}).get("outcome") for t in tests}
+    return {"failed": [t for t in tests if outcome[t] in ("failed", "error", "timed out")],
+            "timed_out": [t for t in tests if outcome[t] == "timed out"],
+            "not_run": [t for t in tests if not outcome[t]],
             "calls": seen["calls"], "rules": sorted(seen["rules"]), "untouched": sorted(seen["untouched"]),
             "seconds": round(seconds, 1)}
 
@@ -124,16 +135,21 @@ def unit_record(unit, traced, rules, run):
     was not measured."""
     calling = sorted(t for t, r in traced.items() if unit in r["units"])
     record = {"tests": calling, "failed": [], "measured": False, "reason": "", "rules": [], "untouched": [],
-              "seconds": 0.0, "not_run": []}
+              "seconds": 0.0, "not_run": [], "timed_out": []}
     if not calling:
         record["reason"] = "no unit test calls it in the test process (a command run in a subprocess is not traced)"
         return record
-    seen = rules.get(unit, {"rules": set(), "untouched": set()})
-    if not seen["rules"]:
-        kinds = ", ".join(sorted(seen["untouched"])) or "None"
-        record.update(reason=f"it returns nothing a rule can change ({kinds})", untouched=sorted(seen["untouched"]))
+    if run is None:
+        seen = rules.get(unit, {"untouched": set()})
+        record["untouched"] = sorted(seen["untouched"])
+        record["reason"] = (f"it returns nothing a rule can change ({', '.join(record['untouched']) or 'None'}), "
+                            "and changes no array among its arguments")
         return record
-    record.update(measured=True, **{k: run[k] for k in ("failed", "rules", "untouched", "seconds", "not_run")})
+    record.update({k: run[k] for k in ("rules", "untouched", "seconds")})
+    if not run["rules"]:  # the trace saw something to change, the perturbed run did not: nothing was measured
+        record["reason"] = "its calls in the perturbed run returned nothing a rule can change"
+        return record
+    record.update(measured=True, failed=run["failed"], not_run=run["not_run"], timed_out=run["timed_out"])
     return record
 
 
@@ -146,12 +162,14 @@ def run_all(units, files=(UNIT_TESTS,), jobs=None, log=print):
         trace_seconds = time.perf_counter() - start
         log(f"traced {len(traced)} tests in {trace_seconds:.0f} s")
         cost = {u: sum(r["seconds"] for r in traced.values() if u in r["units"]) for u in units}
-        todo = [u for u in units if cost[u] and rules.get(u, {}).get("rules")]
-        todo.sort(key=lambda u: -cost[u])  # the longest first, so that the last to finish is a short one
-        calls = {u: sorted(t for t, r in traced.items() if u in r["units"]) for u in todo}
+        todo = sorted((u for u in units if cost[u] and rules.get(u, {}).get("rules")), key=lambda u: -cost[u])
+        calls = {u: sorted(t for t, r in traced.items() if u in r["units"]) for u in todo}  # the longest first
+        in_place = {u for u in todo if "changed in place" in rules[u]["rules"]}  # it returns nothing to change
         runs = {}
         with ThreadPoolExecutor(jobs) as pool:
-            futures = {pool.submit(perturb, copy, u, calls[u]): u for u in todo}
+            limit = {u: test_timeout(max(traced[t]["seconds"] for t in calls[u])) for u in todo}
+            futures = {pool.submit(perturb, copy, u, calls[u], in_place=u in in_place, limit=limit[u]): u
+                       for u in todo}
             for future in as_completed(futures):
                 unit, run = futures[future], future.result()
                 runs[unit] = run

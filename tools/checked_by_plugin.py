@@ -9,13 +9,16 @@ such as a dict of functions), a class in every method it defines. What the wrapp
 returns (tools/perturbations.py) depends on the mode:
 
 - trace: hands it on as it is, and records which tests call which units (directly, or through a fixture set
-  up for several tests) and which rules would apply;
+  up for several tests) and which rules would apply (for a unit that returns nothing, whether it changes
+  arrays among its arguments);
 - perturb: hands it on made wrong, and records which tests fail;
 - control: hands on copies with nothing changed (the negative control: no test may fail).
 
 One JSON line per test goes to CHECKED_BY_OUT (a worker of pytest-xdist adds its name), written as the test
 ends, then one line of what the rules did to each unit. CHECKED_BY_TESTS (a file, one test id a line) keeps
-only those tests.
+only those tests; a test that runs past CHECKED_BY_TEST_TIMEOUT seconds is stopped and recorded as timed out.
+The units of CHECKED_BY_IN_PLACE (those that return nothing) have what they change in their
+arguments perturbed instead, after each call.
 """
 
 import functools
@@ -23,13 +26,14 @@ import importlib
 import json
 import os
 import pkgutil
+import signal
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tools.perturbations import perturb, rules_for
+from tools.perturbations import changed_in_place, perturb, rules_for, snapshot
 
 PACKAGE = "transformer"
 # The dunder methods a class's wrapper covers besides its named methods (the others, __repr__, __eq__ and
@@ -40,13 +44,20 @@ DUNDERS = ("__init__", "__call__", "__len__", "__getitem__", "__iter__")
 class Recorder:
     """Who called what (trace), what failed (perturb), and what the rules did to each unit's outputs."""
 
-    def __init__(self, mode, out):
-        self.mode, self.out = mode, out
+    def __init__(self, mode, out, in_place=()):
+        self.mode, self.out, self.in_place = mode, out, set(in_place)
         self.context = []  # the test, then any fixture being set up above function scope
         self.calls, self.stray = {}, {}  # context -> units called; unit -> calls outside any test
         self.rules = {}  # unit -> {"calls": n, "rules": set, "untouched": set}
 
-    def output(self, unit, value):
+    def watches(self, unit):
+        """Whether to look for what a call changes in its arguments: for the units of CHECKED_BY_IN_PLACE, and
+        in the trace for a unit whose outputs so far held nothing a rule can change."""
+        if self.mode == "trace":
+            return unit in self.rules and not self.rules[unit]["rules"]
+        return unit in self.in_place
+
+    def output(self, unit, value, in_place=()):
         if self.context:
             self.calls.setdefault(self.context[-1], set()).add(unit)
         else:
@@ -58,7 +69,7 @@ class Recorder:
             rules, untouched, value = done.rules, done.untouched, done.value
         seen = self.rules.setdefault(unit, {"calls": 0, "rules": set(), "untouched": set()})
         seen["calls"] += 1
-        seen["rules"] |= rules
+        seen["rules"] |= rules | set(in_place)
         seen["untouched"] |= untouched
         return value
 
@@ -70,7 +81,12 @@ class Recorder:
 def wrap_function(fn, unit, recorder):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        return recorder.output(unit, fn(*args, **kwargs))
+        if not recorder.watches(unit):
+            return recorder.output(unit, fn(*args, **kwargs))
+        before = snapshot((args, kwargs))
+        value = fn(*args, **kwargs)
+        change = None if recorder.mode == "trace" else recorder.mode == "perturb"
+        return recorder.output(unit, value, changed_in_place(before, change))
 
     return wrapper
 
@@ -147,7 +163,7 @@ def pytest_configure(config):
         raise pytest.UsageError(f"CHECKED_BY_MODE must be one of {', '.join(MODES)}, got {mode!r}")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     out = os.environ["CHECKED_BY_OUT"] + (f".{worker}" if worker else "")
-    recorder = Recorder(mode, out)
+    recorder = Recorder(mode, out, [u for u in os.environ.get("CHECKED_BY_IN_PLACE", "").split(",") if u])
     units = [u for u in os.environ.get("CHECKED_BY_UNITS", "").split(",") if u]
     keep = os.environ.get("CHECKED_BY_TESTS")
     STATE.update(recorder=recorder, caches=install(units, recorder, Path(config.rootpath).resolve()),
@@ -186,18 +202,36 @@ def fixture_key(fixturedef):
     return f"fixture {fixturedef.baseid}::{fixturedef.argname}"
 
 
+class TimedOut(Exception):
+    """A test that ran past CHECKED_BY_TEST_TIMEOUT seconds: a perturbation that makes a test hang."""
+
+
+def time_out(signum, frame):
+    STATE["timed_out"] = True
+    raise TimedOut(f"the test ran past {os.environ['CHECKED_BY_TEST_TIMEOUT']} s")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     recorder = STATE["recorder"]
     for cache in STATE["caches"]:
         cache.cache_clear()
     recorder.context.append(item.nodeid)
+    limit = float(os.environ.get("CHECKED_BY_TEST_TIMEOUT") or 0)
+    if limit:
+        signal.signal(signal.SIGALRM, time_out)
+        signal.setitimer(signal.ITIMER_REAL, limit)
+    STATE["timed_out"] = False
     start = time.perf_counter()
     try:
         return (yield)
     finally:
+        if limit:
+            signal.setitimer(signal.ITIMER_REAL, 0)
         recorder.context.pop()
         seconds = time.perf_counter() - start
+        if STATE["timed_out"]:
+            STATE["outcomes"][item.nodeid] = "timed out"
         units = set(recorder.calls.pop(item.nodeid, set()))
         for name in item.fixturenames:
             for fixturedef in item._fixtureinfo.name2fixturedefs.get(name, ())[-1:]:

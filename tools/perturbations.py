@@ -1,10 +1,12 @@
 """How tools/checked_by.py makes a function's output wrong: one rule per kind of value.
 
 A value that holds any floating-point number (an array, a float, inside tuples, lists, dicts, NamedTuples or
-dataclasses) has every floating-point number scaled by 1 + 1e-3 and nothing else changed: the wrong value a
-check of the arithmetic must see. A value that holds none has its integers, bools and texts changed instead,
-one rule per kind (RULES). A generator has each item it yields changed by the same rules. What no rule fits
-(None, an object that is not a dataclass) is handed on as it is, and reported as untouched.
+dataclasses, or in the attributes of an object of the package, changed in place) has every floating-point
+number scaled by 1 + 1e-3 and nothing else changed: the wrong value a check of the arithmetic must see. A value
+that holds none has its integers, bools and texts changed instead, one rule per kind (RULES). A generator has
+each item it yields changed by the same rules. What no rule fits (None, any other object) is handed on as it
+is, and reported as untouched. A function that returns nothing and updates its arguments in place (AdamW's
+step) has the arrays it changed changed again, in place (`snapshot` before the call, `changed_in_place` after).
 
 `perturb(value, change=False)` makes the same copies with nothing changed: the negative control, under which
 every test must pass. `rules_for(value)` names the rules that would apply, copying nothing.
@@ -27,7 +29,11 @@ RULES = {
     "bool flipped": "a bool, or the first element of a bool array, flipped",
     "text changed": "the first character of a string, or the first byte of bytes, changed (its lowest bit flipped)",
     "each item yielded": "a generator: each item it yields changed by these rules",
+    "object changed in place": "an object of the package: its attributes changed in place by these rules",
+    "changed in place": "returns nothing: each array it changed in its arguments changed again, in place, by these "
+                        "rules",
 }
+PACKAGE = "transformer."
 
 
 @dataclass
@@ -59,6 +65,28 @@ def _is_record(value):
     return dataclasses.is_dataclass(value) and not isinstance(value, type)
 
 
+def _is_object(value):
+    """An instance of a (non-dataclass) class of the package, such as a tokenizer or an autograd Tensor."""
+    return (type(value).__module__.startswith(PACKAGE) and not _is_record(value) and not callable(value)
+            and not isinstance(value, (BaseException, type, tuple, list, dict)))
+
+
+def _attributes(value):
+    """{name: value} of an object's own attributes, except functions and those that hold objects of the package
+    (one level: an autograd Tensor's data changes, not its parents)."""
+    names = list(getattr(value, "__dict__", {})) + [n for cls in type(value).__mro__
+                                                     for n in getattr(cls, "__slots__", ()) if hasattr(value, n)]
+    found = {n: getattr(value, n) for n in dict.fromkeys(names) if not n.startswith("__")}
+    return {n: v for n, v in found.items() if not _holds_object(v) and not callable(v)}
+
+
+def _holds_object(value):
+    """An object of the package, or a container holding one (a Tensor's parents)."""
+    if _is_object(value):
+        return True
+    return isinstance(value, (tuple, list, dict)) and any(_holds_object(v) for v in _parts(value))
+
+
 def _parts(value):
     """The parts of a container (tuple, list, dict values, dataclass fields), else ()."""
     if isinstance(value, (tuple, list)):
@@ -67,6 +95,8 @@ def _parts(value):
         return value.values()
     if _is_record(value):
         return [getattr(value, f.name) for f in dataclasses.fields(value)]
+    if _is_object(value):
+        return list(_attributes(value).values())
     return ()
 
 
@@ -80,6 +110,15 @@ def _walk(value, floats, change, out):
     if isinstance(value, (tuple, list, dict)) or _is_record(value):
         done = [_walk(v, floats, change, out) for v in _parts(value)]
         return None if change is None else _rebuilt(value, done)
+    if _is_object(value):
+        inside = Perturbed(None, set(), set())
+        for name, attribute in _attributes(value).items():
+            new = _walk(attribute, floats, change, inside)
+            if change is not None:
+                object.__setattr__(value, name, new)
+        out.rules |= inside.rules | ({"object changed in place"} if inside.rules else set())
+        out.untouched |= inside.untouched or ({type(value).__name__} if not inside.rules else set())
+        return value
     if inspect.isgenerator(value):
         out.rules.add("each item yielded")
         return None if change is None else _each(value, change, out)
@@ -145,3 +184,34 @@ def _changed(value, rule, change):
     if isinstance(value, str):
         return chr(ord(value[0]) ^ int(change)) + value[1:]
     return bytes([value[0] ^ int(change)]) + value[1:]
+
+
+def _arrays(value, found, depth=4):
+    """Every writeable array reachable from value through containers, dataclasses and objects of the package."""
+    if isinstance(value, np.ndarray):
+        if value.flags.writeable and id(value) not in found:
+            found[id(value)] = value
+    elif depth and (isinstance(value, (tuple, list, dict)) or _is_record(value) or _is_object(value)):
+        for part in _parts(value):
+            _arrays(part, found, depth - 1)
+    return found
+
+
+def snapshot(args):
+    """(array, copy) of every writeable array the arguments reach, before a call that may change them."""
+    return [(a, a.copy()) for a in _arrays(args, {}).values()]
+
+
+def changed_in_place(snap, change=True):
+    """After the call: change again, in place, each array whose values the call changed. Returns the rules
+    applied (none when the call changed nothing); change=None only finds them."""
+    changed = [a for a, before in snap if a.shape != before.shape or not np.array_equal(a, before, equal_nan=True)]
+    floats = any(_is_float(a) for a in changed)
+    out = Perturbed(None, set(), set())
+    for a in changed:
+        rule = _leaf_rule(a, floats)
+        if rule:
+            if change is not None:
+                a[...] = _changed(a, rule, change)
+            out.rules |= {"changed in place", rule}
+    return out.rules
