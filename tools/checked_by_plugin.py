@@ -78,10 +78,12 @@ class Recorder:
             f.write(json.dumps(record, sort_keys=True) + "\n")
 
 
-def wrap_function(fn, unit, recorder):
+def wrap_function(fn, unit, recorder, method=False):
+    """The wrapper of a function, or of a method of a class (whose outputs are its methods' returns: it is never
+    watched for changes in place, and its `self` is half made in __init__)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if not recorder.watches(unit):
+        if method or not recorder.watches(unit):
             return recorder.output(unit, fn(*args, **kwargs))
         before = snapshot((args, kwargs))
         value = fn(*args, **kwargs)
@@ -97,11 +99,11 @@ def wrap_class(cls, unit, recorder):
         if name.startswith("__") and name not in DUNDERS:
             continue
         if isinstance(attr, (staticmethod, classmethod)):
-            setattr(cls, name, type(attr)(wrap_function(attr.__func__, unit, recorder)))
+            setattr(cls, name, type(attr)(wrap_function(attr.__func__, unit, recorder, method=True)))
         elif isinstance(attr, property) and attr.fget is not None:
-            setattr(cls, name, attr.getter(wrap_function(attr.fget, unit, recorder)))
+            setattr(cls, name, attr.getter(wrap_function(attr.fget, unit, recorder, method=True)))
         elif callable(attr) and not isinstance(attr, type):
-            setattr(cls, name, wrap_function(attr, unit, recorder))
+            setattr(cls, name, wrap_function(attr, unit, recorder, method=True))
 
 
 def project_modules(root):

@@ -97,6 +97,9 @@ def test_the_control_copies_and_changes_nothing_and_rules_for_copies_nothing():
 FAKE = {
     "transformer/__init__.py": "",
     "transformer/fake.py": """
+        from dataclasses import dataclass
+
+
         def double(x):
             return 2.0 * x
 
@@ -136,13 +139,21 @@ FAKE = {
 
         def ready():
             return True
+
+
+        @dataclass(frozen=True)
+        class Scales:  # a dataclass: its __init__ is wrapped while the object is half made
+            s: float
+
+            def total(self):
+                return 2 * self.s
     """,
     "tests/test_fake.py": """
         import pytest
 
         import numpy as np
 
-        from transformer.fake import Counter, double, half_of_double, make_box, nothing, ready, step
+        from transformer.fake import Counter, Scales, double, half_of_double, make_box, nothing, ready, step
 
 
         @pytest.fixture(scope="module")
@@ -173,6 +184,8 @@ FAKE = {
         def test_nothing_and_counter():
             nothing(1)
             assert Counter().size() == 3
+            one, two = Scales(1.5), Scales(2.0)  # the second is made before any method returned a number
+            assert one.total() + two.total() == 7.0
 
 
         def test_step():
@@ -192,7 +205,7 @@ FAKE = {
     """,
 }
 UNITS = ["fake:double", "fake:half_of_double", "fake:nothing", "fake:unused", "fake:Counter", "fake:step",
-         "fake:make_box", "fake:ready"]
+         "fake:make_box", "fake:ready", "fake:Scales"]
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +231,7 @@ def test_the_trace_finds_direct_indirect_and_fixture_calls(traced):
     assert calling(traced, "fake:double") == ["test_half", "test_misses_double", "test_ratio_keeps_the_perturbation",
                                               "test_sees_double", "test_through_a_fixture"]
     assert calling(traced, "fake:half_of_double") == ["test_half"]
-    assert calling(traced, "fake:Counter") == ["test_nothing_and_counter"]
+    assert calling(traced, "fake:Counter") == ["test_nothing_and_counter"] == calling(traced, "fake:Scales")
     assert calling(traced, "fake:unused") == []
     assert traced[1]["fake:nothing"]["rules"] == set() and traced[1]["fake:double"]["rules"] == {"scaled"}
     assert traced[1]["fake:step"]["rules"] == {"changed in place", "scaled"}  # seen from its second call on
