@@ -9,7 +9,8 @@ The cache key of a page, in one paragraph: it hashes the code the page's numbers
 is the generator and the site_scripts and tools modules it imports, and the shared modules (SHARED,
 the registry among them); the transformer units (functions, classes,
 tables) reachable from what the generator imports and from the units its entry names; the callers
-and tests of those units (the pages print them); the files its entry lists under `reads`, for code it
+and tests of those units and the measured report's entries for them (which tests check them,
+site_scripts/checked.py; the pages print all three); the files its entry lists under `reads`, for code it
 runs in ways no import shows; the titles of all pages and the ids, pages and titles of all equations
 (links print them; the prose alone shows the rest); the symbols of the Notation page; the numpy, torch and
 bitsandbytes versions (the NF4 page compares with bitsandbytes where it is installed) and the build context. Editing one function therefore reruns exactly the pages that can reach it.

@@ -211,8 +211,8 @@ PAGES = (
     # It lists which pages have a generator, and sums up the measured "checked by" (tools/checked_by.py), whose
     # report any file of the package or the unit tests can change.
     Page("architecture", "reference/architecture.md", "How the site is built", "Reference",
-         reads=("site_scripts/pages", "transformer", "tests/unit", "tools/checked_by.py", "tools/checked_by_plugin.py",
-                "tools/perturbations.py", "mode")),
+         reads=("site_scripts/pages", "transformer", "pyproject.toml", "tests/unit", "tools/checked_by.py",
+                "tools/checked_by_plugin.py", "tools/perturbations.py", "tools/project_copy.py", "mode")),
 )
 
 BY_ID = {page.id: page for page in PAGES}
