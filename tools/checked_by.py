@@ -102,21 +102,23 @@ def trace(copy, units, files, jobs):
 def test_timeout(seconds):
     """How long a test may run perturbed: generous, since only a hang (a loop that a wrong value never lets
     end) should reach it, and the machine may be busy."""
-    return round(5 + 20 * seconds)
+    return round(3 + 10 * seconds)
 
 
-def perturb(copy, unit, tests, mode="perturb", in_place=False, limit=None):
+def perturb(copy, unit, tests, mode="perturb", in_place=False, limits=None):
     """Run the tests that call `unit` with its output made wrong (mode control: copied, unchanged). in_place:
-    for a unit that returns nothing, what it changes in its arguments instead."""
+    for a unit that returns nothing, what it changes in its arguments instead. limits: {test: seconds it may
+    run}."""
     name = unit.replace(":", ".")
     out, keep = copy / "runs" / f"{mode}-{name}.jsonl", copy / "runs" / f"{mode}-{name}.tests"
-    keep.write_text("\n".join(tests) + "\n")
+    limits = limits or {}
+    keep.write_text("".join(f"{t}\t{limits.get(t, '')}\n" for t in tests))
     env = {"CHECKED_BY_MODE": mode, "CHECKED_BY_UNITS": unit, "CHECKED_BY_OUT": str(out),
-           "CHECKED_BY_TESTS": str(keep), "CHECKED_BY_IN_PLACE": unit if in_place else "",
-           "CHECKED_BY_TEST_TIMEOUT": str(limit or "")}
+           "CHECKED_BY_TESTS": str(keep), "CHECKED_BY_IN_PLACE": unit if in_place else ""}
     files = sorted({t.split("::")[0] for t in tests})
     start = time.perf_counter()
-    result = run_in(copy, pytest_cmd(files), timeout=TIMEOUT_S + len(tests) * (limit or 0), threads=1, env=env)
+    result = run_in(copy, pytest_cmd(files), timeout=TIMEOUT_S + sum(limits.get(t, 0) for t in tests), threads=1,
+                    env=env)
     seconds = time.perf_counter() - start
     records, rules = read_records(out)
     if result is not None and result.returncode not in (0, 1):
@@ -167,8 +169,8 @@ def run_all(units, files=(UNIT_TESTS,), jobs=None, log=print):
         in_place = {u for u in todo if "changed in place" in rules[u]["rules"]}  # it returns nothing to change
         runs = {}
         with ThreadPoolExecutor(jobs) as pool:
-            limit = {u: test_timeout(max(traced[t]["seconds"] for t in calls[u])) for u in todo}
-            futures = {pool.submit(perturb, copy, u, calls[u], in_place=u in in_place, limit=limit[u]): u
+            limits = {t: test_timeout(r["seconds"]) for t, r in traced.items()}
+            futures = {pool.submit(perturb, copy, u, calls[u], in_place=u in in_place, limits=limits): u
                        for u in todo}
             for future in as_completed(futures):
                 unit, run = futures[future], future.result()

@@ -15,8 +15,9 @@ returns (tools/perturbations.py) depends on the mode:
 - control: hands on copies with nothing changed (the negative control: no test may fail).
 
 One JSON line per test goes to CHECKED_BY_OUT (a worker of pytest-xdist adds its name), written as the test
-ends, then one line of what the rules did to each unit. CHECKED_BY_TESTS (a file, one test id a line) keeps
-only those tests; a test that runs past CHECKED_BY_TEST_TIMEOUT seconds is stopped and recorded as timed out.
+ends, then one line of what the rules did to each unit. CHECKED_BY_TESTS (a file, a test id a line, each
+optionally followed by a tab and a time limit in seconds) keeps only those tests; a test that runs past its
+limit is stopped and recorded as timed out.
 The units of CHECKED_BY_IN_PLACE (those that return nothing) have what they change in their
 arguments perturbed instead, after each call.
 """
@@ -169,7 +170,8 @@ def pytest_configure(config):
     units = [u for u in os.environ.get("CHECKED_BY_UNITS", "").split(",") if u]
     keep = os.environ.get("CHECKED_BY_TESTS")
     STATE.update(recorder=recorder, caches=install(units, recorder, Path(config.rootpath).resolve()),
-                 keep=set(Path(keep).read_text().splitlines()) if keep else None, outcomes={})
+                 keep=dict(line.partition("\t")[::2] for line in Path(keep).read_text().splitlines()) if keep else None,
+                 outcomes={})
     try:  # a failing property test must not spend minutes shrinking its example
         from hypothesis import Phase, settings
 
@@ -205,12 +207,12 @@ def fixture_key(fixturedef):
 
 
 class TimedOut(Exception):
-    """A test that ran past CHECKED_BY_TEST_TIMEOUT seconds: a perturbation that makes a test hang."""
+    """A test that ran past its time limit: a perturbation that makes a test hang."""
 
 
 def time_out(signum, frame):
     STATE["timed_out"] = True
-    raise TimedOut(f"the test ran past {os.environ['CHECKED_BY_TEST_TIMEOUT']} s")
+    raise TimedOut("the test ran past its time limit")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -219,7 +221,7 @@ def pytest_runtest_protocol(item, nextitem):
     for cache in STATE["caches"]:
         cache.cache_clear()
     recorder.context.append(item.nodeid)
-    limit = float(os.environ.get("CHECKED_BY_TEST_TIMEOUT") or 0)
+    limit = float((STATE["keep"] or {}).get(item.nodeid) or 0)
     if limit:
         signal.signal(signal.SIGALRM, time_out)
         signal.setitimer(signal.ITIMER_REAL, limit)

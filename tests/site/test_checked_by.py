@@ -256,7 +256,8 @@ def test_a_perturbed_output_fails_the_tests_that_check_it_and_no_other(fake, tra
 
 
 def test_a_test_that_a_perturbation_makes_hang_is_stopped_and_counts_as_failing(fake, traced):
-    run = checked_by.perturb(fake, "fake:ready", calling_ids(traced, "fake:ready"), limit=1)
+    tests = calling_ids(traced, "fake:ready")
+    run = checked_by.perturb(fake, "fake:ready", tests, limits=dict.fromkeys(tests, 1))
     assert [t.split("::")[1] for t in run["failed"]] == ["test_waits_until_ready"] == \
         [t.split("::")[1] for t in run["timed_out"]]
 
