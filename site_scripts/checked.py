@@ -15,7 +15,7 @@ from tools.perturbations import RULES
 
 from .common import md_table, mode
 
-_memo = {}
+_memo, _stored = {}, {}
 LONG = 8  # a list longer than this is folded (a details block the reader opens)
 
 
@@ -39,8 +39,12 @@ def record(unit):
 def key_text(units):
     """The stored report's entries for the units, for a page's cache key (read as stored: the build brings it
     up to date before it computes any key)."""
-    stored = tool.stored(quick()) or {"units": {}}
-    return json.dumps({u: stored["units"].get(u) for u in sorted(units)}, sort_keys=True)
+    path = tool.report_path(quick())
+    stamp = (str(path), path.stat().st_mtime_ns) if path.exists() else None
+    if _stored.get("stamp") != stamp or "value" not in _stored:  # read once per state of the file, not per page
+        _stored.update(stamp=stamp, value=tool.stored(quick()) or {"units": {}})
+    units_of = _stored["value"]["units"]
+    return json.dumps({u: units_of.get(u) for u in sorted(units)}, sort_keys=True)
 
 
 def by_function(tests):
@@ -105,6 +109,9 @@ def checked_md(unit, mentions):
         names = ", ".join(test_names(by_function(entry["timed_out"]), every))
         out.append(f"Among them, {names} ran past {'its' if len(entry['timed_out']) == 1 else 'their'} time limit "
                    "with the perturbation (a hang that the wrong value caused) and counted as failing.\n")
+    if entry["outside"]:
+        out.append(f"It was also called {entry['outside']} times outside any test (as a test module was imported): "
+                   "what such a call returns reaches that module's tests unseen by this measurement.\n")
     if entry["not_run"]:
         out.append(f"{len(entry['not_run'])} of the tests did not finish within the time limit, and count neither "
                    "way.\n")

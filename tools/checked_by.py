@@ -75,10 +75,11 @@ def read_records(out):
                 tests[record["test"]] = record
             else:
                 for unit, seen in record["units"].items():
-                    mine = rules.setdefault(unit, {"calls": 0, "rules": set(), "untouched": set()})
+                    mine = rules.setdefault(unit, {"calls": 0, "rules": set(), "untouched": set(), "outside": 0})
                     mine["calls"] += seen["calls"]
                     mine["rules"] |= set(seen["rules"])
                     mine["untouched"] |= set(seen["untouched"])
+                    mine["outside"] += record["stray"].get(unit, 0)  # calls outside any test: at import
     return tests, rules
 
 
@@ -137,7 +138,7 @@ def unit_record(unit, traced, rules, run):
     was not measured."""
     calling = sorted(t for t, r in traced.items() if unit in r["units"])
     record = {"tests": calling, "failed": [], "measured": False, "reason": "", "rules": [], "untouched": [],
-              "seconds": 0.0, "not_run": [], "timed_out": []}
+              "seconds": 0.0, "not_run": [], "timed_out": [], "outside": rules.get(unit, {}).get("outside", 0)}
     if not calling:
         record["reason"] = "no unit test calls it in the test process (a command run in a subprocess is not traced)"
         return record

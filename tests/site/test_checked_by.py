@@ -155,6 +155,8 @@ FAKE = {
 
         from transformer.fake import Counter, Scales, double, half_of_double, make_box, nothing, ready, step
 
+        AT_IMPORT = nothing(0)  # a call outside any test
+
 
         @pytest.fixture(scope="module")
         def four():
@@ -276,7 +278,7 @@ def test_units_that_cannot_be_measured_say_why(traced):
     tests, rules = traced
     assert "no unit test calls it" in checked_by.unit_record("fake:unused", tests, rules, None)["reason"]
     nothing = checked_by.unit_record("fake:nothing", tests, rules, None)
-    assert not nothing["measured"]
+    assert not nothing["measured"] and nothing["outside"] == 1 and rules["fake:double"]["outside"] == 0
     assert nothing["reason"] == "it returns nothing a rule can change (None), and changes no array among its arguments"
 
 
@@ -293,7 +295,7 @@ def test_a_test_that_fails_on_the_unchanged_code_stops_the_run(tmp_path):
 
 REPORT = {"units": {
     "model:forward": {"measured": True, "reason": "", "rules": ["scaled"], "untouched": [], "seconds": 1.0,
-                      "not_run": [], "timed_out": [],
+                      "not_run": [], "timed_out": [], "outside": 0,
                       "tests": ["tests/unit/test_model.py::test_a[relu]", "tests/unit/test_model.py::test_a[gelu]",
                                 "tests/unit/test_model.py::test_b"],
                       "failed": ["tests/unit/test_model.py::test_a[gelu]"]},
@@ -325,13 +327,15 @@ def test_a_page_says_why_a_function_was_not_measured(monkeypatch):
 def test_a_pages_key_holds_the_entries_of_its_own_functions_only(monkeypatch):
     from tools import checked_by as tool
 
-    monkeypatch.setattr(tool, "stored", lambda quick: REPORT)
-    before = checked.key_text(["model:forward"])
+    def keys(report, *units):
+        monkeypatch.setattr(tool, "stored", lambda quick: report)
+        monkeypatch.setattr(checked, "_stored", {})  # read the report again
+        return checked.key_text(units)
+
     changed = {"units": {**REPORT["units"], "optim:adamw_update": {**REPORT["units"]["optim:adamw_update"],
                                                                    "failed": ["t.py::test_c"]}}}
-    monkeypatch.setattr(tool, "stored", lambda quick: changed)
-    assert checked.key_text(["model:forward"]) == before
-    assert checked.key_text(["model:forward", "optim:adamw_update"]) != checked.key_text(["model:forward"])
+    assert keys(REPORT, "model:forward") == keys(changed, "model:forward")
+    assert keys(REPORT, "model:forward", "optim:adamw_update") != keys(changed, "model:forward", "optim:adamw_update")
 
 
 def test_the_full_model_page_says_which_tests_check_forward(built_site):
