@@ -105,10 +105,11 @@ def checked_md(unit, mentions):
         names = ", ".join(test_names(passing, every))
         out.append(folded(f"Uses it: {len(passing)} tests", f"Uses it (calls it, and passes with its output "
                           f"perturbed): {names}.\n", len(passing)))
-    if entry["timed_out"]:
-        names = ", ".join(test_names(by_function(entry["timed_out"]), every))
-        out.append(f"Among them, {names} ran past {'its' if len(entry['timed_out']) == 1 else 'their'} time limit "
-                   "with the perturbation (a hang that the wrong value caused) and counted as failing.\n")
+    if entry["hung"]:
+        names = ", ".join(test_names(by_function(entry["hung"]), every))
+        out.append(f"Among them, {names} hung with the perturbation (ran ten times longer than without it, or "
+                   "called the function ten times as often: a loop that the wrong value never lets end), and "
+                   "counted as failing.\n")
     if entry["outside"]:
         out.append(f"It was also called {entry['outside']} times outside any test (as a test module was imported): "
                    "what such a call returns reaches that module's tests unseen by this measurement.\n")

@@ -100,16 +100,16 @@ def trace(copy, units, files, jobs):
     return tests, rules
 
 
-def test_timeout(seconds):
-    """How long a test may run perturbed: generous, since only a hang (a loop that a wrong value never lets
-    end) should reach it, and the machine may be busy."""
-    return round(3 + 10 * seconds)
+def test_limits(record, unit):
+    """"seconds<TAB>calls": how long a test may run perturbed, and how many calls of the unit it may make, before
+    it counts as hung (a loop that a wrong value never lets end). Generous, since only a hang should reach
+    either and the machine may be busy: ten times what the trace measured, plus a margin."""
+    return f"{round(3 + 10 * record['seconds'])}\t{1000 + 10 * record['calls'].get(unit, 0)}"
 
 
 def perturb(copy, unit, tests, mode="perturb", in_place=False, limits=None):
     """Run the tests that call `unit` with its output made wrong (mode control: copied, unchanged). in_place:
-    for a unit that returns nothing, what it changes in its arguments instead. limits: {test: seconds it may
-    run}."""
+    for a unit that returns nothing, what it changes in its arguments instead. limits: {test: test_limits}."""
     name = unit.replace(":", ".")
     out, keep = copy / "runs" / f"{mode}-{name}.jsonl", copy / "runs" / f"{mode}-{name}.tests"
     limits = limits or {}
@@ -118,16 +118,16 @@ def perturb(copy, unit, tests, mode="perturb", in_place=False, limits=None):
            "CHECKED_BY_TESTS": str(keep), "CHECKED_BY_IN_PLACE": unit if in_place else ""}
     files = sorted({t.split("::")[0] for t in tests})
     start = time.perf_counter()
-    result = run_in(copy, pytest_cmd(files), timeout=TIMEOUT_S + sum(limits.get(t, 0) for t in tests), threads=1,
-                    env=env)
+    timeout = TIMEOUT_S + sum(float(limits[t].split("\t")[0]) for t in tests if t in limits)
+    result = run_in(copy, pytest_cmd(files), timeout=timeout, threads=1, env=env)
     seconds = time.perf_counter() - start
     records, rules = read_records(out)
     if result is not None and result.returncode not in (0, 1):
         raise RuntimeError(f"{unit}: pytest exit status {result.returncode}: {(result.stdout + result.stderr)[-1500:]}")
     seen = rules.get(unit, {"calls": 0, "rules": set(), "untouched": set()})
     outcome = {t: records.get(t, {}).get("outcome") for t in tests}
-    return {"failed": [t for t in tests if outcome[t] in ("failed", "error", "timed out")],
-            "timed_out": [t for t in tests if outcome[t] == "timed out"],
+    return {"failed": [t for t in tests if outcome[t] in ("failed", "error", "hung")],
+            "hung": [t for t in tests if outcome[t] == "hung"],
             "not_run": [t for t in tests if not outcome[t]],
             "calls": seen["calls"], "rules": sorted(seen["rules"]), "untouched": sorted(seen["untouched"]),
             "seconds": round(seconds, 1)}
@@ -138,7 +138,7 @@ def unit_record(unit, traced, rules, run):
     was not measured."""
     calling = sorted(t for t, r in traced.items() if unit in r["units"])
     record = {"tests": calling, "failed": [], "measured": False, "reason": "", "rules": [], "untouched": [],
-              "seconds": 0.0, "not_run": [], "timed_out": [], "outside": rules.get(unit, {}).get("outside", 0)}
+              "seconds": 0.0, "not_run": [], "hung": [], "outside": rules.get(unit, {}).get("outside", 0)}
     if not calling:
         record["reason"] = "no unit test calls it in the test process (a command run in a subprocess is not traced)"
         return record
@@ -152,7 +152,7 @@ def unit_record(unit, traced, rules, run):
     if not run["rules"]:  # the trace saw something to change, the perturbed run did not: nothing was measured
         record["reason"] = "its calls in the perturbed run returned nothing a rule can change"
         return record
-    record.update(measured=True, failed=run["failed"], not_run=run["not_run"], timed_out=run["timed_out"])
+    record.update(measured=True, failed=run["failed"], not_run=run["not_run"], hung=run["hung"])
     return record
 
 
@@ -170,9 +170,8 @@ def run_all(units, files=(UNIT_TESTS,), jobs=None, log=print):
         in_place = {u for u in todo if "changed in place" in rules[u]["rules"]}  # it returns nothing to change
         runs = {}
         with ThreadPoolExecutor(jobs) as pool:
-            limits = {t: test_timeout(r["seconds"]) for t, r in traced.items()}
-            futures = {pool.submit(perturb, copy, u, calls[u], in_place=u in in_place, limits=limits): u
-                       for u in todo}
+            futures = {pool.submit(perturb, copy, u, calls[u], in_place=u in in_place,
+                                   limits={t: test_limits(traced[t], u) for t in calls[u]}): u for u in todo}
             for future in as_completed(futures):
                 unit, run = futures[future], future.result()
                 runs[unit] = run

@@ -16,8 +16,8 @@ returns (tools/perturbations.py) depends on the mode:
 
 One JSON line per test goes to CHECKED_BY_OUT (a worker of pytest-xdist adds its name), written as the test
 ends, then one line of what the rules did to each unit. CHECKED_BY_TESTS (a file, a test id a line, each
-optionally followed by a tab and a time limit in seconds) keeps only those tests; a test that runs past its
-limit is stopped and recorded as timed out.
+optionally followed by a tab, a time limit in seconds, a tab and the most calls of the units it may make) keeps
+only those tests; a test that runs past either limit is stopped and recorded as hung.
 The units of CHECKED_BY_IN_PLACE (those that return nothing) have what they change in their
 arguments perturbed instead, after each call.
 """
@@ -48,7 +48,8 @@ class Recorder:
     def __init__(self, mode, out, in_place=()):
         self.mode, self.out, self.in_place = mode, out, set(in_place)
         self.context = []  # the test, then any fixture being set up above function scope
-        self.calls, self.stray = {}, {}  # context -> units called; unit -> calls outside any test
+        self.calls, self.stray = {}, {}  # context -> {unit: calls}; unit -> calls outside any test
+        self.budget, self.spent = None, 0  # the most calls the running test may make (perturb), and its count
         self.rules = {}  # unit -> {"calls": n, "rules": set, "untouched": set}
 
     def watches(self, unit):
@@ -60,7 +61,12 @@ class Recorder:
 
     def output(self, unit, value, in_place=()):
         if self.context:
-            self.calls.setdefault(self.context[-1], set()).add(unit)
+            calls = self.calls.setdefault(self.context[-1], {})
+            calls[unit] = calls.get(unit, 0) + 1
+            self.spent += 1
+            if self.budget is not None and self.spent > self.budget:
+                STATE["hung"] = True
+                raise Hung(f"{unit} was called more than {self.budget} times, far more than unperturbed")
         else:
             self.stray[unit] = self.stray.get(unit, 0) + 1
         if self.mode == "trace":
@@ -206,13 +212,15 @@ def fixture_key(fixturedef):
     return f"fixture {fixturedef.baseid}::{fixturedef.argname}"
 
 
-class TimedOut(Exception):
-    """A test that ran past its time limit: a perturbation that makes a test hang."""
+class Hung(BaseException):
+    """A test that a perturbation made hang: it ran past its time limit, or called the unit far more often than
+    without the perturbation (a loop that a wrong value never lets end). A BaseException, so that a test's own
+    `except Exception` cannot swallow it."""
 
 
 def time_out(signum, frame):
-    STATE["timed_out"] = True
-    raise TimedOut("the test ran past its time limit")
+    STATE["hung"] = True
+    raise Hung("the test ran past its time limit")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -221,11 +229,11 @@ def pytest_runtest_protocol(item, nextitem):
     for cache in STATE["caches"]:
         cache.cache_clear()
     recorder.context.append(item.nodeid)
-    limit = float((STATE["keep"] or {}).get(item.nodeid) or 0)
-    if limit:
+    limit, _, budget = (STATE["keep"] or {}).get(item.nodeid, "").partition("\t")
+    recorder.budget, recorder.spent, STATE["hung"] = (int(budget) if budget else None), 0, False
+    if limit:  # then every second, in case something catches it and goes on waiting
         signal.signal(signal.SIGALRM, time_out)
-        signal.setitimer(signal.ITIMER_REAL, limit)
-    STATE["timed_out"] = False
+        signal.setitimer(signal.ITIMER_REAL, float(limit), 1.0)
     start = time.perf_counter()
     try:
         return (yield)
@@ -234,19 +242,20 @@ def pytest_runtest_protocol(item, nextitem):
             signal.setitimer(signal.ITIMER_REAL, 0)
         recorder.context.pop()
         seconds = time.perf_counter() - start
-        if STATE["timed_out"]:
-            STATE["outcomes"][item.nodeid] = "timed out"
-        units = set(recorder.calls.pop(item.nodeid, set()))
+        calls = recorder.calls.pop(item.nodeid, {})
         for name in item.fixturenames:
             for fixturedef in item._fixtureinfo.name2fixturedefs.get(name, ())[-1:]:
-                units |= recorder.calls.get(fixture_key(fixturedef), set())
+                for unit, n in recorder.calls.get(fixture_key(fixturedef), {}).items():
+                    calls[unit] = calls.get(unit, 0) + n
         recorder.write({"test": item.nodeid, "outcome": STATE["outcomes"].pop(item.nodeid, "passed"),
-                        "seconds": round(seconds, 3), "units": sorted(units)})
+                        "seconds": round(seconds, 3), "units": sorted(calls), "calls": calls})
 
 
 def pytest_runtest_logreport(report):
     outcomes = STATE["outcomes"]
-    if report.failed:
+    if report.failed and STATE.get("hung"):
+        outcomes[report.nodeid] = "hung"
+    elif report.failed and outcomes.get(report.nodeid) != "hung":
         outcomes[report.nodeid] = "failed" if report.when == "call" else "error"
     elif report.skipped and report.nodeid not in outcomes:
         outcomes[report.nodeid] = "skipped"

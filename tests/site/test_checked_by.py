@@ -151,6 +151,8 @@ FAKE = {
     "tests/test_fake.py": """
         import pytest
 
+        import time
+
         import numpy as np
 
         from transformer.fake import Counter, Scales, double, half_of_double, make_box, nothing, ready, step
@@ -202,8 +204,17 @@ FAKE = {
 
 
         def test_waits_until_ready():
-            while not ready():  # a wrong answer makes it wait for ever
+            while not ready():  # a wrong answer makes it ask for ever
                 pass
+
+
+        def test_waits_on_one_answer():
+            answer = ready()
+            while not answer:  # a wrong answer makes it wait for ever, asking nothing
+                try:
+                    time.sleep(0.01)
+                except Exception:  # nor can it swallow what stops it
+                    pass
     """,
 }
 UNITS = ["fake:double", "fake:half_of_double", "fake:nothing", "fake:unused", "fake:Counter", "fake:step",
@@ -258,10 +269,14 @@ def test_a_perturbed_output_fails_the_tests_that_check_it_and_no_other(fake, tra
 
 
 def test_a_test_that_a_perturbation_makes_hang_is_stopped_and_counts_as_failing(fake, traced):
+    """Two hangs: one that keeps calling the unit (stopped at its budget of calls, at once) and one that waits
+    without calling it (stopped at its time limit)."""
     tests = calling_ids(traced, "fake:ready")
-    run = checked_by.perturb(fake, "fake:ready", tests, limits=dict.fromkeys(tests, 1))
-    assert [t.split("::")[1] for t in run["failed"]] == ["test_waits_until_ready"] == \
-        [t.split("::")[1] for t in run["timed_out"]]
+    limits = {t: checked_by.test_limits(traced[0][t], "fake:ready") for t in tests}
+    assert all(limit.split("\t")[1] == "1010" for limit in limits.values())  # 1000 + 10 times the one call traced
+    run = checked_by.perturb(fake, "fake:ready", tests, limits={t: "2\t50" for t in tests})
+    assert sorted(t.split("::")[1] for t in run["failed"]) == ["test_waits_on_one_answer", "test_waits_until_ready"]
+    assert run["hung"] == run["failed"] and run["seconds"] < 30
 
 
 def calling_ids(traced, unit):
@@ -295,7 +310,7 @@ def test_a_test_that_fails_on_the_unchanged_code_stops_the_run(tmp_path):
 
 REPORT = {"units": {
     "model:forward": {"measured": True, "reason": "", "rules": ["scaled"], "untouched": [], "seconds": 1.0,
-                      "not_run": [], "timed_out": [], "outside": 0,
+                      "not_run": [], "hung": [], "outside": 0,
                       "tests": ["tests/unit/test_model.py::test_a[relu]", "tests/unit/test_model.py::test_a[gelu]",
                                 "tests/unit/test_model.py::test_b"],
                       "failed": ["tests/unit/test_model.py::test_a[gelu]"]},
