@@ -93,8 +93,8 @@ def checked_md(unit, mentions):
     every = by_function(entry["tests"])
     failing = by_function(entry["failed"])
     passing = by_function([t for t in entry["tests"] if t not in entry["failed"]])
-    out = [f"Of the {len(every)} unit tests that call it, directly or not, **{len(failing)} fail** when its output "
-           f"is perturbed: {rules_text(entry)}.\n"]
+    out = [f"Of the {len(every)} unit tests that call it, directly or not, **{len(failing)} "
+           f"{'fails' if len(failing) == 1 else 'fail'}** when its output is perturbed: {rules_text(entry)}.\n"]
     if failing:
         rows = [[name, f"`pytest {path}::{function}`"]
                 for name, (path, function) in zip(test_names(failing, every), failing)]
@@ -107,15 +107,14 @@ def checked_md(unit, mentions):
                           f"perturbed): {names}.\n", len(passing)))
     if entry["hung"]:
         names = ", ".join(test_names(by_function(entry["hung"]), every))
-        out.append(f"Among them, {names} hung with the perturbation (ran ten times longer than without it, or "
-                   "called the function ten times as often: a loop that the wrong value never lets end), and "
-                   "counted as failing.\n")
+        out.append(f"Of the tests that fail, {names} hung with the perturbation: stopped at a limit far beyond "
+                   "its time or its number of calls without it (a loop that the wrong value never lets end).\n")
     if entry["outside"]:
         out.append(f"It was also called {entry['outside']} times outside any test (as a test module was imported): "
                    "what such a call returns reaches that module's tests unseen by this measurement.\n")
     if entry["not_run"]:
-        out.append(f"{len(entry['not_run'])} of the tests did not finish within the time limit, and count neither "
-                   "way.\n")
+        out.append(f"{len(entry['not_run'])} of the tests were not run (the run stopped at its overall time limit), "
+                   "and count neither way.\n")
     return "\n".join(out)
 
 

@@ -101,10 +101,11 @@ def trace(copy, units, files, jobs):
 
 
 def test_limits(record, unit):
-    """"seconds<TAB>calls": how long a test may run perturbed, and how many calls of the unit it may make, before
-    it counts as hung (a loop that a wrong value never lets end). Generous, since only a hang should reach
-    either and the machine may be busy: ten times what the trace measured, plus a margin."""
-    return f"{round(3 + 10 * record['seconds'])}\t{1000 + 10 * record['calls'].get(unit, 0)}"
+    """"seconds<TAB>calls": how long each phase of a test may run perturbed, and how many calls of the unit it may
+    make, before it counts as hung (a loop that a wrong value never lets end). Generous, since only a hang
+    should reach either and the machine may be busy: twenty and ten times what the trace measured, plus a
+    margin. A loop that calls the unit stops at once at its budget of calls; one that does not, at the time."""
+    return f"{round(30 + 20 * record['seconds'])}\t{1000 + 10 * record['calls'].get(unit, 0)}"
 
 
 def perturb(copy, unit, tests, mode="perturb", in_place=False, limits=None):

@@ -231,15 +231,11 @@ def pytest_runtest_protocol(item, nextitem):
     recorder.context.append(item.nodeid)
     limit, _, budget = (STATE["keep"] or {}).get(item.nodeid, "").partition("\t")
     recorder.budget, recorder.spent, STATE["hung"] = (int(budget) if budget else None), 0, False
-    if limit:  # then every second, in case something catches it and goes on waiting
-        signal.signal(signal.SIGALRM, time_out)
-        signal.setitimer(signal.ITIMER_REAL, float(limit), 1.0)
+    STATE["limit"] = float(limit) if limit else None
     start = time.perf_counter()
     try:
         return (yield)
     finally:
-        if limit:
-            signal.setitimer(signal.ITIMER_REAL, 0)
         recorder.context.pop()
         seconds = time.perf_counter() - start
         calls = recorder.calls.pop(item.nodeid, {})
@@ -249,6 +245,36 @@ def pytest_runtest_protocol(item, nextitem):
                     calls[unit] = calls.get(unit, 0) + n
         recorder.write({"test": item.nodeid, "outcome": STATE["outcomes"].pop(item.nodeid, "passed"),
                         "seconds": round(seconds, 3), "units": sorted(calls), "calls": calls})
+
+
+def limited():
+    """Each phase of a test (setup, call, teardown) may run for the test's time limit, then is stopped, and again
+    every second after in case something catches that; the alarm is off outside the phases, where pytest
+    writes its reports."""
+    limit = STATE.get("limit")
+    if limit:
+        signal.signal(signal.SIGALRM, time_out)
+        signal.setitimer(signal.ITIMER_REAL, limit, 1.0)
+    try:
+        return (yield)
+    finally:
+        if limit:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from limited())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from limited())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    return (yield from limited())
 
 
 def pytest_runtest_logreport(report):

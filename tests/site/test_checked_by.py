@@ -321,11 +321,21 @@ REPORT = {"units": {
 def test_a_page_lists_the_tests_that_fail_with_their_command_and_those_that_only_use_it(monkeypatch):
     monkeypatch.setattr(checked, "report", lambda log=print: REPORT)
     text = checked.checked_md("model:forward", [])
-    assert "Of the 2 unit tests that call it, directly or not, **1 fail**" in text
+    assert "Of the 2 unit tests that call it, directly or not, **1 fails**" in text
     assert "| `test_a` (cases gelu) | `pytest tests/unit/test_model.py::test_a` |" in text
     assert "| Checked by (measured: fails when its output is perturbed) | Run it |" in text
     assert "Uses it (calls it, and passes with its output perturbed): `test_a` (cases relu), `test_b`." in text
     assert RULES["scaled"] in text
+    assert "hung" not in text and "outside any test" not in text
+
+
+def test_a_page_says_which_tests_hung_and_what_the_measurement_cannot_see(monkeypatch):
+    forward = REPORT["units"]["model:forward"]
+    hung = {"units": {"model:forward": {**forward, "hung": forward["failed"], "outside": 2}}}
+    monkeypatch.setattr(checked, "report", lambda log=print: hung)
+    text = checked.checked_md("model:forward", [])
+    assert "Of the tests that fail, `test_a` (cases gelu) hung with the perturbation" in text
+    assert "called 2 times outside any test" in text
 
 
 def test_a_page_says_why_a_function_was_not_measured(monkeypatch):
