@@ -85,7 +85,7 @@ def checked_md(unit, mentions):
     entry = record(unit)
     if entry is None or not entry["measured"]:
         why = (entry["reason"] if entry else "this quick build (SITE_QUICK=1) measured only "
-               + ", ".join(f"`{u.split(':')[1]}`" for u in tool.QUICK) + "; `python tools/checked_by.py` measures "
+               + ", ".join(f"`{u}`" for u in tool.QUICK) + "; `python tools/checked_by.py` measures "
                "every function the pages explain")
         named = ", ".join(dict.fromkeys(f"`{t.function}`" for t in mentions))
         return (f"Checked by: **not measured**: {why}."

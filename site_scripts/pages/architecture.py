@@ -36,6 +36,15 @@ def pages_md():
               + ".\n")
 
 
+def used_on(units, most=12):
+    """The functions a rule was used on: their names, or their number when they are many."""
+    if not units:
+        return "—"
+    if len(units) > most:
+        return f"{len(units)} functions"
+    return ", ".join(f"`{u}`" for u in units)
+
+
 def checked_md():
     """The measurement behind every "Checked by": what this build's report holds, what it cost, and which
     rule made which functions' outputs wrong."""
@@ -47,9 +56,9 @@ def checked_md():
               + ", ".join(f"`{f}`" for f in checked_by.QUICK_FILES)
               + " (SITE_QUICK=1, as the test suite builds the site). `scripts/site` measures them all.\n\n"
               if mode() == "quick" else "")
-    rows = [[f"`{name}`", what, ", ".join(f"`{u.split(':')[1]}`" for u in measured if name in units[u]["rules"])
-             or "—"] for name, what in RULES.items()]
-    unmeasured = [f"`{u}` ({r['reason']})" for u, r in units.items() if not r["measured"]]
+    rows = [[f"`{name}`", what, used_on([u for u in measured if name in units[u]["rules"]])]
+            for name, what in RULES.items()]
+    unmeasured = [f"`{u}`: {r['reason']}" for u, r in units.items() if not r["measured"]]
     return (banner + f"This build's report: {report['traced_tests']} unit tests traced in {report['trace_seconds']} s; "
             f"{len(measured)} of {len(units)} functions measured, {sum(bool(units[u]['failed']) for u in measured)} "
             f"of them checked by at least one test; the whole run took {report['seconds']} s with "
