@@ -9,7 +9,8 @@ The cache key of a page, in one paragraph: it hashes the code the page's numbers
 is the generator and the site_scripts and tools modules it imports, and the shared modules (SHARED,
 the registry among them); the transformer units (functions, classes,
 tables) reachable from what the generator imports and from the units its entry names; the callers
-and tests of those units (the pages print them); the files its entry lists under `reads`, for code it
+and tests of those units and the measured report's entries for them (which tests check them,
+site_scripts/checked.py; the pages print all three); the files its entry lists under `reads`, for code it
 runs in ways no import shows; the titles of all pages and the ids, pages and titles of all equations
 (links print them; the prose alone shows the rest); the symbols of the Notation page; the numpy, torch and
 bitsandbytes versions (the NF4 page compares with bitsandbytes where it is installed) and the build context. Editing one function therefore reruns exactly the pages that can reach it.
@@ -25,14 +26,14 @@ import re
 import sys
 import time
 
-from . import depends, equations, registry
+from . import checked, depends, equations, registry
 from .common import ROOT, hash_parts, is_current, mode, numpy_version, package_version, torch_version, write_if_changed
 
 SNIPPETS = ROOT / "build" / "snippets"
 FIGURE = ".png"  # a fragment named like this is a figure: PNG bytes, served beside its page (hook.on_files)
 DERIVATION = re.compile(r"^## Derivation\b", flags=re.M)
-SHARED = ["build.py", "common.py", "depends.py", "equations.py", "examples.py", "markers.py", "code_facts.py",
-          "registry.py", "sections.py"]
+SHARED = ["build.py", "checked.py", "common.py", "depends.py", "equations.py", "examples.py", "markers.py",
+          "code_facts.py", "registry.py", "sections.py"]
 
 
 def page_names():
@@ -80,13 +81,15 @@ def read_files(entry, root=ROOT):
 
 
 def code_facts_text(units, root=ROOT):
-    """Who calls each unit and which tests mention it: the pages print both."""
+    """Who calls each unit, which tests mention it, and which check it (the measured report's entries): the
+    pages print all three."""
+    from .checked import key_text
     from .code_facts import all_calls, all_test_mentions, called_through
 
-    calls, tests, checks = all_calls(root), all_test_mentions(root), all_test_mentions(root, checking=True)
+    calls, tests = all_calls(root), all_test_mentions(root)
     names = sorted({unit for _, unit in units if unit != depends.MODULE})
-    return "\n".join(f"{n}: {calls.get(n, [])} {called_through(n, root)} {tests.get(n, [])} {checks.get(n, [])}"
-                     for n in names)
+    return "\n".join(f"{n}: {calls.get(n, [])} {called_through(n, root)} {tests.get(n, [])}" for n in names) \
+        + key_text(f"{module}:{unit}" for module, unit in units)
 
 
 def titles_text(root=ROOT):
@@ -197,6 +200,8 @@ def generate_all(context, pages=None, force=False, log=print):
     problems = check_ties(collect_markers())
     if problems:
         raise RuntimeError("equations and code are not tied:\n  " + "\n  ".join(problems))
+    if any(registry.BY_ID[name].functions for name in pages or page_names()):
+        checked.report(log)  # the measured "checked by", brought up to date once, before any page's key reads it
     reran = []
     for name in pages or page_names():
         start = time.perf_counter()

@@ -1,5 +1,6 @@
-"""Facts about the code, read from the code: where a function is, who calls it, which tests exercise it. The
-pages print these; nothing is typed by hand."""
+"""Facts about the code, read from the code: where a function is, who calls it, which tests name it. The
+pages print these; nothing is typed by hand. (Which tests check a function is measured instead, by running
+them: tools/checked_by.py.)"""
 
 import ast
 from dataclasses import dataclass
@@ -41,34 +42,17 @@ def _call_index(text):
 
 @lru_cache(maxsize=256)
 def _test_index(text):
-    """[(test function, {mentioned name: first line}, {names inside an assert or pytest.raises block})]."""
+    """[(test function, {mentioned name: first line})]."""
     tests = []
     for fn in ast.parse(text).body:
         if isinstance(fn, ast.FunctionDef) and fn.name.startswith("test_"):
-            first, asserted = {}, set()
+            first = {}
             for node in ast.walk(fn):
                 name = _name_of(node)
                 if name and (name not in first or node.lineno < first[name]):
                     first[name] = node.lineno
-                raises = isinstance(node, ast.With) and "raises" in ast.unparse(node.items[0])
-                if isinstance(node, ast.Assert) or raises:
-                    asserted |= {_name_of(n) for n in ast.walk(node)} - {None}
-            tests.append((fn.name, first, frozenset(asserted)))
+            tests.append((fn.name, first))
     return tests
-
-
-GENERIC_WORDS = {"check", "make", "load", "save", "is", "to", "from", "new", "run", "get", "as"}
-
-
-def _named_after(test_name, name):
-    """Is the test named after the function? Its name without _forward/_backward (layer_norm_backward ->
-    layer_norm), or the first word of that when not generic (adamw_update -> adamw), is part of the test's name."""
-    for suffix in ("_forward", "_backward"):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-    first = name.split("_")[0].lower()
-    test_name = test_name.lower()
-    return name.lower() in test_name or (first not in GENERIC_WORDS and f"_{first}" in test_name)
 
 
 def all_calls(root=ROOT, folder="transformer"):
@@ -125,17 +109,15 @@ def _tables_index(root, stamps):
     return found
 
 
-def all_test_mentions(root=ROOT, folder="tests", checking=False):
-    """{name: [Place of the first mention in each test function]} over the test files. checking=True keeps only
-    the tests that check the function rather than use it to set something up: the name is part of an assert (or
-    of a `pytest.raises` block), or the test is named after it (_named_after)."""
+def all_test_mentions(root=ROOT, folder="tests"):
+    """{name: [Place of the first mention in each test function]} over the test files. A mention says a test
+    names a function, not that it checks it: which tests check what is measured (tools/checked_by.py)."""
     found = {}
     for path in sorted((Path(root) / folder).rglob("test_*.py"), key=lambda p: p.name):  # tests/unit, tests/site
         rel = path.relative_to(root).as_posix()
-        for fn_name, first, asserted in _test_index(read_text(path)):
+        for fn_name, first in _test_index(read_text(path)):
             for name, line in first.items():
-                if not checking or name in asserted or _named_after(fn_name, name):
-                    found.setdefault(name, []).append(Place(rel, line, fn_name))
+                found.setdefault(name, []).append(Place(rel, line, fn_name))
     return found
 
 
@@ -144,9 +126,9 @@ def called_by(name, root=ROOT, folder="transformer"):
     return all_calls(root, folder).get(name, [])
 
 
-def test_mentions(name, root=ROOT, folder="tests", checking=False):
-    """Each test function that mentions `name`, at its first line doing so (checking=True: see all_test_mentions)."""
-    return all_test_mentions(root, folder, checking).get(name, [])
+def test_mentions(name, root=ROOT, folder="tests"):
+    """Each test function that mentions `name`, at its first line doing so."""
+    return all_test_mentions(root, folder).get(name, [])
 
 
 def _top_level(path, root):

@@ -210,8 +210,11 @@ PAGES = (
     Page("api", "reference/api.md", "API", "Reference", generated=False),
     Page("configuration", "reference/configuration.md", "Configuration", "Reference"),
     Page("cli", "reference/cli.md", "Command line", "Reference"),
+    # It lists which pages have a generator, and sums up the measured "checked by" (tools/checked_by.py), whose
+    # report any file of the package or the unit tests can change.
     Page("architecture", "reference/architecture.md", "How the site is built", "Reference",
-         reads=("site_scripts/pages",)),  # it lists which pages have a generator
+         reads=("site_scripts/pages", "transformer", "pyproject.toml", "tests/unit", "tools/checked_by.py",
+                "tools/checked_by_plugin.py", "tools/perturbations.py", "tools/project_copy.py", "mode")),
 )
 
 BY_ID = {page.id: page for page in PAGES}

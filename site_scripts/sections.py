@@ -17,7 +17,7 @@ from .code_facts import (
     test_mentions,
     top_level_function,
 )
-from . import registry
+from . import checked, registry
 from .common import ROOT, md_table, torch_version, verdict_text
 from .depends import read_text
 from .equations import by_id, page_equations
@@ -158,7 +158,7 @@ def computed_at(page, eq_id, repo_url):
 
 def connection_md(page, repo_url):
     """Equation | Role | file:line | the code on that line: the lines that compute each
-    equation, then the tests that exercise those functions."""
+    equation, then the tests that check those functions (checked_and_named)."""
     rows, functions = [], {}
     for eq in page_equations(page):
         for m in (m for m in collect_markers() if m.eq_id == eq.id):
@@ -166,17 +166,27 @@ def connection_md(page, repo_url):
             role = "computes it" if function.endswith(("_forward", "_backward")) else f"written inline in `{function}`"
             rows.append([f"[{eq.id}](#eq-{eq.id})", role,
                          f"[`{m.path}:{m.line}`]({source_url(repo_url, m.path, m.line)})", f"`{m.code.strip()}`"])
-            top = top_level_function(m.path, m.line)[0]
+            top = (m.path, top_level_function(m.path, m.line)[0])
             functions.setdefault(top, [])
             if eq.id not in functions[top]:
                 functions[top].append(eq.id)
-    for function, eq_ids in functions.items():
-        for place in test_mentions(function, checking=True):
+    for (path, function), eq_ids in functions.items():
+        for place in checked_and_named(path, function):
             code = (ROOT / place.path).read_text().splitlines()[place.line - 1]
             rows.append([", ".join(f"[{i}](#eq-{i})" for i in eq_ids), f"tests it (`{place.function}`)",
                          f"[`{place.path}:{place.line}`]({source_url(repo_url, place.path, place.line)})",
                          f"`{code.strip()}`"])
     return md_table(["Equation", "Role", "file:line", "Code on that line"], rows)
+
+
+def checked_and_named(path, function):
+    """The unit tests that fail when the function's output is perturbed (measured: site_scripts/checked.py) and
+    name it in their code, each at its first line doing so; none where it was not measured."""
+    entry = checked.record(f"{Path(path).stem}:{function}")
+    if entry is None or not entry["measured"]:
+        return []
+    failing = {test.split("[")[0] for test in entry["failed"]}
+    return [t for t in test_mentions(function, folder="tests/unit") if f"{t.path}::{t.function}" in failing]
 
 
 NOTATION = "reference/notation.md"
@@ -297,31 +307,17 @@ def gap_text(gap):
 
 # ---------------------------------------------------------------- where it is used, status, provenance
 
-def used_md(names):
-    """Called by and tested by, found by reading the code."""
-    out = []
-    for name in names:
+def used_md(page, units):
+    """Called by, found by reading the code; checked by, measured (site_scripts/checked.py)."""
+    out = [checked.lead_md(page_link(page, "architecture", "checked-by"))]
+    for unit in units:
+        name = unit.split(":")[1]
         places = [f"`{p.function}` (`{p.path}:{p.line}`)" for p in called_by(name)]
         for table, users in called_through(name):
             via = ", ".join(f"`{u.function}` (`{u.path}:{u.line}`)" for u in users) or "no function"
             places.append(f"{via}, through the table `{table.function}` (`{table.path}:{table.line}`)")
         out.append(f"**`{name}`** is called by {'; '.join(places) or 'no function in transformer/'}.\n")
-        checking = test_mentions(name, checking=True)
-        others = [t for t in test_mentions(name) if t not in checking]
-        if checking:
-            out.append(md_table(["Checked by", "Run it"],
-                                [[f"`{t.function}`", f"`pytest {t.path}::{t.function}`"] for t in checking]))
-        else:
-            callers = dict.fromkeys(p.function for p in called_by(name))
-            via = {t.function: None for caller in callers
-                   for t in test_mentions(caller, folder="tests/unit", checking=True)}
-            out.append("No test checks it by name." + (
-                f" The tests that check its callers run it: {', '.join(f'`{t}`' for t in list(via)[:4])}"
-                + (f" and {len(via) - 4} more" if len(via) > 4 else "") + "." if via else "") + "\n")
-        if others:
-            out.append(f"{len(others)} more test{'s use' if len(others) > 1 else ' uses'} it to set up what "
-                       f"{'they check' if len(others) > 1 else 'it checks'}: "
-                       + ", ".join(f"`{t.function}`" for t in others) + ".\n")
+        out.append(checked.checked_md(unit, test_mentions(name, folder="tests/unit")))
     return "\n".join(out)
 
 
@@ -338,7 +334,7 @@ def code_fragments(entry, repo_url):
     if listed_functions(page):
         fragments["implementation"] = implementation_md(page, repo_url)
     if entry.functions:
-        fragments["used"] = used_md([unit.split(":")[1] for unit in entry.functions])
+        fragments["used"] = used_md(page, entry.functions)
     if fragments:
         fragments.update(status=status_md(page), provenance=provenance_md(page, dict.fromkeys(entry.seeds, SEED)))
     return fragments

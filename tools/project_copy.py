@@ -36,10 +36,10 @@ def project_copy(change=None, prefix="mutant-"):
         yield copy
 
 
-def run_in(copy, cmd, timeout=None, threads=None):
+def run_in(copy, cmd, timeout=None, threads=None, env=None):
     """Run `cmd` in the copy, which is what `transformer` imports there; None when it ran past `timeout`.
-    `threads` caps the BLAS and OpenMP threads (the default: as many as they take)."""
-    env = dict(os.environ, PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
+    `threads` caps the BLAS and OpenMP threads (the default: as many as they take); `env` adds variables."""
+    env = dict(os.environ, **(env or {}), PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
     if threads is not None:
         env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     try:

@@ -279,6 +279,13 @@ def test_the_mutants_page_reads_what_the_mutation_report_depends_on():
     assert set(mutants.REPORT_INPUTS) <= set(registry.BY_ID["mutants"].reads)
 
 
+def test_the_architecture_page_reads_what_the_checked_by_report_depends_on():
+    """It sums the whole report up (the other pages key on their own functions' entries of it)."""
+    from tools import checked_by
+
+    assert set(checked_by.REPORT_INPUTS) <= set(registry.BY_ID["architecture"].reads)
+
+
 def test_a_registry_entry_that_names_what_is_not_there_stops_the_build(monkeypatch):
     """The registry names functions and files as strings: a typo must stop the build, not show a function
     that nothing calls."""

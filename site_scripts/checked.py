@@ -1,0 +1,126 @@
+"""Which unit tests check a function, as the pages say it: measured by tools/checked_by.py, which runs every unit
+test that calls the function with the function's output made wrong and records which tests fail.
+
+The report is computed once per change of the package, the unit tests or the tool (build.generate_all asks for
+it before any page), cached in build/cache/, and read here by every page. A page's cache key holds the report's
+entries for its own functions (key_text), so a page reruns when what it prints changed, not whenever the
+report did. In the quick build (SITE_QUICK=1) only the functions of tools/checked_by.py's QUICK are measured,
+and the other functions say so.
+"""
+
+import json
+
+from tools import checked_by as tool
+from tools.perturbations import RULES
+
+from .common import md_table, mode
+
+_memo, _stored = {}, {}
+LONG = 8  # a list longer than this is folded (a details block the reader opens)
+
+
+def quick():
+    return mode() == "quick"
+
+
+def report(log=print):
+    """The report for this code and mode: the stored one while current, else a new run's (minutes)."""
+    key = tool.report_key(quick())
+    if key not in _memo:
+        _memo[key] = tool.report(quick(), log=log)
+    return _memo[key]
+
+
+def record(unit):
+    """The report's entry for a "module:name" unit, or None when this build did not measure it."""
+    return report()["units"].get(unit)
+
+
+def key_text(units):
+    """The stored report's entries for the units, for a page's cache key (read as stored: the build brings it
+    up to date before it computes any key)."""
+    path = tool.report_path(quick())
+    stamp = (str(path), path.stat().st_mtime_ns) if path.exists() else None
+    if _stored.get("stamp") != stamp or "value" not in _stored:  # read once per state of the file, not per page
+        _stored.update(stamp=stamp, value=tool.stored(quick()) or {"units": {}})
+    units_of = _stored["value"]["units"]
+    return json.dumps({u: units_of.get(u) for u in sorted(units)}, sort_keys=True)
+
+
+def by_function(tests):
+    """{(file, test function): [parameter ids]} of pytest ids, in order."""
+    found = {}
+    for test in tests:
+        path, name = test.split("::", 1)
+        function, _, case = name.partition("[")
+        found.setdefault((path, function), []).append(case.rstrip("]"))
+    return found
+
+
+def test_names(groups, all_cases):
+    """`test` or `test` (cases a, b) when only some of its cases are in the group."""
+    out = []
+    for (path, function), cases in groups.items():
+        partial = [c for c in cases if c] if len(cases) < len(all_cases[path, function]) else []
+        out.append(f"`{function}`" + (f" (cases {', '.join(partial)})" if partial else ""))
+    return out
+
+
+def folded(title, text, count):
+    """The text as it is, or folded under a title when it lists more than LONG things."""
+    if count <= LONG:
+        return text
+    return f'??? note "{title}"\n\n' + "".join(f"    {line}\n" if line else "\n" for line in text.splitlines()) + "\n"
+
+
+def rules_text(entry):
+    rules = "; ".join(RULES[r] for r in entry["rules"])
+    untouched = entry["untouched"]
+    return rules + (f" (left as they are: {', '.join(untouched)})" if untouched else "")
+
+
+def checked_md(unit, mentions):
+    """What a page says under a function about the tests that check it. `mentions`: the unit tests that name
+    it in their code (site_scripts/code_facts.py), the only thing said where nothing was measured."""
+    entry = record(unit)
+    if entry is None or not entry["measured"]:
+        why = (entry["reason"] if entry else "this quick build (SITE_QUICK=1) measured only "
+               + ", ".join(f"`{u}`" for u in tool.QUICK) + "; `python tools/checked_by.py` measures "
+               "every function the pages explain")
+        named = ", ".join(dict.fromkeys(f"`{t.function}`" for t in mentions))
+        return (f"Checked by: **not measured**: {why}."
+                + (f" Unit tests that name it in their code (read, not measured): {named}." if named else "") + "\n")
+    every = by_function(entry["tests"])
+    failing = by_function(entry["failed"])
+    passing = by_function([t for t in entry["tests"] if t not in entry["failed"]])
+    out = [f"Of the {len(every)} unit tests that call it, directly or not, **{len(failing)} "
+           f"{'fails' if len(failing) == 1 else 'fail'}** when its output is perturbed: {rules_text(entry)}.\n"]
+    if failing:
+        rows = [[name, f"`pytest {path}::{function}`"]
+                for name, (path, function) in zip(test_names(failing, every), failing)]
+        table = md_table(["Checked by (measured: fails when its output is perturbed)", "Run it"], rows)
+        out.append(folded(f"Checked by: the {len(rows)} tests that fail when its output is perturbed", table,
+                          len(rows)))
+    if passing:
+        names = ", ".join(test_names(passing, every))
+        out.append(folded(f"Uses it: {len(passing)} tests", f"Uses it (calls it, and passes with its output "
+                          f"perturbed): {names}.\n", len(passing)))
+    if entry["hung"]:
+        names = ", ".join(test_names(by_function(entry["hung"]), every))
+        out.append(f"Of the tests that fail, {names} hung with the perturbation: stopped at a limit far beyond "
+                   "its time or its number of calls without it (a loop that the wrong value never lets end).\n")
+    if entry["outside"]:
+        out.append(f"It was also called {entry['outside']} times outside any test (as a test module was imported): "
+                   "what such a call returns reaches that module's tests unseen by this measurement.\n")
+    if entry["not_run"]:
+        out.append(f"{len(entry['not_run'])} of the tests were not run (the run stopped at its overall time limit), "
+                   "and count neither way.\n")
+    return "\n".join(out)
+
+
+def lead_md(link):
+    """The paragraph above the functions: what "checked by" means here. `link`: to the explanation."""
+    return ("\"Checked by\" is measured ([how]({link})): every unit test that calls the function was run with the "
+            "function's output made wrong, and the tests that failed check it. A test that passes may still check a "
+            "property the perturbation keeps: a causality test compares the function with itself, and both sides "
+            "are scaled alike.\n").format(link=link)
