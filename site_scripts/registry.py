@@ -189,11 +189,13 @@ PAGES = (
          listings=("crosscheck:compare", "crosscheck:check_device", "crosscheck:run_crosscheck")),
     # Its step times are measured once per change of the code they time, and fewer in the quick build.
     Page("autograd", "verification/autograd.md", "Hand-written backward and autograd", "Verification",
-         functions=("autograd:backward", "autograd:unbroadcast", "custom_gradient:custom_op",
-                    "autograd_model:layer_norm"),
-         listings=("autograd:backward", "autograd:unbroadcast", "autograd:topological_order",
-                   "custom_gradient:check_vjp_result"), seeds=("inputs",),
-         reads=("mode",)),
+         functions=("autograd:backward", "autograd:unbroadcast", "autograd:topological_order",
+                    "custom_gradient:custom_op"),
+         listings=("autograd:check_not_freed", "autograd_functions:relu", "autograd_functions:detach_max",
+                   "autograd_functions:softmax", "autograd_model:layer_norm"),
+         seeds=EXAMPLE_SEEDS + ("inputs",), reads=("mode",),
+         crosscheck=Rows("the tape's gradients (`autograd_model.loss_and_grads`, float64 NumPy) against the torch "
+                         "mirror's autograd", {"autograd": ("*",)})),
     # It runs the command line in subprocesses, and prints where each test it cites is defined.
     Page("bad_inputs", "verification/bad-inputs.md", "Bad inputs", "Verification", reads=("cli:main", "tests")),
     # It runs the command line in subprocesses, through tools/fault_inject.py, which wraps the loop's functions.

@@ -40,7 +40,8 @@ def main(argv=None):
         c = graph_census(init_params(cfg), ids, targets, cfg, fused)
         print(f"  graph, fused {', '.join(fused) or 'nothing'}: {c.nodes} nodes ({c.parameters} parameters) and "
               f"{c.constants} constants, holding {c.graph_bytes / mib:.2f} MiB; the hand-written cache "
-              f"holds {c.cache_bytes / mib:.2f} MiB")
+              f"holds {c.cache_bytes / mib:.2f} MiB; gradients during backward, at most {c.grads_peak_bytes / mib:.2f} "
+              f"MiB (each dropped once passed on), {c.grads_kept_peak_bytes / mib:.2f} MiB with every one kept")
     print(f"\n{'variant':<32} {'live Tensors':>12} {'held after step 10':>19} {'held at the end':>16} "
           f"{'peak at the end':>16}")
     for name, (free_graph, keep_losses, self_capturing) in VARIANTS.items():

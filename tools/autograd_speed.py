@@ -9,15 +9,20 @@ functions, parameters and batch are the ones used here), so all see the same mac
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from tools.bench_step import BATCH, numpy_step, setup, torch_step
-from transformer.autograd_model import loss_and_grads as autograd_loss_and_grads
-from transformer.config import PRESETS
-from transformer.memory import keep_freed_memory
-from transformer.optim import AdamWConfig, adamw_init, adamw_update
+if __package__ in (None, ""):  # run as `python tools/autograd_speed.py`: import from the project root, as -m does
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from tools.bench_step import BATCH, numpy_step, setup, torch_step  # noqa: E402
+from transformer.autograd_model import loss_and_grads as autograd_loss_and_grads  # noqa: E402
+from transformer.config import PRESETS  # noqa: E402
+from transformer.memory import keep_freed_memory  # noqa: E402
+from transformer.optim import AdamWConfig, adamw_init, adamw_update  # noqa: E402
 
 FRAMEWORKS = ("handwritten", "autograd", "torch")
 

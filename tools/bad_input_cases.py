@@ -6,6 +6,7 @@ by their function only (the page finds their files under tests/). tools/refusals
 refuses any that is not refused properly; site_scripts/pages/bad_inputs.py renders the page.
 """
 
+import argparse
 import ast
 import contextlib
 import inspect
@@ -401,8 +402,10 @@ def run_every_case(workdir):
     return run_all(CASES, setup(), workdir / "fixtures", workdir / "runs")
 
 
-def main():
+def main(argv=None):
     """python tools/bad_input_cases.py: the Bad inputs page's check without the site; exit 1 if one fails."""
+    argparse.ArgumentParser(description="Run every bad input of the Bad inputs page through the library and the "
+                                        "command line; exit 1 if one is not refused properly.").parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         try:
             results = run_every_case(tmp)

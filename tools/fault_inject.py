@@ -110,12 +110,15 @@ def pair(text):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    split = argv.index("--")
-    parser = argparse.ArgumentParser(prog="python -m tools.fault_inject")
-    parser.add_argument("--kill", type=pair, action="append", default=[])
-    parser.add_argument("--poison", type=pair, action="append", default=[])
-    parser.add_argument("--scale", type=pair, action="append", default=[])
+    split = argv.index("--") if "--" in argv else len(argv)
+    parser = argparse.ArgumentParser(prog="python -m tools.fault_inject", description=__doc__.splitlines()[0],
+                                     usage="%(prog)s [FAULT ...] -- COMMAND LINE OF python -m transformer")
+    parser.add_argument("--kill", type=pair, action="append", default=[], metavar="STEP:MOMENT")
+    parser.add_argument("--poison", type=pair, action="append", default=[], metavar="N:VALUE")
+    parser.add_argument("--scale", type=pair, action="append", default=[], metavar="N:FACTOR")
     args = parser.parse_args(argv[:split])
+    if split == len(argv):
+        parser.error("give the command line to run after --, as in: -- train --corpus FILE --out DIR")
     for step, moment in args.kill:
         if moment not in MOMENTS:
             parser.error(f"--kill {step}:{moment}: the moment is one of {', '.join(MOMENTS)}")

@@ -55,6 +55,7 @@ LORA = "transformer/lora.py"
 NF4 = "transformer/nf4.py"
 QLIN = "transformer/quantized_linear.py"
 AG = "transformer/autograd.py"
+AGF = "transformer/autograd_functions.py"
 
 MUTANTS = (
     # LayerNorm: the three terms of dx, the 1/sigma factor, the gain gradient, the epsilon.
@@ -327,6 +328,18 @@ MUTANTS = (
            "backward leaves every node's parents and rule in place: a kept loss holds its whole graph, and "
            "self-referencing rules leak a graph a step.",
            (edit(AG, "node.parents, node.rule = (), None", "pass"),), about=f"{AG}:backward"),
+    # The autograd engine's NaN and freed-graph rules: the same refusals as the hand-written layers'.
+    Mutant("autograd-relu-backward-stops-nan",
+           "The engine's ReLU multiplies the gradient by the mask out > 0, which is False for NaN: a NaN input "
+           "gets a zero gradient (train --engine autograd would take a finite step from a NaN).",
+           (edit(f"{AGF}:relu", "g * np.sign(out)", "g * (out > 0)"),)),
+    Mutant("autograd-softmax-lets-a-fully-masked-row-through",
+           "The engine's softmax does not refuse a row of -inf scores: the row becomes NaN.",
+           (edit(f"{AGF}:detach_max", "    check_not_fully_masked(row_max, what)", "    pass"),)),
+    Mutant("autograd-second-backward-is-silent",
+           "A backward through a graph an earlier backward freed runs without a word and passes no gradient "
+           "to the leaves.",
+           (edit(f"{AG}:check_not_freed", "    if freed:", "    if False:"),)),
     # Reliability: the overflow-safe norm, the all-or-nothing step, NaN semantics, one run per folder.
     Mutant("global-norm-squares-before-scaling",
            "The global norm squares the entries first: huge finite gradients overflow to an infinite norm, and "

@@ -1,22 +1,30 @@
-"""A tape-based reverse-mode engine: a `Tensor`, its primitive operations, and `backward`.
+"""A tape-based reverse-mode engine: a `Tensor`, its arithmetic and shape operations, and `backward`.
 
 Every operation returns a new Tensor that records its parents and a gradient rule: a function that
 takes the gradient of the output and returns one gradient per parent (the vector-Jacobian product).
-`backward` walks the recorded graph from the output back to the leaves in reverse topological order,
-calls each rule once and adds what it returns into the parents' `grad`.
+A parent that wants no gradient (a constant: a number, the causal mask, the one-hot targets) gets None,
+and nothing is computed for it. `backward` walks the recorded graph from the output back to the leaves
+in reverse topological order, calls each rule once and adds what it returns into the parents' `grad`.
 
 A rule is given the output's gradient as an argument, so it never has to reach for its own output
 node: no node holds a reference to itself, and the graph is freed by reference counting as soon as the
-last Tensor of it is dropped. `backward` also cuts the graph after use (each node forgets its parents
-and its rule), so a loss kept after the step, in a list of losses say, holds one number and not the
-whole step's intermediates.
+last Tensor of it is dropped. `backward` also drops each intermediate gradient as soon as its rule has
+passed it on, and cuts the graph after use (each node forgets its parents and its rule), so a loss kept
+after the step, in a list of losses say, holds one number and not the whole step's intermediates. A
+second `backward` through a freed graph is an error, not a silent no-op.
 
 Shapes follow numpy: add, sub, mul and div broadcast, and their rules sum the gradient back down to
 each operand's own shape (`unbroadcast`), because an entry that was used n times gets n contributions.
 
-Beside it: `custom_gradient` (the seam for a fused operation with its own backward), `autograd_model` (the
-transformer composed from these operations) and `autograd_memory` (what a graph holds, and whether it is
-freed).
+NaN semantics: a NaN reaches every output computed from it, forward; backward, a NaN upstream gradient
+reaches every input gradient it flows into, and a NaN value makes NaN every gradient whose local
+derivative reads it (a product's other factor, a quotient's divisor). A derivative that reads no value
+(a sum's, which is 1) stays a number; the NaN still arrives, through the upstream gradient, since
+everything computed from a NaN is NaN.
+
+Beside it: `autograd_functions` (exp, log, ReLU, erf, GELU, softmax, the embedding), `custom_gradient`
+(the seam for a fused operation with its own backward), `autograd_model` (the transformer composed from
+these operations) and `autograd_memory` (what a graph holds, and whether it is freed).
 """
 
 import math
@@ -24,7 +32,13 @@ import weakref
 
 import numpy as np
 
+from .errors import TransformerError
+
 _LIVE = weakref.WeakSet()  # every Tensor not yet garbage: `live_tensors` counts them
+
+
+class BackwardError(TransformerError):
+    """backward cannot run: the root needs no gradient, its seed does not fit, or its graph was freed."""
 
 
 def live_tensors() -> int:
@@ -51,18 +65,22 @@ class Tensor:
     parents : tuple of Tensor
         The inputs of the operation that made this Tensor (empty for a leaf).
     rule : callable, optional
-        `rule(grad_out) -> tuple of arrays`, one gradient per parent, each shaped like that parent.
+        `rule(grad_out) -> tuple`, one gradient per parent, each shaped like that parent (None for a
+        parent that requires no gradient).
     op : str
         The operation's name, for drawing the graph and for error messages.
 
     Attributes
     ----------
     grad : ndarray or None
-        d(output of backward) / d(this Tensor), shaped like data; None until backward reaches it.
+        d(root of backward) / d(this Tensor), shaped like data. A leaf's accumulates over backward passes;
+        an intermediate node's lives only while its pass needs it (see `backward`).
+    is_leaf : bool
+        Made by the caller, not by an operation: a parameter or a constant.
     """
 
     __array_ufunc__ = None  # ndarray + Tensor calls Tensor.__radd__ instead of numpy's elementwise loop
-    __slots__ = ("__weakref__", "data", "grad", "op", "parents", "requires_grad", "rule")
+    __slots__ = ("__weakref__", "data", "grad", "is_leaf", "op", "parents", "requires_grad", "rule")
 
     def __init__(self, data, requires_grad=False, parents=(), rule=None, op="leaf"):
         self.data = np.asarray(data)
@@ -71,9 +89,9 @@ class Tensor:
         # A node nobody differentiates through needs no history.
         self.parents = parents if self.requires_grad else ()
         self.rule = rule if self.requires_grad else None
+        self.is_leaf = not self.parents
         self.op = op
         _LIVE.add(self)
-
     @property
     def shape(self):
         return self.data.shape
@@ -131,9 +149,9 @@ class Tensor:
     def swapaxes(self, axis1, axis2):
         return swapaxes(self, axis1, axis2)
 
-    def backward(self, grad=None, free_graph=True):
+    def backward(self, grad=None, free_graph=True, keep_grads=False):
         """Backpropagate from this Tensor; see the module function `backward`."""
-        backward(self, grad, free_graph)
+        backward(self, grad, free_graph, keep_grads)
 
 
 def as_tensor(value, dtype=None):
@@ -174,28 +192,39 @@ def unbroadcast(grad, shape):
     """
     extra = grad.ndim - len(shape)
     if extra:
-        grad = grad.sum(axis=tuple(range(extra)))  # the axes numpy added in front
+        grad = grad.sum(axis=tuple(range(extra)))  # eq:ag-unbroadcast  the axes numpy added in front
     stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
     if stretched:
-        grad = grad.sum(axis=stretched, keepdims=True)  # the axes of size 1 it stretched
+        grad = grad.sum(axis=stretched, keepdims=True)  # eq:ag-unbroadcast  the axes of size 1 it stretched
     return grad
 
 
+
+
 # ---- elementwise arithmetic, broadcasting ------------------------------------------------------
+# A binary rule returns None for an operand that requires no gradient: nothing is computed for a constant.
 
 
 def add(a, b):
     """a + b; each operand receives the output gradient, summed down to its shape."""
     a, b = _pair(a, b)
-    return Tensor(a.data + b.data, parents=(a, b), op="add",
-                  rule=lambda g: (unbroadcast(g, a.shape), unbroadcast(g, b.shape)))
+
+    def rule(g):
+        return (unbroadcast(g, a.shape) if a.requires_grad else None,
+                unbroadcast(g, b.shape) if b.requires_grad else None)
+
+    return Tensor(a.data + b.data, parents=(a, b), op="add", rule=rule)
 
 
 def sub(a, b):
     """a - b; a receives the output gradient, b its negative."""
     a, b = _pair(a, b)
-    return Tensor(a.data - b.data, parents=(a, b), op="sub",
-                  rule=lambda g: (unbroadcast(g, a.shape), unbroadcast(-g, b.shape)))
+
+    def rule(g):
+        return (unbroadcast(g, a.shape) if a.requires_grad else None,
+                unbroadcast(-g, b.shape) if b.requires_grad else None)
+
+    return Tensor(a.data - b.data, parents=(a, b), op="sub", rule=rule)
 
 
 def neg(a):
@@ -206,16 +235,23 @@ def neg(a):
 def mul(a, b):
     """a * b; d(ab)/da = b and d(ab)/db = a, each summed down to its operand's shape."""
     a, b = _pair(a, b)
-    return Tensor(a.data * b.data, parents=(a, b), op="mul",
-                  rule=lambda g: (unbroadcast(g * b.data, a.shape), unbroadcast(g * a.data, b.shape)))
+
+    def rule(g):
+        return (unbroadcast(g * b.data, a.shape) if a.requires_grad else None,
+                unbroadcast(g * a.data, b.shape) if b.requires_grad else None)
+
+    return Tensor(a.data * b.data, parents=(a, b), op="mul", rule=rule)
 
 
 def div(a, b):
     """a / b; d/da = 1/b and d/db = -a/b^2."""
     a, b = _pair(a, b)
-    return Tensor(a.data / b.data, parents=(a, b), op="div",
-                  rule=lambda g: (unbroadcast(g / b.data, a.shape),
-                                  unbroadcast(-g * a.data / (b.data * b.data), b.shape)))
+
+    def rule(g):
+        return (unbroadcast(g / b.data, a.shape) if a.requires_grad else None,
+                unbroadcast(-g * a.data / (b.data * b.data), b.shape) if b.requires_grad else None)
+
+    return Tensor(a.data / b.data, parents=(a, b), op="div", rule=rule)
 
 
 def power(a, exponent):
@@ -224,43 +260,6 @@ def power(a, exponent):
         raise TypeError("power: the exponent must be a number, not a Tensor")
     return Tensor(a.data ** exponent, parents=(a,), op=f"pow {exponent:g}",
                   rule=lambda g: (g * exponent * a.data ** (exponent - 1),))
-
-
-# ---- elementwise functions ---------------------------------------------------------------------
-
-
-def exp(a):
-    """e^a; its derivative is itself."""
-    out = np.exp(a.data)
-    return Tensor(out, parents=(a,), op="exp", rule=lambda g: (g * out,))
-
-
-def log(a):
-    """Natural log; d/da = 1/a."""
-    return Tensor(np.log(a.data), parents=(a,), op="log", rule=lambda g: (g / a.data,))
-
-
-def relu(a):
-    """max(0, a); the gradient passes where a > 0 (at exactly 0 it is stopped, a convention)."""
-    passes = a.data > 0
-    return Tensor(np.where(passes, a.data, 0).astype(a.data.dtype), parents=(a,), op="relu",
-                  rule=lambda g: (g * passes,))
-
-
-_erf_array = np.vectorize(math.erf, otypes=[float])
-
-
-def erf(a):
-    """The error function, from math.erf element by element; d/da = 2/sqrt(pi) exp(-a^2)."""
-    x = a.data
-    out = _erf_array(x).astype(x.dtype, copy=False)
-    return Tensor(out, parents=(a,), op="erf",
-                  rule=lambda g: (g * (2.0 / math.sqrt(math.pi)) * np.exp(-x * x),))
-
-
-def detach(a):
-    """The same value, cut from the graph: a constant that no gradient flows into."""
-    return Tensor(a.data)
 
 
 # ---- reductions and shapes ---------------------------------------------------------------------
@@ -307,9 +306,12 @@ def matmul(a, b):
         raise ValueError(f"matmul: operands need at least two axes, got shapes {a.shape} and {b.shape}")
     if b.ndim == 2:
         return _matmul_weight(a, b)
-    return Tensor(a.data @ b.data, parents=(a, b), op="matmul",
-                  rule=lambda g: (unbroadcast(g @ np.swapaxes(b.data, -1, -2), a.shape),
-                                  unbroadcast(np.swapaxes(a.data, -1, -2) @ g, b.shape)))
+
+    def rule(g):
+        return (unbroadcast(g @ np.swapaxes(b.data, -1, -2), a.shape) if a.requires_grad else None,
+                unbroadcast(np.swapaxes(a.data, -1, -2) @ g, b.shape) if b.requires_grad else None)
+
+    return Tensor(a.data @ b.data, parents=(a, b), op="matmul", rule=rule)
 
 
 def _matmul_weight(x, w):
@@ -324,59 +326,10 @@ def _matmul_weight(x, w):
 
     def rule(g):
         g2 = g.reshape(-1, w.shape[1])  # (N, out)
-        return (g2 @ w.data.T).reshape(x.shape), rows.T @ g2
+        return ((g2 @ w.data.T).reshape(x.shape) if x.requires_grad else None,
+                rows.T @ g2 if w.requires_grad else None)
 
     return Tensor(out, parents=(x, w), op="matmul", rule=rule)
-
-
-def embedding(table, ids):
-    """Gather rows: `table[ids]`; the backward scatter-adds each row's gradient back into the table.
-
-    A row read k times receives k contributions. `np.add.at` adds them all; the plain fancy-index
-    update `grad[ids] += g` would keep only the last one for a repeated id.
-
-    Parameters
-    ----------
-    table : Tensor of shape (n, d)
-    ids : ndarray of int, any shape S
-
-    Returns
-    -------
-    Tensor of shape S + (d,)
-    """
-    ids = np.asarray(ids)
-
-    def rule(g):
-        grad = np.zeros(table.shape, dtype=g.dtype)
-        np.add.at(grad, ids.reshape(-1), g.reshape(-1, table.shape[-1]))
-        return (grad,)
-
-    return Tensor(table.data[ids], parents=(table,), op="embedding", rule=rule)
-
-
-# ---- compositions ------------------------------------------------------------------------------
-
-
-def softmax(x, axis=-1):
-    """Softmax over axis, as a composition of exp, sum and div, shifted by the row maximum.
-
-    The shift changes nothing mathematically (softmax(x - c) = softmax(x)), so its gradient through the
-    maximum is exactly zero and the maximum is taken as a constant (`detach`). It keeps exp from
-    overflowing, and it makes a -inf entry (a masked score) exp(-inf) = 0 with no special case.
-    """
-    shifted = x - detach_max(x, axis)
-    e = exp(shifted)
-    return e / e.sum(axis=axis, keepdims=True)
-
-
-def detach_max(x, axis=-1):
-    """The maximum over axis, kept as size 1, as a constant."""
-    return Tensor(x.data.max(axis=axis, keepdims=True))
-
-
-def gelu(x):
-    """Exact GELU, x Phi(x) with Phi(x) = (1 + erf(x / sqrt 2)) / 2, composed from erf, mul and add."""
-    return x * ((erf(x * (1.0 / math.sqrt(2.0))) + 1.0) * 0.5)
 
 
 # ---- the backward pass -------------------------------------------------------------------------
@@ -397,13 +350,47 @@ def topological_order(root):
                 stack.append((parent, iter(parent.parents)))
                 break
         else:  # every parent is placed: the node can follow them
-            order.append(node)
+            order.append(node)  # eq:ag-order
             stack.pop()
     return order
 
 
-def backward(root, grad=None, free_graph=True):
-    """Backpropagate from root: accumulate d root / d leaf into the `grad` of every Tensor it depends on.
+def accumulate(node, g):
+    """Add one contribution g into node.grad. Never in place: a rule may hand one array to two parents."""
+    node.grad = g if node.grad is None else node.grad + g  # eq:ag-chain
+
+
+def seed_gradient(root, grad):
+    """The gradient backward starts from: grad, checked against the root, or 1 for a scalar root."""
+    if not root.requires_grad:
+        raise BackwardError(f"backward: this {root.op} Tensor requires no gradient, and nothing it was made "
+                            "from does: there is nothing to differentiate")
+    if grad is None:
+        if root.data.size != 1:
+            raise BackwardError(f"backward: the root has shape {root.shape}; give its gradient")
+        return np.ones_like(root.data)  # eq:ag-seed  d root / d root
+    if np.shape(grad) != root.shape:
+        raise BackwardError(f"backward: seed gradient of shape {np.shape(grad)} for a root of shape {root.shape}")
+    return np.array(grad, dtype=root.data.dtype)  # eq:ag-seed  a copy: the caller's array stays theirs
+
+
+def check_not_freed(order):
+    """Refuse a graph that an earlier backward freed: its rules are gone, so no gradient could pass."""
+    freed = [node for node in order if not node.is_leaf and node.rule is None]
+    if freed:
+        raise BackwardError(f"backward: {len(freed)} node(s) of this graph, the first a {freed[0].op!r} of shape "
+                            f"{freed[0].shape}, were freed by an earlier backward; to backpropagate through "
+                            "a graph twice, call the first backward with free_graph=False")
+
+
+def backward(root, grad=None, free_graph=True, keep_grads=False):
+    """Backpropagate from root: add d root / d leaf into the `grad` of every leaf it depends on.
+
+    The seed: the pass starts from `grad` at the root. Every leaf's grad accumulates, over this pass's
+    contributions and over passes (as in PyTorch: a parameter used by two losses gets the sum; make new
+    leaves, or set grad to None, between training steps); a leaf root adds the seed to its own. Every
+    other node's grad belongs to one pass: it starts empty (the root's is the seed) and, unless
+    keep_grads, is dropped as soon as its rule has passed it on, so the pass never holds all of them.
 
     Parameters
     ----------
@@ -414,28 +401,31 @@ def backward(root, grad=None, free_graph=True):
     free_graph : bool
         After the pass, make every node forget its parents and its rule, so nothing the graph held
         (the intermediates each rule reads) outlives the step, even if the root itself is kept.
-        False keeps the graph (to draw it, or to see what holding it costs).
+        False keeps the graph (to draw it, to pass through it again, or to see what holding it costs).
+    keep_grads : bool
+        Keep every intermediate node's gradient after the pass (to show it; PyTorch's retain_grad).
 
     Raises
     ------
-    ValueError
-        If the root needs a seed gradient and none is given, or the seed's shape is wrong.
+    BackwardError
+        If the root requires no gradient, needs a seed and none is given, the seed's shape is wrong, or
+        an earlier backward freed the graph.
     """
-    if grad is None:
-        if root.data.size != 1:
-            raise ValueError(f"backward: the root has shape {root.shape}; give its gradient")
-        grad = np.ones_like(root.data)
-    if np.shape(grad) != root.shape:
-        raise ValueError(f"backward: seed gradient of shape {np.shape(grad)} for a root of shape {root.shape}")
+    seed = seed_gradient(root, grad)
     order = topological_order(root)
-    root.grad = np.asarray(grad, dtype=root.data.dtype)
-    for node in reversed(order):  # the root first, every node before its parents
-        if node.rule is None or node.grad is None:
-            continue
-        for parent, g in zip(node.parents, node.rule(node.grad)):
+    check_not_freed(order)
+    for node in order:
+        if not node.is_leaf:
+            node.grad = None  # what an earlier pass through a kept graph left is not this pass's
+    accumulate(root, seed)  # eq:ag-seed
+    for node in reversed(order):  # eq:ag-order  the root first, every node before its parents
+        if node.is_leaf:
+            continue  # a parameter: no rule, its gradient is complete
+        for parent, g in zip(node.parents, node.rule(node.grad)):  # eq:ag-chain  one VJP per parent
             if parent.requires_grad:
-                # Never in place: a rule may hand the same array to two parents.
-                parent.grad = g if parent.grad is None else parent.grad + g
+                accumulate(parent, g)
+        if not keep_grads:
+            node.grad = None  # passed on to its parents, and no rule reads it again: let it go now
     if free_graph:
         for node in order:
             node.parents, node.rule = (), None

@@ -5,7 +5,8 @@ depends on the allocator and on what else runs):
 
 - how big is one step's graph? `graph_census` counts its nodes and the bytes of the distinct buffers
   they hold (each node's value and the arrays its rule reads), beside the bytes of the hand-written
-  forward's cache;
+  forward's cache, and the most gradient bytes its backward holds at once, with each intermediate
+  gradient dropped once passed on (as `backward` does) and with all of them kept;
 - is it freed? `train_steps` runs AdamW steps and records, after each, how many Tensors are alive and
   how many bytes numpy holds (tracemalloc), with the graph freed by `backward` or kept.
 """
@@ -52,6 +53,8 @@ class Census:
     constants: int  # Tensors the graph holds that no gradient flows into (the mask, numbers, the one-hot)
     graph_bytes: int  # distinct buffers the graph holds, the parameters not counted
     cache_bytes: int  # distinct buffers of transformer.model.forward's cache, the parameters not counted
+    grads_peak_bytes: int  # the most gradient bytes held at once during backward, as it runs
+    grads_kept_peak_bytes: int  # the same with every intermediate gradient kept (keep_grads=True)
 
 
 def graph_census(params, ids, targets, cfg, fused=()) -> Census:
@@ -77,7 +80,34 @@ def graph_census(params, ids, targets, cfg, fused=()) -> Census:
     graph = distinct_bytes(graph_arrays(loss), exclude=params.values())
     _, cache = hand_forward(params, ids, cfg)
     cache_bytes = distinct_bytes(arrays_in(cache), exclude=params.values())
-    return Census(len(order), len(leaves), len(constants), graph, cache_bytes)
+    peaks = [gradient_peak(cross_entropy(forward(as_leaves(params, cfg), ids, cfg, fused), targets), keep)
+             for keep in (False, True)]
+    return Census(len(order), len(leaves), len(constants), graph, cache_bytes, *peaks)
+
+
+def gradient_peak(root, keep_grads):
+    """The most bytes of gradients (distinct buffers, the leaves' included) held at once while
+    backward(root) runs: counted each time a rule returns, when the node's own gradient, its parents'
+    and what the rule just made are all alive.
+
+    Each rule is wrapped to count, so the numbers are what `backward` itself keeps, not a model of it.
+    """
+    order, peak = topological_order(root), 0
+
+    def counted(rule):
+        def run(g):
+            nonlocal peak
+            out = rule(g)
+            held = [node.grad for node in order if node.grad is not None]
+            peak = max(peak, distinct_bytes(held + [a for a in out if a is not None]))
+            return out
+        return run
+
+    for node in order:
+        if node.rule is not None:
+            node.rule = counted(node.rule)
+    backward(root, keep_grads=keep_grads)
+    return peak
 
 
 def capture_own_output(root):

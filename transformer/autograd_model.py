@@ -17,17 +17,8 @@ import math
 import numpy as np
 
 from .attention import attention_backward, attention_forward, causal_mask
-from .autograd import (
-    Tensor,
-    backward,
-    detach_max,
-    embedding,
-    exp,
-    gelu,
-    log,
-    relu,
-    softmax,
-)
+from .autograd import Tensor, backward
+from .autograd_functions import detach_max, embedding, exp, gelu, log, relu, softmax
 from .block import ATTENTION_KEYS
 from .config import ModelConfig
 from .custom_gradient import custom_op
@@ -136,7 +127,7 @@ def cross_entropy(logits, targets):
     """
     n_v = logits.shape[-1]
     z = logits.reshape(-1, n_v)
-    z = z - detach_max(z)  # the shift does not change the loss: a constant
+    z = z - detach_max(z, what="cross-entropy")  # the shift does not change the loss: a constant
     log_probs = z - log(exp(z).sum(axis=-1, keepdims=True))  # (N, n_V)
     one_hot = np.eye(n_v, dtype=z.data.dtype)[np.asarray(targets).reshape(-1)]
     return -(log_probs * one_hot).sum() * (1.0 / one_hot.shape[0])

@@ -186,11 +186,15 @@ def add_gradcheck_parser(sub):
 
 
 def add_crosscheck_parser(sub):
-    cross = sub.add_parser("crosscheck", help="compare everything with PyTorch on every device found",
+    cross = sub.add_parser("crosscheck", help="compare everything with PyTorch on every device found, and the "
+                                              "autograd engine's gradients with both",
                            description="Run the same parameters and inputs through NumPy and through "
                                        "PyTorch on each device; compare logits, loss, gradients, "
                                        "intermediates, ten AdamW steps, ten whole training steps and "
-                                       "KV-cache decoding.")
+                                       "KV-cache decoding. Every gradient is also computed by the autograd "
+                                       "engine (transformer/autograd.py) and shown three ways side by side: "
+                                       "the hand-written NumPy backward against torch, the engine against "
+                                       "torch, and the engine against the hand-written backward.")
     cross.add_argument("--devices", nargs="+", default=list(DEVICES), choices=DEVICES,
                        help="devices to try (default: all); missing ones are listed, not failed")
     cross.add_argument("--dtype", choices=["float32", "float64"], default=None,
@@ -203,7 +207,8 @@ def add_crosscheck_parser(sub):
 
 
 def cmd_crosscheck(args):
-    from .crosscheck import format_report, run_crosscheck, write_json
+    from .crosscheck import run_crosscheck, write_json
+    from .crosscheck_report import format_report
 
     try:
         import torch  # noqa: F401

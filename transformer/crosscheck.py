@@ -8,9 +8,10 @@ that are not present are listed with the reason, never silently dropped.
 
 The gradients have a third computation: the autograd engine (transformer/autograd.py),
 which differentiates the same model by a tape instead of hand-written backward
-functions. Its gradients are compared with torch's on each device ("autograd
-" rows, one per parameter gradient) and, once, with the hand-written NumPy gradients (the report's
-"autograd" entry), where both sides are NumPy float64 and agree to rounding.
+functions. Its gradients are compared with torch's on each device ("autograd" rows,
+one per parameter gradient) and, once, with the hand-written NumPy gradients (the report's
+"autograd" entry), where both sides are NumPy float64 and agree to rounding. The printed
+report (transformer/crosscheck_report.py) shows the three side by side.
 
 The NumPy side always computes in float64: it is the reference. Each gap is
 reported two ways: max |ours - torch| and that divided by max |ours| (a
@@ -174,13 +175,6 @@ def compare(rows, device, dtype, check, tensor, ours, theirs, tol=None, step=Non
                     max_rel <= tol.rel or max_abs <= tol.abs, step))
 
 
-def result_text(row):
-    """pass, pass (abs) when only the absolute criterion holds, or FAIL."""
-    if not row.passed:
-        return "FAIL"
-    return "pass (abs)" if row.on_floor else "pass"
-
-
 def check_device(device, torch_device, dtype, cfg, params, ids, targets, adam_steps=10):
     """Run every comparison on one device.
 
@@ -260,19 +254,24 @@ def autograd_against_numpy(cfg, params, ids, targets):
         tolerance (AUTOGRAD_TOLERANCE as a dict); max_abs, the largest absolute gap of all; max_rel and
         worst, the largest relative gap and its parameter among the other gradients; on_floor, the
         gradients that are zero (their hand-written values all within the absolute bound: a relative
-        gap there compares two noises, so they are held to the absolute bound instead); passed.
+        gap there compares two noises, so they are held to the absolute bound instead); passed; gaps,
+        each parameter's max_abs, max_rel, on_floor and passed (the report's "engine vs NumPy" column).
     """
     _, grads = loss_and_grads(params, ids, targets, cfg)
     _, ours = autograd_loss_and_grads(params, ids, targets, cfg)
     tol = AUTOGRAD_TOLERANCE
-    gaps = {name: (float(np.abs(ours[name] - g).max()), float(relative_gap(ours[name], g))) for name, g in grads.items()}
-    # A gradient that is zero in exact arithmetic comes out as rounding noise on both sides.
-    on_floor = [name for name, g in grads.items() if np.abs(g).max() <= tol.abs]
-    worst = max((name for name in gaps if name not in on_floor), key=lambda name: gaps[name][1])
-    passed = all(gaps[name][1] <= tol.rel for name in gaps if name not in on_floor)
-    passed = passed and all(gaps[name][0] <= tol.abs for name in on_floor)
-    return {"tolerance": asdict(tol), "max_rel": gaps[worst][1], "worst": worst, "on_floor": on_floor,
-            "max_abs": max(a for a, _ in gaps.values()), "passed": passed}
+    gaps = {}
+    for name, g in grads.items():
+        max_abs, max_rel = float(np.abs(ours[name] - g).max()), float(relative_gap(ours[name], g))
+        # A gradient that is zero in exact arithmetic comes out as rounding noise on both sides.
+        on_floor = bool(np.abs(g).max() <= tol.abs)
+        passed = max_abs <= tol.abs if on_floor else max_rel <= tol.rel
+        gaps[name] = {"max_abs": max_abs, "max_rel": max_rel, "on_floor": on_floor, "passed": passed}
+    worst = max((name for name in gaps if not gaps[name]["on_floor"]), key=lambda name: gaps[name]["max_rel"])
+    return {"tolerance": asdict(tol), "max_rel": gaps[worst]["max_rel"], "worst": worst,
+            "on_floor": [name for name in gaps if gaps[name]["on_floor"]],
+            "max_abs": max(gap["max_abs"] for gap in gaps.values()),
+            "passed": all(gap["passed"] for gap in gaps.values()), "gaps": gaps}
 
 
 def make_torch_adamw(tparams, opt: AdamWConfig):
@@ -432,73 +431,6 @@ def run_crosscheck(devices=DEVICES, dtype=None, activation="relu", seed=0, batch
     report["passed"] = (all(r["passed"] for r in report["rows"]) and bool(report["rows"])
                         and report["autograd"]["passed"])
     return report
-
-
-def format_report(report, verbose=False):
-    """The report as text: a summary per device and check, and every failing row.
-
-    Parameters
-    ----------
-    report : dict
-        A report from `run_crosscheck`.
-    verbose : bool
-        List every row, not only the failing ones.
-
-    Returns
-    -------
-    str
-        The text.
-    """
-    lines = [f"cross-check of the NumPy reference against torch {report['versions']['torch']} "
-             f"(numpy {report['versions']['numpy']}); default config, {report['config']['activation']}, "
-             f"ids {tuple(report['ids_shape'])}, seed {report['seed']}"]
-    for d in report["devices"]:
-        if d["status"] != "checked":
-            lines.append(f"  {d['device']:<5} {d['reason']}")
-            continue
-        tol = report["tolerances"][d["dtype"]]
-        verdict = "pass" if d["passed"] else "FAIL"
-        lines.append(f"  {d['device']:<5} {d['dtype']} ({d['reason']}): {d['checks']} comparisons, {verdict}; "
-                     f"tolerance: relative gap <= {tol['rel']:g} or absolute gap <= {tol['abs']:g}")
-        lines.append(f"        why this tolerance: {tol['why']}")
-        if d.get("flash_kernel"):
-            lines.append(f"        flash kernel: {d['flash_kernel']}")
-    engine = report["autograd"]
-    lines.append(f"  autograd engine against the hand-written NumPy gradients (both float64): largest relative gap "
-                 f"{engine['max_rel']:.2e} ({engine['worst']}), tolerance {engine['tolerance']['rel']:g}; "
-                 f"{len(engine['on_floor'])} zero gradients within {engine['tolerance']['abs']:g} absolute: "
-                 f"{'pass' if engine['passed'] else 'FAIL'}")
-    header = (f"{'device':<6} {'check':<12} {'tensor':<36} {'max abs gap':>11} {'max rel gap':>11} "
-              f"{'tol':>6}  result")
-    lines += ["", header]
-    groups = {}
-    for r in map(lambda d: Row(**d), report["rows"]):
-        groups.setdefault((r.device, r.check + "s" if r.step else r.check), []).append(r)
-    for (_, check), group in groups.items():
-        for r in (group if verbose else [r for r in group if not r.passed]):
-            lines.append(_format_row(r, r.label, r.tensor))
-        failed = sum(not r.passed for r in group)
-        worst = max(group, key=_closeness_to_failing)
-        label = f"{worst.tensor} (closest of {len(group)})" if len(group) > 1 else worst.tensor
-        lines.append(_format_row(worst, check, label,
-                                 result_text(worst) if not failed else f"FAIL: {failed} of {len(group)}"))
-    lines.append("")
-    if not report["rows"]:
-        lines.append("NOTHING CHECKED: no requested device is present")
-    else:
-        lines.append("PASS: every comparison within tolerance" if report["passed"] else "FAIL: see the rows above")
-    return "\n".join(lines)
-
-
-def _closeness_to_failing(row):
-    """1 at the edge of the tolerance; a row passes while either ratio is <= 1."""
-    rel = row.max_rel / row.tol_rel if row.tol_rel else float("inf")
-    return min(rel, row.max_abs / row.tol_abs)
-
-
-def _format_row(r, check, tensor, result=None):
-    result = result or result_text(r)
-    return f"{r.device:<6} {check:<12} {tensor:<36} {r.max_abs:>11.2e} {r.max_rel:>11.2e} {r.tol_rel:>6.0e}  {result}"
 
 
 def write_json(report, path):

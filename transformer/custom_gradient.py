@@ -48,7 +48,7 @@ def check_vjp_result(name, grads, inputs):
             f"custom op {name!r}: the VJP returned {len(grads)} gradients for {len(inputs)} inputs")
     for position, (g, x) in enumerate(zip(grads, inputs)):
         g = np.asarray(g)
-        if g.shape != x.shape:
+        if g.shape != x.shape:  # eq:ag-vjp  each gradient shaped like its input
             raise CustomGradientError(f"custom op {name!r}: the gradient of input {position} has shape "
                                       f"{g.shape}, the input has shape {x.shape}")
         if g.dtype != x.data.dtype:
@@ -80,4 +80,4 @@ def custom_op(name, forward, vjp, *inputs):
     inputs = tuple(as_tensor(x) for x in inputs)
     out, saved = forward(*(x.data for x in inputs))
     return Tensor(out, parents=inputs, op=name,
-                  rule=lambda g: check_vjp_result(name, vjp(g, saved), inputs))
+                  rule=lambda g: check_vjp_result(name, vjp(g, saved), inputs))  # eq:ag-vjp

@@ -22,6 +22,7 @@ from .. import sections
 from ..common import ROOT, mode
 from ..examples import SEED
 from ..figures import new_figure, png
+from ._autograd_anatomy import devices_with_engine_md, example_md, gradcheck_md, symbols_md
 from ._bench import timed
 
 PAGE = "autograd"
@@ -101,12 +102,18 @@ def census_md():
         c = graph_census(params, ids, targets, cfg, fused)
         rows.append([", ".join(fused) or "nothing (all composed)", c.nodes - c.parameters, c.constants,
                      f"{c.graph_bytes / MIB:.2f}", f"{c.cache_bytes / MIB:.2f}",
-                     f"{c.graph_bytes / c.cache_bytes:.1f}"])
+                     f"{c.graph_bytes / c.cache_bytes:.1f}", f"{c.grads_peak_bytes / MIB:.2f}",
+                     f"{c.grads_kept_peak_bytes / MIB:.2f}"])
+    parameters = sum(p.nbytes for p in params.values())
     return (f"One float64 step of the default configuration on a batch of {BATCH} windows of {WINDOW} tokens: "
             "the graph just before `backward` against the cache `transformer.model.forward` returns for the same "
-            "batch. Bytes are those of distinct buffers (a view counts once), the parameters not counted.\n\n"
+            "batch. Bytes are those of distinct buffers (a view counts once), the parameters not counted. The last "
+            "two columns count the gradients during `backward` (counted each time a rule returns): as the engine "
+            "runs it, dropping each intermediate gradient once its rule has passed it on, and with every one kept "
+            f"(`keep_grads=True`). The parameters' own gradients, {parameters / MIB:.2f} MiB, are in both.\n\n"
             + sections.md_table(["Fused through the seam", "Operation nodes", "Constants", "Graph (MiB)",
-                                 "Hand-written cache (MiB)", "Ratio"], rows))
+                                 "Hand-written cache (MiB)", "Ratio", "Gradients at most, dropped (MiB)",
+                                 "kept (MiB)"], rows))
 
 
 VARIANTS = (("freed", True, False, False), ("freed, every loss kept", True, True, False),
@@ -216,5 +223,7 @@ def speed_md():
 
 def generate(context):
     found = series()
-    return {"layernorm": layernorm_md(), "graph": graph_md(), "census": census_md(), "steps": steps_md(),
-            "flat": flat_md(found), FIGURE: figure_png(found), "speed": speed_md()}
+    return {"symbols": symbols_md(), "example": example_md(), "gradcheck": gradcheck_md(),
+            "devices": devices_with_engine_md(), "layernorm": layernorm_md(), "graph": graph_md(),
+            "census": census_md(), "steps": steps_md(), "flat": flat_md(found), FIGURE: figure_png(found),
+            "speed": speed_md()}

@@ -398,3 +398,25 @@ def test_a_computed_result_and_its_reload_are_the_same_down_to_key_order(tmp_pat
     again = cached_json(stored, "k", lambda: pytest.fail("a current result was recomputed"))
     assert list(fresh) == list(again) == ["autograd", "handwritten", "torch"]
     assert json.dumps(fresh) == json.dumps(again)
+
+
+# ---------------------------------------------------------------- every tool runs as the script its docstring names
+
+SCRIPTS = sorted(p.name for p in (ROOT / "tools").glob("*.py") if 'if __name__ == "__main__":' in p.read_text())
+
+
+def test_the_tools_that_are_scripts_are_found():
+    assert {"autograd_speed.py", "autograd_memory.py", "mutants.py", "bench_step.py", "fault_inject.py"} <= set(SCRIPTS)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_tool_script_runs_as_a_script(script, tmp_path):
+    """`python tools/NAME.py --help`, as the docstrings, the pages and the generators say to run them: from
+    another folder, with nothing on PYTHONPATH, so the project root is on sys.path only if the script puts it
+    there (a `from tools...` import in a script that does not failed this way)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    ran = subprocess.run([sys.executable, str(ROOT / "tools" / script), "--help"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0 and ran.stdout.startswith("usage:"), ran.stderr[-2000:]

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from transformer import autograd as ag
+from transformer import autograd_functions as agf
 from transformer.autograd_model import cross_entropy, fused_layer_norm, layer_norm
 from transformer.autograd_model import logits as ag_logits
 from transformer.autograd_model import loss_and_grads as ag_loss_and_grads
@@ -62,10 +63,10 @@ def check_op(op, *shapes, seed=0, positive=False):
     (lambda a, b: ag.matmul(a, b), [(2, 3, 4), (4, 5)]),  # a weight shared by the batch
     (lambda a, b: ag.matmul(a, b), [(2, 2, 3, 4), (2, 2, 4, 3)]),  # (B, H, T, dh) heads
     (lambda a, b: ag.matmul(a, b), [(3, 4), (1, 4, 2)]),  # the matrix broadcast up to the batch
-    (ag.exp, [(2, 3)]),
-    (ag.relu, [(3, 4)]),
-    (ag.erf, [(3, 4)]),
-    (ag.gelu, [(3, 4)]),
+    (agf.exp, [(2, 3)]),
+    (agf.relu, [(3, 4)]),
+    (agf.erf, [(3, 4)]),
+    (agf.gelu, [(3, 4)]),
     (lambda a: ag.tensor_sum(a), [(2, 3)]),
     (lambda a: ag.tensor_sum(a, axis=1), [(2, 3, 4)]),
     (lambda a: ag.tensor_sum(a, axis=(0, 2), keepdims=True), [(2, 3, 4)]),
@@ -73,7 +74,7 @@ def check_op(op, *shapes, seed=0, positive=False):
     (lambda a: ag.reshape(a, (3, 4)), [(2, 6)]),
     (lambda a: ag.swapaxes(a, 1, 2), [(2, 3, 4)]),
     (lambda a: ag.power(a * a + 0.5, -0.5), [(2, 3)]),  # on positive numbers
-    (lambda a: ag.softmax(a), [(3, 5)]),
+    (lambda a: agf.softmax(a), [(3, 5)]),
     (lambda a: layer_norm(a, ag.Tensor(np.array([1.5, 0.5, 2.0])), ag.Tensor(np.zeros(3)), 1e-5), [(4, 3)]),
     (lambda x, g, b: layer_norm(x, g, b, 1e-5), [(2, 4, 3), (3,), (3,)]),
 ])
@@ -82,14 +83,14 @@ def test_primitive_gradient_matches_central_differences(op, shapes):
 
 
 def test_log_gradient_matches_central_differences():
-    check_op(ag.log, (3, 4), positive=True)
+    check_op(agf.log, (3, 4), positive=True)
 
 
 def test_embedding_scatter_adds_every_use_of_a_repeated_id():
     ids = np.array([[1, 3, 1], [1, 0, 3]])  # row 1 read three times
-    check_op(lambda table: ag.embedding(table, ids), (4, 5))
+    check_op(lambda table: agf.embedding(table, ids), (4, 5))
     table = ag.Tensor(np.zeros((4, 2)), requires_grad=True)
-    ag.embedding(table, ids).backward(np.ones((2, 3, 2)))
+    agf.embedding(table, ids).backward(np.ones((2, 3, 2)))
     assert table.grad[:, 0].tolist() == [1.0, 3.0, 0.0, 2.0]  # the counts of ids 0..3; id 2 unused
 
 
@@ -97,7 +98,7 @@ def test_softmax_gives_masked_scores_zero_weight_and_zero_gradient():
     rng = np.random.default_rng(1)
     scores = ag.Tensor(rng.standard_normal((3, 3)), requires_grad=True)
     mask = np.triu(np.full((3, 3), -np.inf), k=1)
-    probs = ag.softmax(scores + mask)
+    probs = agf.softmax(scores + mask)
     probs.backward(rng.standard_normal((3, 3)))
     above = np.triu(np.ones((3, 3), bool), k=1)
     assert np.all(probs.data[above] == 0) and np.all(scores.grad[above] == 0)
@@ -228,13 +229,82 @@ def test_unknown_fused_name_and_frozen_weights_are_refused():
 
 def test_backward_frees_the_graph():
     x = ag.Tensor(np.arange(3.0), requires_grad=True)
-    y = ag.exp(x * 2.0).sum()
+    y = agf.exp(x * 2.0).sum()
     y.backward()
     assert y.parents == () and y.rule is None
     np.testing.assert_allclose(x.grad, 2 * np.exp(2 * np.arange(3.0)), rtol=1e-15)
-    kept = ag.exp(x * 2.0).sum()
+    kept = agf.exp(x * 2.0).sum()
     kept.backward(free_graph=False)
     assert len(ag.topological_order(kept)) == 4  # x, x * 2, exp, sum: still there to draw
+
+
+def test_a_second_backward_through_a_freed_graph_is_refused_and_changes_nothing():
+    """PyTorch refuses it too; silently passing no gradient would leave the leaves' grads as they were."""
+    x = ag.Tensor(np.arange(3.0), requires_grad=True)
+    y = (x * x).sum()
+    y.backward()
+    first = x.grad.copy()
+    with pytest.raises(ag.BackwardError, match=r"freed by an earlier backward.*free_graph=False"):
+        y.backward()
+    np.testing.assert_array_equal(x.grad, first)
+    h = x * 2.0
+    h.sum().backward()  # frees h as well
+    with pytest.raises(ag.BackwardError, match=r"1 node\(s\) of this graph, the first a 'mul' of shape \(3,\)"):
+        (h * 3.0).sum().backward()  # a new graph built on the freed node
+
+
+def test_backward_from_a_tensor_that_requires_no_gradient_is_refused():
+    with pytest.raises(ag.BackwardError, match="requires no gradient"):
+        ag.Tensor(np.ones(2)).sum().backward()
+
+
+def test_a_kept_graph_passed_twice_adds_up_in_the_leaves_and_not_in_between():
+    """The seed starts each pass: a leaf accumulates over passes (as in PyTorch), an intermediate node's
+    gradient is the pass's own, and the root's is the seed, not the sum of two seeds."""
+    x = ag.Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    h = x * x
+    y = (h * 2.0).sum()
+    y.backward(free_graph=False, keep_grads=True)
+    once_x, once_h = x.grad.copy(), h.grad.copy()
+    np.testing.assert_array_equal(once_x, 4 * x.data)
+    y.backward(keep_grads=True)
+    np.testing.assert_array_equal(x.grad, 2 * once_x)
+    np.testing.assert_array_equal(h.grad, once_h)
+    assert y.grad == 1.0
+    leaf = ag.Tensor(np.ones(2), requires_grad=True)  # a leaf root adds the seed to what it holds
+    leaf.backward(np.array([1.0, 2.0]))
+    leaf.backward(np.array([1.0, 2.0]))
+    np.testing.assert_array_equal(leaf.grad, [2.0, 4.0])
+
+
+def test_intermediate_gradients_are_dropped_unless_kept():
+    x = ag.Tensor(np.array([1.0, -2.0]), requires_grad=True)
+    h = x * 3.0
+    y = (h * h).sum()
+    y.backward(free_graph=False)
+    assert h.grad is None and y.grad is None and x.grad is not None
+    y.backward(keep_grads=True)
+    np.testing.assert_array_equal(h.grad, 2 * h.data)
+
+
+@pytest.mark.parametrize("op, shapes", [
+    (ag.add, [(2, 3), (2, 3)]), (ag.sub, [(2, 3), (3,)]), (ag.mul, [(2, 3), (2, 3)]), (ag.div, [(2, 3), (2, 3)]),
+    (ag.matmul, [(2, 3), (3, 3)]), (ag.matmul, [(2, 2, 3), (2, 3, 3)]),
+])
+def test_a_rule_computes_nothing_for_a_constant_operand(op, shapes):
+    """The causal mask, the one-hot targets, a number: their gradient would be computed only to be thrown away."""
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal(s) + 3.0 for s in shapes)
+    for out, constant in ((op(ag.Tensor(a, requires_grad=True), b), 1), (op(a, ag.Tensor(b, requires_grad=True)), 0)):
+        grads = out.rule(np.ones(out.shape))
+        assert grads[constant] is None and grads[1 - constant].shape == shapes[1 - constant]
+
+
+def test_erf_is_scipys_where_scipy_is_installed():
+    special = pytest.importorskip("scipy.special")
+    assert agf.erf_values is special.erf
+    x = np.linspace(-3, 3, 13)
+    np.testing.assert_allclose(agf.erf(ag.Tensor(x)).data, [math.erf(v) for v in x], rtol=1e-15, atol=1e-16)
 
 
 def test_reversed_order_would_miss_gradient():

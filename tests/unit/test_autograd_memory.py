@@ -57,3 +57,11 @@ def test_the_graph_holds_more_than_the_hand_written_cache(census):
     its backward reads (LayerNorm's xhat and 1/sigma, not the centred rows, the variance, ...)."""
     assert census.graph_bytes > 2 * census.cache_bytes > 0
     assert census.nodes > census.parameters
+
+
+def test_backward_drops_each_intermediate_gradient_once_passed_on(batch, census):
+    """What a backward holds at once: the parameters' gradients and a few intermediate ones, far below what
+    keeping every node's gradient until the end holds (keep_grads=True, the negative control)."""
+    cfg, *_ = batch
+    parameters = sum(p.nbytes for p in init_params(cfg).values())
+    assert parameters < census.grads_peak_bytes < census.grads_kept_peak_bytes / 3

@@ -218,3 +218,29 @@ def test_paged_decoding_of_several_requests_is_checked_and_a_crossed_table_fails
     monkeypatch.setattr(PagePool, "table", lambda self, tables, n: real_table(self, tables[::-1], n))
     failed = {r["check"] for r in run_crosscheck(["cpu"])["rows"] if not r["passed"]}
     assert failed == {"paged"}
+
+
+def test_the_report_shows_every_gradient_three_ways_and_names_the_failing_comparison(monkeypatch, capsys):
+    """The engine's gradients are a third column beside NumPy's and torch's. Negative control: one engine
+    gradient 1e-6 too large fails "engine vs torch" and "engine vs NumPy" in its row, and nothing else."""
+    import transformer.crosscheck as crosscheck
+
+    real = crosscheck.autograd_loss_and_grads
+
+    def one_gradient_wrong(*args, **kwargs):
+        loss, grads = real(*args, **kwargs)
+        grads["b1.ff1_w"] = grads["b1.ff1_w"] * (1 + 1e-6)
+        return loss, grads
+
+    monkeypatch.setattr(crosscheck, "autograd_loss_and_grads", one_gradient_wrong)
+    code = main(["crosscheck", "--devices", "cpu", "--verbose"])
+    out = capsys.readouterr().out
+    assert code == 1
+    header = next(line for line in out.splitlines() if "engine vs torch" in line and line.startswith("device"))
+    assert header.split()[2:] == ["NumPy", "vs", "torch", "engine", "vs", "torch", "engine", "vs", "NumPy", "result"]
+    rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("cpu ") and "closest" not in line
+            and len(line.split()) >= 6 and line.split()[1] in param_shapes(PRESETS["default"])}
+    assert len(rows) == len(param_shapes(PRESETS["default"]))  # every parameter, one row each
+    assert rows["b1.ff1_w"].endswith("FAIL: engine vs torch, engine vs NumPy")
+    assert rows["head_w"].endswith("pass") and rows["b0.bk"].endswith("pass (abs)")
+    assert "cpu    b1.ff1_w (closest of 38)" in out and "FAIL: 1 of 38" in out
