@@ -7,9 +7,9 @@ the same time, because numpy lets go of Python's global lock inside its loops an
 batch of B windows is cut into k shards, one per core, each computed by `loss_and_grads` in a thread of its
 own, and BLAS runs one thread per call, so that the shards do not fight over the cores.
 
-The loss is a mean over the N positions of the batch, so with shard s holding N_s of them
+The loss is a mean over the N positions of the batch, so with shard ξ holding N^(ξ) of them
 
-    L = sum_s (N_s / N) L_s        dL/dθ = sum_s (N_s / N) dL_s/dθ
+    L = sum_ξ (N^(ξ) / N) L^(ξ)        dL/dθ = sum_ξ (N^(ξ) / N) dL^(ξ)/dθ
 
 which are the numbers of one pass over the whole batch, up to rounding (the sums are taken in another
 order). The split and the order of the sum are fixed, so a run is reproducible for a given number of shards.
@@ -82,13 +82,13 @@ class Sharded:
         rows = shard_rows(len(x), self.threads)
         parts = [self.pool.submit(loss_and_grads, params, x[a:b], y[a:b], cfg) for a, b in rows]
         parts = [p.result() for p in parts]
-        weights = [(b - a) / len(x) for a, b in rows]  # N_s / N: every window has the same length T
-        loss = sum(w * shard_loss for w, (shard_loss, _) in zip(weights, parts))
+        weights = [(b - a) / len(x) for a, b in rows]  # eq:shard-mean  N^(ξ) / N: every window has length T
+        loss = sum(w * shard_loss for w, (shard_loss, _) in zip(weights, parts))  # eq:shard-mean
         grads = {}
         for name, first in parts[0][1].items():
-            total = first * np.asarray(weights[0], dtype=first.dtype)
+            total = first * np.asarray(weights[0], dtype=first.dtype)  # eq:shard-mean
             for w, (_, shard_grads) in zip(weights[1:], parts[1:]):
-                total += shard_grads[name] * np.asarray(w, dtype=first.dtype)
+                total += shard_grads[name] * np.asarray(w, dtype=first.dtype)  # eq:shard-mean
             grads[name] = total
         return float(loss), grads
 
