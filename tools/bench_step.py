@@ -1,4 +1,4 @@
-"""Benchmark: one float32 training step (forward, backward, AdamW) of the NumPy
+"""Benchmark: one float32 training step (forward, backward, clip, AdamW) of the NumPy
 reference against the same model in plain PyTorch eager on the CPU.
 
 Each framework runs in its own fresh process, as a user runs it: a worker
@@ -12,10 +12,12 @@ divided by numpy's own float32 matmul rate on this machine (2048 x 2048,
 measured in the numpy worker). Each worker also reports its BLAS libraries
 and thread counts (threadpoolctl).
 
-Both sides get the same float32 parameters, batch and AdamW settings (decay on
-matrices only, as transformer/optim.py). The NumPy worker keeps freed memory
-mapped (transformer/memory.py), as `python -m transformer train` does; the
-torch worker is plain torch.
+Both sides get the same float32 parameters, batch, global-norm clip and AdamW
+settings (decay on matrices only, as transformer/optim.py). The NumPy worker
+takes the step `python -m transformer train` takes: it keeps freed memory
+mapped (transformer/memory.py) and computes the batch in shards, one thread
+per core, with BLAS on one thread per call (transformer/parallel.py); the
+torch worker is plain torch with its default threads.
 
     python tools/bench_step.py [--steps 40] [--rounds 3] [--configs A B] [--frameworks numpy torch]
     python tools/bench_step.py --in-process ...   # both in one process, for profiling one of them
@@ -37,9 +39,11 @@ import numpy as np
 from transformer.config import PRESETS
 from transformer.memory import keep_freed_memory
 from transformer.model import init_params, loss_and_grads
-from transformer.optim import AdamWConfig, adamw_init, adamw_update, is_decayed
+from transformer.optim import AdamWConfig, adamw_init, adamw_update, clip_grads, is_decayed
+from transformer.parallel import sharded
 
 BATCH = {"A": 32, "B": 12}
+CLIP = 1.0  # the global-norm clip of both sides, train's default
 WARMUP = 3
 PEAK_SIZE = 2048
 
@@ -77,12 +81,16 @@ def setup(name):
     return cfg, params, ids, targets
 
 
-def numpy_step(name):
+def numpy_step(name, threads=0):
+    """The step `python -m transformer train` takes: the batch's loss and gradients in shards, computed by
+    `threads` threads at once (transformer/parallel.py; 0: one per core), the global-norm clip, AdamW."""
     cfg, params, ids, targets = setup(name)
     opt, state = AdamWConfig(), adamw_init(params)
+    shards = sharded(threads)
 
     def step():
-        _, grads = loss_and_grads(params, ids, targets, cfg)
+        _, grads = shards(loss_and_grads, params, ids, targets, cfg)
+        grads, _ = clip_grads(grads, CLIP)
         adamw_update(params, grads, state, opt.lr, opt)
 
     return step
@@ -106,6 +114,7 @@ def torch_step(name):
     def step():
         optimizer.zero_grad(set_to_none=True)
         torch_loss(tparams, tids, ttargets, cfg).backward()
+        torch.nn.utils.clip_grad_norm_(tparams.values(), CLIP)
         optimizer.step()
 
     return step
@@ -128,13 +137,16 @@ def worker(framework, name, steps, default_malloc=False):
     """Run in a fresh process: time `steps` steps of one framework and print one JSON line."""
     if framework == "numpy" and not default_malloc:
         keep_freed_memory()
+    # numpy's matmul rate with BLAS on every core, before the sharded step makes BLAS use one thread per call.
+    rate = numpy_matmul_rate() if framework == "numpy" else None
     step = STEPS[framework](name)
     for _ in range(WARMUP):
         step()
     times = [_seconds(step) for _ in range(steps)]
     report = {"times": times, "pools": thread_pools()}
     if framework == "numpy":
-        report["matmul_rate"] = numpy_matmul_rate()
+        report["matmul_rate"] = rate
+        report["pools"].append(f"{sharded(0).threads} shard threads (transformer/parallel.py)")
     else:
         import torch
         report["pools"].append(f"torch {torch.__version__}: {torch.get_num_threads()} intra-op threads")

@@ -81,14 +81,14 @@ def kill_mid_save(step):
 
 
 def change_gradients(batch, change):
-    """Apply change(grads) to the gradients of the batch-th call of loss_and_grads (counted from 1)."""
-    real, count = train_module.loss_and_grads, [0]
+    """Apply change(grads) to the gradients of the batch-th batch a run computes (counted from 1)."""
+    real, count = train_module.Run.loss_and_grads, [0]
 
-    def loss_and_grads(params, x, y, cfg):
-        loss, grads = real(params, x, y, cfg)
+    def loss_and_grads(self, x, y):
+        loss, grads = real(self, x, y)
         count[0] += 1
         return (loss, change(grads)) if count[0] == batch else (loss, grads)
-    train_module.loss_and_grads = loss_and_grads
+    train_module.Run.loss_and_grads = loss_and_grads
 
 
 def poisoned(value):

@@ -370,6 +370,11 @@ MUTANTS = (
     Mutant("softmax-lets-a-fully-masked-row-through",
            "A row of -inf scores is not refused: its softmax is NaN.",
            (edit("transformer/softmax.py:check_not_fully_masked", "    if masked.any():", "    if False:"),)),
+    Mutant("shards-weighted-equally",
+           "A batch cut into shards averages the shards' means with equal weights, though a batch that does not "
+           "divide evenly gives them different numbers of windows: the loss and gradients are off.",
+           (edit("transformer/parallel.py:Sharded.__call__", "weights = [(b - a) / len(x) for a, b in rows]",
+                 "weights = [1 / len(rows) for a, b in rows]"),)),
 )
 
 # A handful that together exercise every kind of outcome, for the fast run inside the test suite and the

@@ -23,6 +23,7 @@ from .finetune import QUANTIZE, adapter_loss_and_grads, frozen_params, params_sh
 from .lora import LoRAConfig, adapter_shapes, init_adapters
 from .model import param_shapes
 from .optim import adamw_init
+from .parallel import sharded
 from .train import DTYPES, RUN_FILES, Run, TrainConfig, restored_state, resumed_run, run_session, start_session
 
 ADAPTER_NAME = RUN_FILES[1]
@@ -148,7 +149,10 @@ class FineTuneRun(Run):
     file_name = ADAPTER_NAME
 
     def loss_and_grads(self, x, y):
-        return adapter_loss_and_grads(self.base, self.params, x, y, self.model_cfg, self.lora, self.learn_from)
+        def compute(adapters, x, y, cfg):
+            return adapter_loss_and_grads(self.base, adapters, x, y, cfg, self.lora, self.learn_from)
+
+        return sharded(self.train_cfg.threads)(compute, self.params, x, y, self.model_cfg)
 
     def model_params(self):
         return frozen_params(self.base, self.params, self.lora)

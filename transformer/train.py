@@ -34,6 +34,7 @@ from .data import TOKENIZERS, eval_windows, load_corpus, make_tokenizer, sample_
 from .errors import CheckpointError, ConfigError, MaskedRowError, NonFiniteError, TransformerError
 from .model import forward, init_params, loss_and_grads
 from .optim import AdamWConfig, adamw_init, adamw_update, clip_grads, lr_at
+from .parallel import sharded
 from .runlock import FolderLock
 from .softmax import cross_entropy_forward
 
@@ -82,6 +83,9 @@ class TrainConfig:
         "help": "how the gradients are computed: handwritten, by the backward functions of each step; autograd, "
                 "by the tape of transformer/autograd.py (the same gradients, more memory, slower)",
         "choices": list(ENGINES)})
+    threads: int = field(default=0, metadata={
+        "help": "threads that compute each batch at once, in shards of its windows (transformer/parallel.py); "
+                "0: one per core. The numbers depend on it only through rounding"})
     on_nonfinite: str = field(default="stop", metadata={
         "help": "a step whose loss or a gradient is not finite changes nothing; stop: end the run with a "
                 f"checkpoint of the last good step; skip: go on with the next batch (counted in metrics.jsonl; "
@@ -95,7 +99,7 @@ class TrainConfig:
             if value > MAX_COUNT:
                 raise ConfigError(f"{name} must be below 2**63, got {value!r}")
             object.__setattr__(self, name, int(value))  # numpy integers become plain ints (checkpoints are JSON)
-        for name in ("seq_len", "warmup", "seed"):
+        for name in ("seq_len", "warmup", "seed", "threads"):
             value = getattr(self, name)
             if not (is_int(value) and value >= 0):
                 raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
@@ -153,7 +157,7 @@ class TrainConfig:
         return cls(**{k: v for k, v in values.items() if k in known})
 
 
-def evaluate(params, cfg: ModelConfig, data, seq_len, batch_size=64) -> float:
+def evaluate(params, cfg: ModelConfig, data, seq_len, batch_size=64, threads=1) -> float:
     """Mean cross-entropy over every token of data, each predicted once.
 
     Parameters
@@ -168,6 +172,8 @@ def evaluate(params, cfg: ModelConfig, data, seq_len, batch_size=64) -> float:
         Tokens per window.
     batch_size : int
         Windows per forward pass.
+    threads : int
+        Forward passes computed at once (0: one per core).
 
     Returns
     -------
@@ -176,16 +182,10 @@ def evaluate(params, cfg: ModelConfig, data, seq_len, batch_size=64) -> float:
     """
     windows = list(eval_windows(data, seq_len))
     full = [w for w in windows if len(w[0]) == seq_len]
-    total, count = 0.0, 0
-    for i in range(0, len(full), batch_size):
-        x = np.stack([w[0] for w in full[i:i + batch_size]])
-        y = np.stack([w[1] for w in full[i:i + batch_size]])
-        total += _sum_loss(params, x, y, cfg)
-        count += y.size
-    for x, y in windows[len(full):]:  # the one shorter tail window, if any
-        total += _sum_loss(params, x, y, cfg)
-        count += y.size
-    return total / count
+    batches = [(np.stack([w[0] for w in full[i:i + batch_size]]), np.stack([w[1] for w in full[i:i + batch_size]]))
+               for i in range(0, len(full), batch_size)] + windows[len(full):]  # and the shorter tail window, if any
+    sums = sharded(threads).map(lambda xy: _sum_loss(params, *xy, cfg), batches)
+    return sum(sums) / sum(y.size for _, y in batches)
 
 
 def _sum_loss(params, x, y, cfg):
@@ -262,10 +262,10 @@ class Run:
     file_name = CHECKPOINT_NAME  # what the run saves into its folder
 
     def loss_and_grads(self, x, y):
-        """The loss of a batch and the gradients of what this run trains: every parameter."""
-        if self.train_cfg.engine == "autograd":
-            return autograd_loss_and_grads(self.params, x, y, self.model_cfg)
-        return loss_and_grads(self.params, x, y, self.model_cfg)
+        """The loss of a batch and the gradients of what this run trains: every parameter, computed in
+        shards by the run's threads."""
+        compute = autograd_loss_and_grads if self.train_cfg.engine == "autograd" else loss_and_grads
+        return sharded(self.train_cfg.threads)(compute, self.params, x, y, self.model_cfg)
 
     def model_params(self):
         """The parameters the forward runs (fine-tuning adds its frozen base to what it trains)."""
@@ -599,7 +599,8 @@ class Session:
 
     def validate(self) -> float:
         """Compute the validation loss, append it to the metrics and return it."""
-        self.val_loss = evaluate(self.run.model_params(), self.run.model_cfg, self.val_ids, self.seq_len)
+        self.val_loss = evaluate(self.run.model_params(), self.run.model_cfg, self.val_ids, self.seq_len,
+                                 threads=self.run.train_cfg.threads)
         self.metrics.write(json.dumps({"step": self.run.step, "val_loss": self.val_loss, "time_s": self.run_time()})
                            + "\n")
         return self.val_loss

@@ -10,7 +10,8 @@ import numpy as np
 
 from transformer.config import PRESETS
 from transformer.data import TRAIN_FRACTION, CharTokenizer, sample_batch, train_val_split
-from transformer.model import forward
+from transformer.model import forward, init_params, loss_and_grads
+from transformer.parallel import Sharded, shard_rows
 from transformer.train import TrainConfig, new_run, train
 
 from .. import memory, sections
@@ -155,5 +156,36 @@ def policies_md():
             + ".\n")
 
 
+SHARD_BATCH = 7  # windows of the shards example: 7 does not split evenly, so the weights differ
+
+
+def shards_md():
+    """One pass over a batch against the same batch in 2 and 3 shards, float64: the weights and the gaps, and
+    what equal weights would get wrong."""
+    cfg = PRESETS["tiny"]
+    params = init_params(cfg, seed=SEED)
+    x, y = np.random.default_rng(SEED).integers(0, cfg.vocab_size, (2, SHARD_BATCH, cfg.context_len))
+    loss, grads = loss_and_grads(params, x, y, cfg)
+    rows = []
+    for n in (2, 3):
+        shard_loss, shard_grads = Sharded(n)(loss_and_grads, params, x, y, cfg)
+        # b_k's gradient is zero in exact arithmetic (its entries are rounding noise), so it is left out
+        gap = max(np.abs(shard_grads[k] - g).max() / np.abs(g).max() for k, g in grads.items() if not k.endswith(".bk"))
+        parts = shard_rows(SHARD_BATCH, n)
+        plain = np.mean([loss_and_grads(params, x[a:b], y[a:b], cfg)[0] for a, b in parts])  # equal weights
+        rel, plain_rel = abs(shard_loss - loss) / loss, abs(plain - loss) / loss
+        if gap > 1e-12 or rel > 1e-12 or plain_rel < 1e-6:
+            raise RuntimeError(f"{n} shards differ from one pass by more than rounding, or equal weights do not")
+        rows.append([n, " + ".join(f"{b - a}/{SHARD_BATCH}" for a, b in parts), f"{rel:.1e}", f"{gap:.1e}",
+                     f"{plain_rel:.1e}"])
+    return (f"A batch of \\(B\\) = {SHARD_BATCH} windows of the tiny model, its loss {loss:.6f} in one pass:\n\n"
+            + sections.md_table(["\\(n_{\\mathrm{sh}}\\)", "weights \\(N^{(\\xi)}/N\\)",
+                                 "relative gap of \\(\\mathcal{L}\\)", "largest relative gap of a gradient",
+                                 "relative gap with equal weights"], rows)
+            + "\nThe gaps of the weighted sums are rounding (the gradient of \\(b_k\\), zero in exact arithmetic, is "
+              "left out); the last column is what a plain mean of the shards' losses would get wrong.\n")
+
+
 def generate(context):
-    return {"symbols": symbols_md(), "example": example_md(), "run": run_md(), "policies": policies_md()}
+    return {"symbols": symbols_md(), "example": example_md(), "run": run_md(), "policies": policies_md(),
+            "shards": shards_md()}

@@ -200,16 +200,16 @@ def test_fine_tuning_stops_at_a_non_finite_step_with_its_last_good_adapters_and_
     --on-nonfinite skip goes on past the batch, counting it."""
     import transformer.finetune_run as finetune_module
 
-    real, count = finetune_module.adapter_loss_and_grads, [0]
+    real, count = finetune_module.FineTuneRun.loss_and_grads, [0]
 
-    def poisoned(*args):
-        loss, grads = real(*args)
+    def poisoned(self, x, y):
+        loss, grads = real(self, x, y)
         count[0] += 1
         if count[0] in (3, 4):  # step 3, then the same batch again after the resume
             grads = {k: g * np.nan if k.endswith("lora_b") else g for k, g in grads.items()}
         return loss, grads
 
-    monkeypatch.setattr(finetune_module, "adapter_loss_and_grads", poisoned)
+    monkeypatch.setattr(finetune_module.FineTuneRun, "loss_and_grads", poisoned)
     out = tmp_path / "run"
     args = ["finetune", "--checkpoint", files / "base" / "checkpoint.npz", "--corpus", files / "reply.txt",
             "--out", out, "--steps", "6", "--batch-size", "4", "--seq-len", "8", "--lora-rank", "2", "--no-progress"]

@@ -21,19 +21,19 @@ from transformer.train import MAX_SKIPS_IN_A_ROW, new_run, train, train_step
 
 
 def poison(monkeypatch, calls, value=np.nan, name="b0.wq"):
-    """From now on, the gradients of the given calls of loss_and_grads (counted from 1) hold `value` in one
+    """From now on, the gradients of the given batches a run computes (counted from 1) hold `value` in one
     entry of `name`: a fault injected where the model's own arithmetic would produce it."""
-    real, count = train_module.loss_and_grads, [0]
+    real, count = train_module.Run.loss_and_grads, [0]
 
-    def poisoned(params, x, y, cfg):
-        loss, grads = real(params, x, y, cfg)
+    def poisoned(self, x, y):
+        loss, grads = real(self, x, y)
         count[0] += 1
         if count[0] in calls:
             grads[name] = grads[name].copy()
             grads[name].flat[0] = value
         return loss, grads
 
-    monkeypatch.setattr(train_module, "loss_and_grads", poisoned)
+    monkeypatch.setattr(train_module.Run, "loss_and_grads", poisoned)
 
 
 def state_of(run):
