@@ -223,7 +223,7 @@ def sample_next(logits, temperature, top_k, rng):
     """Draw one token id from softmax(logits / temperature).
 
     When top_k is given, only the top_k largest logits can be drawn (tokens tied with the k-th largest
-    are kept too). Temperature 0 means the argmax.
+    are kept too). Temperature 0 means the argmax. It is `sample_rows` for one row.
 
     Parameters
     ----------
@@ -241,22 +241,49 @@ def sample_next(logits, temperature, top_k, rng):
     int
         The token id.
     """
+    return sample_rows(np.asarray(logits)[None], temperature, top_k, [rng])[0]
+
+
+def sample_rows(logits, temperature, top_k, rngs):
+    """Draw one token id from each row of logits, row r with generator rngs[r].
+
+    Every step on the way to the probabilities works row by row, so each row's token is exactly the one
+    `sample_next` would draw from that row alone with the same generator: decoding several requests
+    together (the scheduler) draws what each would draw on its own, at the cost of one pass over all rows
+    instead of one per row.
+
+    Parameters
+    ----------
+    logits : ndarray of shape (R, n_V)
+        One row of next-token logits per request.
+    temperature : float
+        Divides the logits; 0 picks the argmax.
+    top_k : int or None
+        Keep only this many of the largest logits of each row; None keeps all.
+    rngs : sequence of numpy.random.Generator
+        One per row; each draws its row's token.
+
+    Returns
+    -------
+    list of int
+        The token id of each row.
+    """
     if temperature == 0:
-        return int(np.argmax(logits))
+        return [int(j) for j in np.argmax(logits, axis=-1)]
     z = np.asarray(logits, dtype=np.float64)
-    # Shift so the largest logit is 0 before dividing: then a tiny temperature
+    # Shift so each row's largest logit is 0 before dividing: then a tiny temperature
     # sends the others to -inf (probability 0) instead of overflowing to inf.
     with np.errstate(over="ignore"):  # overflowing to -inf is the intent: probability 0
-        z = (z - z.max()) / temperature  # eq:sample-temperature
-    if top_k is not None and top_k < z.size:
-        kth_largest = np.partition(z, -top_k)[-top_k]
+        z = (z - z.max(axis=-1, keepdims=True)) / temperature  # eq:sample-temperature
+    if top_k is not None and top_k < z.shape[-1]:
+        kth_largest = np.partition(z, -top_k, axis=-1)[:, [-top_k]]  # (R, 1)
         z = np.where(z >= kth_largest, z, -np.inf)  # eq:sample-topk
     probs, _ = softmax_forward(z)  # eq:sample-temperature
-    # The first token whose cumulative probability passes a uniform draw: rng.choice(n, p=probs)'s own
-    # method, so the same stream gives the same tokens, without choice's checks of p on every token.
-    cdf = probs.cumsum()
-    cdf /= cdf[-1]
-    return int(cdf.searchsorted(rng.random(), side="right"))
+    # In each row, the first token whose cumulative probability passes a uniform draw: rng.choice(n, p=probs)'s
+    # own method, so the same stream gives the same tokens, without choice's checks of p on every token.
+    cdf = probs.cumsum(axis=-1)
+    cdf /= cdf[:, -1:]
+    return [int(row.searchsorted(rng.random(), side="right")) for row, rng in zip(cdf, rngs)]
 
 
 def generate(params, cfg, prompt_ids, num_tokens, temperature=1.0, top_k=None, seed=0,

@@ -25,7 +25,7 @@ import numpy as np
 
 from .config import is_int
 from .errors import InputError
-from .generate import check_prompt, check_sampling, decode_batch, prefill, sample_next
+from .generate import check_prompt, check_sampling, decode_batch, prefill, sample_rows
 from .kv_cache import PagedCache, PoolExhausted
 
 
@@ -155,11 +155,15 @@ class Scheduler:
 
     def step(self):
         """Draw one token for every running request, retire the finished ones, advance the others."""
+        alike = {}  # the requests still drawing, by their sampling settings
         for r in self.running:
             if len(r.request.new) < r.request.num_tokens:
+                alike.setdefault((r.request.temperature, r.request.top_k), []).append(r)
+        for (temperature, top_k), group in alike.items():  # one pass per setting; each row its own generator
+            tokens = sample_rows(np.stack([r.logits for r in group]), temperature, top_k, [r.rng for r in group])
+            for r, token in zip(group, tokens):
                 r.request.drawn_from.append(r.logits)
                 r.request.windows.append((r.start, len(r.ids)))
-                token = sample_next(r.logits, r.request.temperature, r.request.top_k, r.rng)
                 r.ids.append(token)
                 r.request.new.append(token)
         for r in [r for r in self.running if len(r.request.new) == r.request.num_tokens]:

@@ -11,7 +11,7 @@ import numpy as np
 
 from transformer.block import BLOCK_KEYS
 from transformer.config import PRESETS, ModelConfig
-from transformer.generate import sample_next
+from transformer.generate import sample_rows
 from transformer.model import forward, init_params, loss_and_grads, param_count, param_shapes
 from transformer.optim import clip_grads, global_norm, is_decayed
 from transformer.softmax import cross_entropy_backward, cross_entropy_forward, softmax_forward
@@ -198,8 +198,8 @@ def softmax_where_md():
     shifted, _ = softmax_forward(z + shift)
     lse = line_with(cross_entropy_forward, "log_sum_exp = ")
     probs = line_with(cross_entropy_backward, "probs = np.exp(")
-    sampler = line_with(sample_next, "softmax_forward(")
-    others = [c for c in code_facts.called_by("softmax_forward") if c.function != sample_next.__name__]
+    sampler = line_with(sample_rows, "softmax_forward(")
+    others = [c for c in code_facts.called_by("softmax_forward") if c.function != sample_rows.__name__]
     if {c.function for c in others} != {"attention_forward", "decode_block"}:
         raise RuntimeError(f"softmax_forward is called by {others}: say what each call turns into probabilities")
     low, high, total = (sections.fixed(v) for v in (z[0].min(), z[0].max(), z[0].sum()))
@@ -212,8 +212,9 @@ def softmax_where_md():
             f"({code_link(cross_entropy_forward, lse)}), which stays finite where the log of a softmax would give "
             f"log(0). `cross_entropy_backward` forms \\(P\\) itself, as exp(logit − log-sum-exp) "
             f"({code_link(cross_entropy_backward, probs)}), to return \\((P - e_y)/N\\).\n"
-            f"- **In the sampler.** `sample_next` divides one position's logits by the temperature and calls "
-            f"`softmax_forward` on them ({code_link(sample_next, sampler)}) before drawing a token.\n\n"
+            f"- **In the sampler.** `sample_rows` (which `sample_next` calls with one row) divides each row of logits by "
+            f"the temperature and calls `softmax_forward` on them ({code_link(sample_rows, sampler)}) before drawing "
+            "a token from each.\n\n"
             "The other calls of `softmax_forward` ("
             + ", ".join(f"`{c.function}`, `{c.path}:{c.line}`" for c in others) + ") "
             "turn attention scores into attention weights; none is applied to the logits.\n")

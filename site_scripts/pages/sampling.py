@@ -3,7 +3,7 @@
 import numpy as np
 
 from transformer.generate import generate as generate_text
-from transformer.generate import sample_next
+from transformer.generate import sample_next, sample_rows
 from transformer.softmax import softmax_forward
 
 from .. import sections
@@ -41,10 +41,28 @@ def example_md():
                            "Largest difference"], rows),
         "Lower temperatures sharpen the distribution, higher ones flatten it; top-k removes all but the "
         "\\(k_{\\mathrm{top}}\\) most likely tokens; \\(\\tau\\) = 0 always takes the argmax.\n",
+        rows_together_md(logits),
         f"`generate(params, cfg, {TINY_IDS}, 8, temperature=1.0, seed={SEED})` continues the ids with "
         f"`{generate_text(params, cfg, TINY_IDS, 8, temperature=1.0, seed=SEED)}` (the window slides once the text "
         f"is longer than \\(T_{{\\max}}\\) = {cfg.context_len}).\n",
     ])
+
+
+def rows_together_md(logits, rows=4, rounds=25):
+    """Several rows drawn in one pass by sample_rows against each row alone by sample_next."""
+    batch = np.stack([logits * (1 + r / 2) for r in range(rows)])  # rows that differ, as requests' would
+    together = [np.random.default_rng(SEED + r) for r in range(rows)]
+    alone = [np.random.default_rng(SEED + r) for r in range(rows)]
+    same = sum(sample_rows(batch, 0.8, 3, together) == [sample_next(z, 0.8, 3, g) for z, g in zip(batch, alone)]
+               for _ in range(rounds))
+    if same != rounds:
+        raise RuntimeError(f"sample_rows drew other tokens than sample_next in {rounds - same} of {rounds} rounds")
+    return (f"`sample_next` is `sample_rows` for one row. The scheduler that decodes several requests together "
+            f"draws their tokens with one call of `sample_rows` per setting of temperature and top-k, each row "
+            f"with its own request's generator; every step before the draw works row by row, so each row gets the token it would get alone. Here "
+            f"{rows} rows drawn together {rounds} times (\\(\\tau\\) = 0.8, \\(k_{{\\mathrm{{top}}}}\\) = 3) gave, in "
+            f"all {rounds} rounds, exactly the tokens `sample_next` drew from each row alone with a generator of "
+            "the same seed.\n")
 
 
 def symbols_md():

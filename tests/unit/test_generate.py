@@ -3,7 +3,7 @@ import pytest
 
 from transformer.config import PRESETS
 from transformer.errors import InputError
-from transformer.generate import KVCache, decode_step, generate, sample_next
+from transformer.generate import KVCache, decode_step, generate, sample_next, sample_rows
 from transformer.model import forward, init_params
 
 
@@ -137,3 +137,16 @@ def test_sample_next_draws_what_rng_choice_draws_from_the_same_stream(temperatur
         with np.errstate(under="ignore"):
             p = np.exp(w - w.max())
         assert sample_next(z, temperature, top_k, ours) == theirs.choice(z.size, p=p / p.sum())
+
+
+@pytest.mark.parametrize("temperature,top_k", [(0, None), (1.0, None), (0.7, 5), (2.0, 1), (1e-3, None)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sample_rows_draws_what_sample_next_draws_from_each_row_alone(temperature, top_k, dtype):
+    """Every step of sample_rows works row by row, so 37 rows drawn together for 20 rounds, each row with its
+    own generator, give the tokens that sample_next gives on each row alone with a generator of the same seed."""
+    logits = (4 * np.random.default_rng(1).standard_normal((37, 65))).astype(dtype)
+    together = [np.random.default_rng(i) for i in range(len(logits))]
+    alone = [np.random.default_rng(i) for i in range(len(logits))]
+    for _ in range(20):
+        assert sample_rows(logits, temperature, top_k, together) == [
+            sample_next(z, temperature, top_k, rng) for z, rng in zip(logits, alone)]

@@ -154,6 +154,18 @@ def test_with_keep_equal_to_the_context_the_tokens_and_logits_are_generates(para
             assert_close(ours, theirs, "against generate")
 
 
+def test_requests_with_different_sampling_settings_in_one_batch_draw_what_generate_draws(params):
+    """The scheduler draws the requests that share temperature and top_k in one pass; two share a
+    temperature but not top_k, and one is greedy."""
+    settings = [(1.0, None), (1.0, 3), (0, None), (2.0, None), (1.0, 3)]
+    batch = requests(2)
+    for r, (temperature, top_k) in zip(batch, settings, strict=True):
+        r.temperature, r.top_k = temperature, top_k
+    done = serve(params, CFG, PagePool(CFG, 40, 3, np.float64), batch, max_batch=5, keep=CFG.context_len)
+    for r in done:
+        assert r.new == generate(params, CFG, r.prompt, r.num_tokens, r.temperature, r.top_k, seed=r.seed)
+
+
 @pytest.mark.parametrize("page_size", [3, "contiguous"])
 def test_float32_decoding_stays_float32_and_agrees_with_float64(page_size):
     params32 = init_params(CFG, seed=0, dtype=np.float32)
