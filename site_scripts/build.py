@@ -84,11 +84,11 @@ def code_facts_text(units, root=ROOT):
     """Who calls each unit, which tests mention it, and which check it (the measured report's entries): the
     pages print all three."""
     from .checked import key_text
-    from .code_facts import all_calls, all_test_mentions, called_through
+    from .code_facts import facts_by_name
 
-    calls, tests = all_calls(root), all_test_mentions(root)
+    facts = facts_by_name(root)
     names = sorted({unit for _, unit in units if unit != depends.MODULE})
-    return "\n".join(f"{n}: {calls.get(n, [])} {called_through(n, root)} {tests.get(n, [])}" for n in names) \
+    return "\n".join(f"{n}: {facts.get(n, '[] [] []')}" for n in names) \
         + key_text(f"{module}:{unit}" for module, unit in units)
 
 

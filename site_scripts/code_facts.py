@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .common import ROOT
+from .common import ROOT, stamps
 from .depends import read_text
 
 
@@ -88,9 +88,7 @@ def _tables_and_uses(text):
 def called_through(name, root=ROOT, folder="transformer"):
     """[(table Place, [Places of the functions that use the table])] for each module-level table (a dict or
     tuple assigned at top level) that holds the function `name`."""
-    files = sorted((Path(root) / folder).glob("*.py"))
-    stamps = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files)
-    return _tables_index(str(root), stamps).get(name, [])
+    return _tables_index(str(root), stamps(root, folder, "*.py")).get(name, [])
 
 
 @lru_cache(maxsize=8)
@@ -119,6 +117,21 @@ def all_test_mentions(root=ROOT, folder="tests"):
             for name, line in first.items():
                 found.setdefault(name, []).append(Place(rel, line, fn_name))
     return found
+
+
+def facts_by_name(root=ROOT):
+    """{name: what the pages print of it (its calls in transformer/, the tables it is called through, the
+    tests naming it)} for every name at once, worked out once per state of transformer/ and tests/: the
+    cache key of every page holds the facts of each of its units, thousands of questions about the same
+    files."""
+    return _facts_by_name(str(root), stamps(root, "transformer", "*.py") + stamps(root, "tests", "**/test_*.py"))
+
+
+@lru_cache(maxsize=4)
+def _facts_by_name(root, _stamps):
+    calls, tests = all_calls(root), all_test_mentions(root)
+    through = _tables_index(root, stamps(root, "transformer", "*.py"))
+    return {n: f"{calls.get(n, [])} {through.get(n, [])} {tests.get(n, [])}" for n in {*calls, *tests, *through}}
 
 
 def called_by(name, root=ROOT, folder="transformer"):

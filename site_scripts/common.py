@@ -44,6 +44,12 @@ def verdict_text(passed, on_floor, floor_reason):
     return f"pass ({floor_reason})" if on_floor else "pass"
 
 
+def stamps(root, folder, pattern):
+    """(path, modification time, size) of each file of the folder matching the pattern: the state of the
+    files, for caches that must notice an edit."""
+    return tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in sorted((Path(root) / folder).glob(pattern)))
+
+
 def hash_parts(*parts) -> str:
     """A SHA-256 of text parts, each ended by a NUL so that ("ab", "c") and ("a", "bc") differ."""
     digest = hashlib.sha256()

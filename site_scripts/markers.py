@@ -6,9 +6,10 @@
 import re
 import sys
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
-from .common import ROOT
+from .common import ROOT, stamps
 from .equations import by_id
 
 MARKER = re.compile(r"\beq:([a-z0-9][a-z0-9-]*)")
@@ -23,7 +24,13 @@ class Marker:
 
 
 def collect_markers(root=ROOT, package="transformer"):
-    """Every marker in the package's .py files, in file and line order."""
+    """Every marker in the package's .py files, in file and line order (read again only when a file
+    changed: every equation of every page asks)."""
+    return list(_markers(str(root), package, stamps(root, package, "*.py")))
+
+
+@lru_cache(maxsize=4)
+def _markers(root, package, _stamps):
     found = []
     for path in sorted((Path(root) / package).glob("*.py")):
         for number, text in enumerate(path.read_text().splitlines(), start=1):
@@ -32,7 +39,7 @@ def collect_markers(root=ROOT, package="transformer"):
             code, comment = text.split("#", 1)
             for eq_id in MARKER.findall(comment):
                 found.append(Marker(eq_id, path.relative_to(root).as_posix(), number, code.rstrip()))
-    return found
+    return tuple(found)
 
 
 def check_ties(markers, equations=None):

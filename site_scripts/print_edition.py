@@ -64,8 +64,8 @@ def printed(site, page, log):
     digest = key(site, page)
     if (folder / "key").is_file() and (folder / "key").read_text() == digest:
         log("print edition: unchanged, the PDF is the cached one")
-        pdf = (folder / "transformer.pdf").read_bytes()
-        return pdf, print_readback.read(pdf).citations
+        return (folder / "transformer.pdf").read_bytes(), {
+            eq: print_readback.Citation(*fields) for eq, fields in json.loads((folder / "citations.json").read_text()).items()}
     problem = chromium.missing()
     if problem:
         raise RuntimeError(f"print edition: {problem}; run scripts/setup --browser, or build without the PDF: "
@@ -80,7 +80,10 @@ def printed(site, page, log):
     folder.mkdir(parents=True)
     (folder / "transformer.pdf").write_bytes(pdf)
     (folder / "pages.json").write_text(json.dumps({t: str(p.page) for t, p in reading.places.items()}, sort_keys=True))
-    (folder / "key").write_text(digest)
+    # What pypdf read back from this PDF, kept beside it: reading a PDF of 30 MB again takes seconds.
+    (folder / "citations.json").write_text(json.dumps({eq: [c.section, c.number, c.page]
+                                                       for eq, c in reading.citations.items()}, sort_keys=True))
+    (folder / "key").write_text(digest)  # last: a print interrupted before this line is not a cached one
     return pdf, reading.citations
 
 

@@ -51,6 +51,13 @@ def test_the_pdf_numbers_at_least_every_declared_equation(pdf):
     assert sorted(c.number for c in reading.citations.values()) == list(range(1, len(declared) + 1))
 
 
+def test_the_citations_on_the_pages_are_what_the_pdf_reads_back(pdf, citations):
+    """A build reads the citations back from the PDF once per print and keeps them beside it
+    (build/print/<mode>/citations.json); what the pages cite is what reading the PDF they link gives now."""
+    found, _ = citations
+    assert found == {eq_id: (c.section, c.number, c.page) for eq_id, c in print_readback.read(pdf).citations.items()}
+
+
 def test_every_equation_on_the_site_cites_the_print_edition_once(printed_site, citations):
     found, where = citations
     shown = {}
