@@ -15,7 +15,9 @@ there, the run stops, since a check that fails anyway cannot tell us anything.
 
     python tools/mutants.py              # every mutant; ~10 min on 2 cores
     python tools/mutants.py --quick      # the three of QUICK
-    python tools/mutants.py --only NAME [NAME ...]   [--list] [-j 2] [--json PATH]
+    python tools/mutants.py --only NAME [NAME ...]   [--list] [-j JOBS] [--json PATH]
+
+Mutants run JOBS at a time (default: the core count), each in its own copy and processes, one BLAS thread each.
 
 The whole run's report is cached in build/cache/ under a key of everything it
 depends on, and the site's "Are the checks good enough?" page is generated from
@@ -26,6 +28,7 @@ import argparse
 import ast
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -279,11 +282,12 @@ def mutant_record(mutant, results):
             "gap": not caught_by and not mutant.uncatchable}
 
 
-def run_all(mutants, jobs=2, log=print):
+def run_all(mutants, jobs=None, log=print):
     """Run the unchanged code, then every mutant, through every check. Returns the report."""
     ensure_corpus()
     ctx = {"bigram_loss": bigram_loss()}
     start = time.perf_counter()
+    jobs = jobs or os.cpu_count() or 1
     with ThreadPoolExecutor(jobs) as pool:
         baseline = pool.submit(run_one, None, ctx)
         futures = [(m, pool.submit(run_one, m, ctx)) for m in mutants]
@@ -346,7 +350,7 @@ def report_path(quick):
     return CACHE / f"mutants-{'quick' if quick else 'full'}.json"
 
 
-def report(quick=False, jobs=2, force=False, log=print):
+def report(quick=False, jobs=None, force=False, log=print):
     """The report of the whole (or quick) run: the stored one while its key is current, else a new run's.
     A report is whole or absent (cached_json writes it beside its place, then renames it)."""
     return cached_json(report_path(quick), report_key(quick),
@@ -359,7 +363,8 @@ def main():
     parser.add_argument("--quick", action="store_true", help="only the mutants of QUICK")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="only these mutants (not cached)")
     parser.add_argument("--force", action="store_true", help="rerun even when the cached report is current")
-    parser.add_argument("-j", "--jobs", type=int, default=2, help="mutants run at once (default: 2)")
+    parser.add_argument("-j", "--jobs", type=int, default=None,
+                        help=f"mutants run at once (default: the core count, {os.cpu_count()} here)")
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args()
     if args.list:
