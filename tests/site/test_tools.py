@@ -420,3 +420,25 @@ def test_every_tool_script_runs_as_a_script(script, tmp_path):
     ran = subprocess.run([sys.executable, str(ROOT / "tools" / script), "--help"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0 and ran.stdout.startswith("usage:"), ran.stderr[-2000:]
+
+
+def test_site_diff_finds_one_changed_number_and_nothing_in_two_equal_sites(tmp_path, capsys):
+    """Two sites that differ in one number of one page's article (and in the theme's navigation, which it
+    ignores) are reported as that one line; the same sites compared with themselves read the same."""
+    from tools import site_diff
+
+    def site(name, number, nav):
+        for page in ("", "model/layernorm/"):
+            path = tmp_path / name / page / "index.html"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"<nav>{nav}</nav><article><h1>LayerNorm</h1><p>gap</p>\n<p>{number if page else 1}</p>"
+                            "<script>var x = 1;</script></article>")
+        return tmp_path / name
+
+    a, b = site("a", "3.1e-15", "left"), site("b", "3.2e-15", "right")
+    assert site_diff.main([str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    assert "model/layernorm/: 1 line(s) differ\n  - 3.1e-15\n  + 3.2e-15\n" in out
+    assert "1 of 2 pages read the same; 1 differ" in out
+    assert site_diff.main([str(a), str(a)]) == 0
+    assert site_diff.main([str(a), str(tmp_path / "nothing")]) == 2
