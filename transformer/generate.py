@@ -283,7 +283,7 @@ def sample_rows(logits, temperature, top_k, rngs):
     # own method, so the same stream gives the same tokens, without choice's checks of p on every token.
     cdf = probs.cumsum(axis=-1)
     cdf /= cdf[:, -1:]
-    return [int(row.searchsorted(rng.random(), side="right")) for row, rng in zip(cdf, rngs)]
+    return [int(row.searchsorted(rng.random(), side="right")) for row, rng in zip(cdf, rngs, strict=True)]
 
 
 def generate(params, cfg, prompt_ids, num_tokens, temperature=1.0, top_k=None, seed=0,
