@@ -64,8 +64,7 @@ def printed(site, page, log):
     digest = key(site, page)
     if (folder / "key").is_file() and (folder / "key").read_text() == digest:
         log("print edition: unchanged, the PDF is the cached one")
-        return (folder / "transformer.pdf").read_bytes(), {
-            eq: print_readback.Citation(*fields) for eq, fields in json.loads((folder / "citations.json").read_text()).items()}
+        return (folder / "transformer.pdf").read_bytes(), stored_citations(folder)
     problem = chromium.missing()
     if problem:
         raise RuntimeError(f"print edition: {problem}; run scripts/setup --browser, or build without the PDF: "
@@ -80,11 +79,21 @@ def printed(site, page, log):
     folder.mkdir(parents=True)
     (folder / "transformer.pdf").write_bytes(pdf)
     (folder / "pages.json").write_text(json.dumps({t: str(p.page) for t, p in reading.places.items()}, sort_keys=True))
-    # What pypdf read back from this PDF, kept beside it: reading a PDF of 30 MB again takes seconds.
-    (folder / "citations.json").write_text(json.dumps({eq: [c.section, c.number, c.page]
-                                                       for eq, c in reading.citations.items()}, sort_keys=True))
+    store_citations(folder, reading.citations)
     (folder / "key").write_text(digest)  # last: a print interrupted before this line is not a cached one
     return pdf, reading.citations
+
+
+def store_citations(folder, citations):
+    """Keep what pypdf read back from a print beside it: reading a PDF of 30 MB again takes seconds."""
+    (folder / "citations.json").write_text(json.dumps({eq: [c.section, c.number, c.page]
+                                                       for eq, c in citations.items()}, sort_keys=True))
+
+
+def stored_citations(folder):
+    """The citations `store_citations` kept, as Citations."""
+    stored = json.loads((folder / "citations.json").read_text())
+    return {eq: print_readback.Citation(*fields) for eq, fields in stored.items()}
 
 
 def edition_page(site, config):

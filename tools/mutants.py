@@ -13,7 +13,7 @@ the copy:
 The unchanged code goes through the same checks first; if any of them fails
 there, the run stops, since a check that fails anyway cannot tell us anything.
 
-    python tools/mutants.py              # every mutant; ~10 min on 2 cores
+    python tools/mutants.py              # every mutant; ~16 min on 2 cores
     python tools/mutants.py --quick      # the three of QUICK
     python tools/mutants.py --only NAME [NAME ...]   [--list] [-j JOBS] [--json PATH]
 
@@ -282,12 +282,24 @@ def mutant_record(mutant, results):
             "gap": not caught_by and not mutant.uncatchable}
 
 
+def cores():
+    """The cores this process may run on (a container or `taskset` may allow fewer than the machine has)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def run_all(mutants, jobs=None, log=print):
     """Run the unchanged code, then every mutant, through every check. Returns the report."""
     ensure_corpus()
     ctx = {"bigram_loss": bigram_loss()}
     start = time.perf_counter()
-    jobs = jobs or os.cpu_count() or 1
+    jobs = jobs or cores()
     with ThreadPoolExecutor(jobs) as pool:
         baseline = pool.submit(run_one, None, ctx)
         futures = [(m, pool.submit(run_one, m, ctx)) for m in mutants]
@@ -363,8 +375,8 @@ def main():
     parser.add_argument("--quick", action="store_true", help="only the mutants of QUICK")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="only these mutants (not cached)")
     parser.add_argument("--force", action="store_true", help="rerun even when the cached report is current")
-    parser.add_argument("-j", "--jobs", type=int, default=None,
-                        help=f"mutants run at once (default: the core count, {os.cpu_count()} here)")
+    parser.add_argument("-j", "--jobs", type=positive_int, default=None,
+                        help=f"mutants run at once (default: the cores this process may use, {cores()} here)")
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args()
     if args.list:

@@ -17,6 +17,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 SKIPPED = ("script", "style")  # their text is code, not what the page says
+# Tags that start a line of their own, so that neighbouring cells, items or figure labels never run together.
+BLOCKS = {"p", "div", "li", "tr", "td", "th", "pre", "h1", "h2", "h3", "h4", "h5", "h6", "text", "br", "table",
+          "figcaption", "summary", "details", "blockquote", "dt", "dd"}
 
 
 class _Article(HTMLParser):
@@ -29,13 +32,17 @@ class _Article(HTMLParser):
     def handle_starttag(self, tag, attrs):
         self._article += tag == "article"
         self._skipping += tag in SKIPPED
+        if tag in BLOCKS:
+            self.text.append("\n")
 
     def handle_endtag(self, tag):
-        self._article -= tag == "article"
-        self._skipping -= tag in SKIPPED
+        self._article = max(0, self._article - (tag == "article"))  # a stray </article> ends nothing
+        self._skipping = max(0, self._skipping - (tag in SKIPPED))
+        if tag in BLOCKS:
+            self.text.append("\n")
 
     def handle_data(self, data):
-        if self._article and not self._skipping:
+        if self._article > 0 and not self._skipping:
             self.text.append(data)
 
     def lines(self):
@@ -49,7 +56,7 @@ def page_texts(site: Path):
         if "assets" in html.relative_to(site).parts:
             continue
         parser = _Article()
-        parser.feed(html.read_text())
+        parser.feed(html.read_text(encoding="utf-8"))
         out[html.parent.relative_to(site).as_posix() + "/"] = parser.lines()
     return out
 

@@ -241,7 +241,10 @@ def sample_next(logits, temperature, top_k, rng):
     int
         The token id.
     """
-    return sample_rows(np.asarray(logits)[None], temperature, top_k, [rng])[0]
+    logits = np.asarray(logits)
+    if logits.ndim != 1:
+        raise InputError(f"sample_next draws from one row of logits, shape (n_V,); got shape {logits.shape}")
+    return sample_rows(logits[None], temperature, top_k, [rng])[0]
 
 
 def sample_rows(logits, temperature, top_k, rngs):
@@ -267,10 +270,21 @@ def sample_rows(logits, temperature, top_k, rngs):
     -------
     list of int
         The token id of each row.
+
+    Raises
+    ------
+    InputError
+        If logits is not 2-D or there is not one generator per row.
+    MaskedRowError
+        If a row has nothing left to draw (every entry -inf); it stops the draw of every row.
     """
+    # C order, so that each row's sum runs along contiguous memory exactly as a lone row's does.
+    z = np.ascontiguousarray(logits, dtype=np.float64)
+    if z.ndim != 2 or len(rngs) != len(z):
+        raise InputError(f"sample_rows needs logits of shape (R, n_V) and R generators; got shape {z.shape} "
+                         f"and {len(rngs)} generator(s)")
     if temperature == 0:
-        return [int(j) for j in np.argmax(logits, axis=-1)]
-    z = np.asarray(logits, dtype=np.float64)
+        return [int(j) for j in np.argmax(z, axis=-1)]
     # Shift so each row's largest logit is 0 before dividing: then a tiny temperature
     # sends the others to -inf (probability 0) instead of overflowing to inf.
     with np.errstate(over="ignore"):  # overflowing to -inf is the intent: probability 0
@@ -283,7 +297,7 @@ def sample_rows(logits, temperature, top_k, rngs):
     # own method, so the same stream gives the same tokens, without choice's checks of p on every token.
     cdf = probs.cumsum(axis=-1)
     cdf /= cdf[:, -1:]
-    return [int(row.searchsorted(rng.random(), side="right")) for row, rng in zip(cdf, rngs, strict=True)]
+    return [int(row.searchsorted(rng.random(), side="right")) for row, rng in zip(cdf, rngs)]
 
 
 def generate(params, cfg, prompt_ids, num_tokens, temperature=1.0, top_k=None, seed=0,

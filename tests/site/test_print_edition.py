@@ -58,6 +58,15 @@ def test_the_citations_on_the_pages_are_what_the_pdf_reads_back(pdf, citations):
     assert found == {eq_id: (c.section, c.number, c.page) for eq_id, c in print_readback.read(pdf).citations.items()}
 
 
+def test_the_citations_kept_beside_a_cached_print_are_the_ones_read_back(pdf, tmp_path):
+    """A build that finds its print cached cites from citations.json instead of reading the PDF again: what
+    it stores and reads back is what the PDF reads back, entry for entry (the test above sees this only when
+    the test build found a cached print)."""
+    read_back = print_readback.read(pdf).citations
+    print_edition.store_citations(tmp_path, read_back)
+    assert print_edition.stored_citations(tmp_path) == read_back
+
+
 def test_every_equation_on_the_site_cites_the_print_edition_once(printed_site, citations):
     found, where = citations
     shown = {}

@@ -442,3 +442,8 @@ def test_site_diff_finds_one_changed_number_and_nothing_in_two_equal_sites(tmp_p
     assert "1 of 2 pages read the same; 1 differ" in out
     assert site_diff.main([str(a), str(a)]) == 0
     assert site_diff.main([str(a), str(tmp_path / "nothing")]) == 2
+    # Neighbouring cells are separate lines: 12 | 3 is not 1 | 23.
+    cells = [site_diff._Article(), site_diff._Article()]
+    cells[0].feed("<article><table><tr><td>12</td><td>3</td></tr></table></article>")
+    cells[1].feed("<article><table><tr><td>1</td><td>23</td></tr></table></article>")
+    assert cells[0].lines() == ["12", "3"] and cells[1].lines() == ["1", "23"]

@@ -139,7 +139,8 @@ def test_sample_next_draws_what_rng_choice_draws_from_the_same_stream(temperatur
         assert sample_next(z, temperature, top_k, ours) == theirs.choice(z.size, p=p / p.sum())
 
 
-@pytest.mark.parametrize("temperature,top_k", [(0, None), (1.0, None), (0.7, 5), (2.0, 1), (1e-3, None)])
+@pytest.mark.parametrize("temperature,top_k", [(0, None), (1.0, None), (0.7, 5), (2.0, 1), (1e-3, None),
+                                               (1e-320, None)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_sample_rows_draws_what_sample_next_draws_from_each_row_alone(temperature, top_k, dtype):
     """Every step of sample_rows works row by row, so 37 rows drawn together for 20 rounds, each row with its
@@ -150,3 +151,13 @@ def test_sample_rows_draws_what_sample_next_draws_from_each_row_alone(temperatur
     for _ in range(20):
         assert sample_rows(logits, temperature, top_k, together) == [
             sample_next(z, temperature, top_k, rng) for z, rng in zip(logits, alone)]
+
+
+def test_sample_rows_refuses_logits_that_are_not_rows_and_generators_that_are_not_one_per_row():
+    logits = np.zeros((3, 5))
+    with pytest.raises(InputError, match=r"shape \(3, 5\) and 2 generator"):
+        sample_rows(logits, 0, None, [np.random.default_rng(0)] * 2)  # temperature 0 draws nothing, and still
+    with pytest.raises(InputError, match=r"shape \(5,\) and 1 generator"):
+        sample_rows(logits[0], 1.0, None, [np.random.default_rng(0)])
+    with pytest.raises(InputError, match=r"one row of logits, shape \(n_V,\); got shape \(1, 5\)"):
+        sample_next(logits[:1], 1.0, None, np.random.default_rng(0))
