@@ -17,7 +17,8 @@ there, the run stops, since a check that fails anyway cannot tell us anything.
     python tools/mutants.py --quick      # the three of QUICK
     python tools/mutants.py --only NAME [NAME ...]   [--list] [-j JOBS] [--json PATH]
 
-Mutants run JOBS at a time (default: the cores this process may use), each in its own copy and processes, one BLAS thread each.
+Mutants run JOBS at a time (default: the cores this process may use), each in its own copy and
+processes, one BLAS thread each.
 
 The whole run's report is cached in build/cache/ under a key of everything it
 depends on, and the site's "Are the checks good enough?" page is generated from
