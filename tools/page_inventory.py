@@ -69,15 +69,20 @@ class _Page(HTMLParser):
             self._cell += data
 
 
+def pages(site: Path):
+    """(page's URL path, its HTML) for every page of a built site, in order (the assets' pages left out)."""
+    for html in sorted(site.rglob("index.html")):
+        if "assets" not in html.relative_to(site).parts:
+            yield html.parent.relative_to(site).as_posix() + "/", html.read_text(encoding="utf-8")
+
+
 def inventory(site: Path):
     """{page's URL path: {"sections": [...], "tables": [...]}} for every page of a built site."""
     out = {}
-    for html in sorted(site.rglob("index.html")):
-        if "assets" in html.relative_to(site).parts:
-            continue
+    for page, text in pages(site):
         parser = _Page()
-        parser.feed(html.read_text())
-        out[html.parent.relative_to(site).as_posix() + "/"] = {"sections": parser.sections, "tables": parser.tables}
+        parser.feed(text)
+        out[page] = {"sections": parser.sections, "tables": parser.tables}
     return out
 
 

@@ -16,6 +16,11 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as `python tools/site_diff.py`: import from the project root, as `-m` does
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from tools.page_inventory import pages  # noqa: E402
+
 SKIPPED = ("script", "style")  # their text is code, not what the page says
 # Tags that start a line of their own, so that neighbouring cells, items or figure labels never run together.
 BLOCKS = {"p", "div", "li", "tr", "td", "th", "pre", "h1", "h2", "h3", "h4", "h5", "h6", "text", "br", "table",
@@ -52,12 +57,10 @@ class _Article(HTMLParser):
 def page_texts(site: Path):
     """{page's URL path: [lines of its article's text]} of a built site."""
     out = {}
-    for html in sorted(site.rglob("index.html")):
-        if "assets" in html.relative_to(site).parts:
-            continue
+    for page, text in pages(site):
         parser = _Article()
-        parser.feed(html.read_text(encoding="utf-8"))
-        out[html.parent.relative_to(site).as_posix() + "/"] = parser.lines()
+        parser.feed(text)
+        out[page] = parser.lines()
     return out
 
 
