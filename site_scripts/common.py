@@ -36,6 +36,16 @@ def numpy_version():
     return package_version("numpy")
 
 
+def positive_int(text):
+    """An argparse type: a whole number of at least 1 (a job count, say)."""
+    value = int(text)
+    if value < 1:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def verdict_text(passed, on_floor, floor_reason):
     """**FAIL**, pass, or pass on the absolute floor and why (a tensor that is ~0 in exact arithmetic, whose
     relative gap is only rounding noise): the words of the cross-check's rows and of the gradient checks."""

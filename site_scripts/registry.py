@@ -206,7 +206,7 @@ PAGES = (
     # unit tests or the run itself can change its report.
     Page("mutants", "verification/mutants.md", "Are the checks good enough?", "Verification",
          reads=("transformer", "pyproject.toml", "tests/unit", "tools/mutants.py", "tools/mutant_catalogue.py",
-                "tools/project_copy.py", "scripts/fetch_corpus.py", "mode")),
+                "tools/project_copy.py", "tools/preloaded.py", "scripts/fetch_corpus.py", "mode")),
     Page("notation", "reference/notation.md", "Notation", "Reference", generated=False),
     Page("api", "reference/api.md", "API", "Reference", generated=False),
     Page("configuration", "reference/configuration.md", "Configuration", "Reference"),
@@ -215,7 +215,8 @@ PAGES = (
     # report any file of the package or the unit tests can change.
     Page("architecture", "reference/architecture.md", "How the site is built", "Reference",
          reads=("site_scripts/pages", "transformer", "pyproject.toml", "tests/unit", "tools/checked_by.py",
-                "tools/checked_by_plugin.py", "tools/perturbations.py", "tools/project_copy.py", "mode")),
+                "tools/checked_by_plugin.py", "tools/perturbations.py", "tools/project_copy.py",
+                "tools/preloaded.py", "mode")),
 )
 
 BY_ID = {page.id: page for page in PAGES}

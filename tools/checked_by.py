@@ -10,7 +10,8 @@ temporary copy of the package and its unit tests (tools/project_copy.py; the wor
 2. perturb: for each unit, one pytest process runs exactly the tests that call it, with the unit's output
    made wrong by the rules of tools/perturbations.py (floating-point numbers scaled by 1 + 1e-3, an int off by
    one, ...). The tests that fail check it; those that pass only use it. `--jobs` processes run at once,
-   each with one BLAS thread, the longest first.
+   each with one BLAS thread, the longest first; each is a fork of a launcher that has imported torch and
+   pytest once (tools/preloaded.py).
 
 A unit that returns nothing is perturbed through what it changes in place (tools/perturbations.py). A unit that
 no test calls, or that neither returns nor changes anything a rule can change, is reported as not measured,
@@ -25,7 +26,6 @@ the units, the versions); the site's pages read it (site_scripts/sections.py).
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
@@ -35,12 +35,15 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python tools/checked_by.py`: import from the project root, as `-m` does
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from site_scripts.common import CACHE, ROOT, cached_json, hash_parts, numpy_version, torch_version  # noqa: E402
+from site_scripts.common import (CACHE, ROOT, cached_json, hash_parts, numpy_version, positive_int,  # noqa: E402
+                                 torch_version)
+from tools.preloaded import launchers, lent  # noqa: E402
 from tools.project_copy import UNIT_TESTS, project_copy, run_in  # noqa: E402
+from transformer.parallel import cores  # noqa: E402  (the cores this process may use)
 
 PLUGIN = ("tools/__init__.py", "tools/perturbations.py", "tools/checked_by_plugin.py")  # copied beside the package
 REPORT_INPUTS = ("transformer", "pyproject.toml", UNIT_TESTS, "tools/checked_by.py", "tools/checked_by_plugin.py",
-                 "tools/perturbations.py", "tools/project_copy.py")
+                 "tools/perturbations.py", "tools/project_copy.py", "tools/preloaded.py")
 # The quick run (SITE_QUICK=1, the tests' build): a few units of different kinds, traced over the test files that
 # hold their own tests. The pages say which units it measured.
 QUICK = ("model:forward", "layernorm:layer_norm_backward", "data:CharTokenizer", "nf4:pack", "optim:lr_at")
@@ -108,9 +111,10 @@ def test_limits(record, unit):
     return f"{round(30 + 20 * record['seconds'])}\t{1000 + 10 * record['calls'].get(unit, 0)}"
 
 
-def perturb(copy, unit, tests, mode="perturb", in_place=False, limits=None):
+def perturb(copy, unit, tests, mode="perturb", in_place=False, limits=None, launcher=None):
     """Run the tests that call `unit` with its output made wrong (mode control: copied, unchanged). in_place:
-    for a unit that returns nothing, what it changes in its arguments instead. limits: {test: test_limits}."""
+    for a unit that returns nothing, what it changes in its arguments instead. limits: {test: test_limits}.
+    launcher: pytest runs in a fork of it, with torch imported already (tools/preloaded.py)."""
     name = unit.replace(":", ".")
     out, keep = copy / "runs" / f"{mode}-{name}.jsonl", copy / "runs" / f"{mode}-{name}.tests"
     limits = limits or {}
@@ -120,7 +124,7 @@ def perturb(copy, unit, tests, mode="perturb", in_place=False, limits=None):
     files = sorted({t.split("::")[0] for t in tests})
     start = time.perf_counter()
     timeout = TIMEOUT_S + sum(float(limits[t].split("\t")[0]) for t in tests if t in limits)
-    result = run_in(copy, pytest_cmd(files), timeout=timeout, threads=1, env=env)
+    result = run_in(copy, pytest_cmd(files), timeout=timeout, threads=1, env=env, launcher=launcher)
     seconds = time.perf_counter() - start
     records, rules = read_records(out)
     if result is not None and result.returncode not in (0, 1):
@@ -159,7 +163,7 @@ def unit_record(unit, traced, rules, run):
 
 def run_all(units, files=(UNIT_TESTS,), jobs=None, log=print):
     """Trace, then perturb each unit that can be; returns the report."""
-    jobs = jobs or os.cpu_count()
+    jobs = jobs or cores()
     start = time.perf_counter()
     with project_copy(add_plugin, prefix="checked-by-") as copy:
         traced, rules = trace(copy, units, files, jobs)
@@ -170,9 +174,14 @@ def run_all(units, files=(UNIT_TESTS,), jobs=None, log=print):
         calls = {u: sorted(t for t, r in traced.items() if u in r["units"]) for u in todo}  # the longest first
         in_place = {u for u in todo if "changed in place" in rules[u]["rules"]}  # it returns nothing to change
         runs = {}
-        with ThreadPoolExecutor(jobs) as pool:
-            futures = {pool.submit(perturb, copy, u, calls[u], in_place=u in in_place,
-                                   limits={t: test_limits(traced[t], u) for t in calls[u]}): u for u in todo}
+
+        def perturbed(unit):  # in forks of a launcher the worker borrows
+            with lent(waiting) as launcher:
+                return perturb(copy, unit, calls[unit], in_place=unit in in_place,
+                               limits={t: test_limits(traced[t], unit) for t in calls[unit]}, launcher=launcher)
+
+        with launchers(jobs) as waiting, ThreadPoolExecutor(jobs) as pool:
+            futures = {pool.submit(perturbed, u): u for u in todo}
             for future in as_completed(futures):
                 unit, run = futures[future], future.result()
                 runs[unit] = run
@@ -214,11 +223,17 @@ def stored(quick):
 def control(units, jobs=None, log=print):
     """The negative control: each unit's tests with its outputs copied and nothing changed. Returns
     {unit: tests that failed}, which must all be empty."""
+    jobs = jobs or cores()
     with project_copy(add_plugin, prefix="checked-by-") as copy:
-        traced, _ = trace(copy, units, [UNIT_TESTS], jobs or os.cpu_count())
+        traced, _ = trace(copy, units, [UNIT_TESTS], jobs)
         calls = {u: sorted(t for t, r in traced.items() if u in r["units"]) for u in units}
-        with ThreadPoolExecutor(jobs or os.cpu_count()) as pool:
-            runs = dict(zip(units, pool.map(lambda u: perturb(copy, u, calls[u], "control"), units)))
+
+        def control_run(unit):
+            with lent(waiting) as launcher:
+                return perturb(copy, unit, calls[unit], "control", launcher=launcher)
+
+        with launchers(jobs) as waiting, ThreadPoolExecutor(jobs) as pool:
+            runs = dict(zip(units, pool.map(control_run, units)))
     for unit, run in runs.items():
         log(f"{unit:<48} control: {len(run['failed'])} of {len(calls[unit])} tests fail")
     return {unit: run["failed"] for unit, run in runs.items()}
@@ -239,7 +254,8 @@ def main():
     parser.add_argument("--only", nargs="+", metavar="UNIT", help="only these units, module:name (not cached)")
     parser.add_argument("--control", nargs="+", metavar="UNIT", help="the negative control for these units")
     parser.add_argument("--force", action="store_true", help="rerun even when the cached report is current")
-    parser.add_argument("-j", "--jobs", type=int, default=None, help="processes at once (default: the core count)")
+    parser.add_argument("-j", "--jobs", type=positive_int, default=None,
+                        help=f"processes at once (default: the cores this process may use, {cores()} here)")
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args()
     unknown = [u for u in (args.only or []) + (args.control or []) if u not in page_units()]

@@ -18,7 +18,8 @@ there, the run stops, since a check that fails anyway cannot tell us anything.
     python tools/mutants.py --only NAME [NAME ...]   [--list] [-j JOBS] [--json PATH]
 
 Mutants run JOBS at a time (default: the cores this process may use), each in its own copy and
-processes, one BLAS thread each.
+processes, one BLAS thread each. Each of the JOBS workers has a launcher (tools/preloaded.py) that has
+imported numpy, torch and pytest once; every check is a fork of it, which imports the project from the copy.
 
 The whole run's report is cached in build/cache/ under a key of everything it
 depends on, and the site's "Are the checks good enough?" page is generated from
@@ -29,7 +30,6 @@ import argparse
 import ast
 import json
 import math
-import os
 import re
 import subprocess
 import sys
@@ -41,9 +41,12 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python tools/mutants.py`: import from the project root, as `-m` does
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from site_scripts.common import CACHE, ROOT, cached_json, hash_parts, numpy_version, torch_version  # noqa: E402
+from site_scripts.common import (CACHE, ROOT, cached_json, hash_parts, numpy_version, positive_int,  # noqa: E402
+                                 torch_version)
 from tools.mutant_catalogue import MUTANTS, QUICK  # noqa: E402
+from tools.preloaded import launchers, lent  # noqa: E402
 from tools.project_copy import UNIT_TESTS, project_copy, run_in, run_pytest  # noqa: E402
+from transformer.parallel import cores  # noqa: E402  (the cores this process may use)
 
 CORPUS = ROOT / "data" / "tinyshakespeare" / "input.txt"
 FETCH_CORPUS = ROOT / "scripts" / "fetch_corpus.py"  # puts the corpus in place, verified against its SHA256
@@ -134,9 +137,11 @@ def edit_lines(mutant):
 
 # ---------------------------------------------------------------- the checks, run in a copy
 
-def run(cmd, copy):
-    """A check's command in the copy, with one thread (two mutants run at once); None after TIMEOUT_S."""
-    return run_in(copy, cmd, timeout=TIMEOUT_S, threads=1)
+def run(copy, ctx, *args):
+    """`python -m transformer *args` in the copy, with one thread (JOBS mutants run at once), in a fork of the
+    worker's launcher (a new process where there is none); None after TIMEOUT_S."""
+    return run_in(copy, [sys.executable, "-m", "transformer", *args], timeout=TIMEOUT_S, threads=1,
+                  launcher=ctx.get("launcher"))
 
 
 def crash_line(result):
@@ -148,7 +153,7 @@ def crash_line(result):
 def check_gradcheck(copy, ctx):
     fails = []
     for activation in ("relu", "gelu"):
-        result = run([sys.executable, "-m", "transformer", "gradcheck", "--activation", activation], copy)
+        result = run(copy, ctx, "gradcheck", "--activation", activation)
         if result is None:
             return True, f"{activation}: timed out after {TIMEOUT_S} s"
         if result.returncode not in (0, 1):
@@ -165,8 +170,7 @@ def check_crosscheck(copy, ctx):
     fails = []
     for activation in ("relu", "gelu"):
         report = copy / f"crosscheck-{activation}.json"
-        result = run([sys.executable, "-m", "transformer", "crosscheck", "--devices", "cpu",
-                      "--activation", activation, "--json", str(report)], copy)
+        result = run(copy, ctx, "crosscheck", "--devices", "cpu", "--activation", activation, "--json", str(report))
         if result is None:
             return True, f"{activation}: timed out after {TIMEOUT_S} s"
         try:  # a crash after the command made the (empty) report file exits 1 too, like a failed check
@@ -193,7 +197,7 @@ def unit_test_files(root=ROOT):
 
 
 def check_tests(copy, ctx):
-    result = run_pytest(copy, unit_test_files(copy), timeout=TIMEOUT_S, threads=1)
+    result = run_pytest(copy, unit_test_files(copy), timeout=TIMEOUT_S, threads=1, launcher=ctx.get("launcher"))
     if result is None:
         return True, f"timed out after {TIMEOUT_S} s"
     if result.returncode == 0:
@@ -205,8 +209,7 @@ def check_tests(copy, ctx):
 
 def check_training(copy, ctx):
     out = copy / "run"
-    result = run([sys.executable, "-m", "transformer", "train", "--corpus", str(CORPUS), "--out", str(out),
-                  *TRAINING], copy)
+    result = run(copy, ctx, "train", "--corpus", str(CORPUS), "--out", str(out), *TRAINING)
     if result is None:
         return True, f"timed out after {TIMEOUT_S} s"
     if result.returncode != 0:
@@ -248,13 +251,14 @@ def mutant_copy(mutant):
     return project_copy(None if mutant is None else lambda copy: apply_mutant(mutant, copy))
 
 
-def run_one(mutant, ctx):
-    """Run every check against a copy with the mutant applied; return the results by check."""
+def run_one(mutant, ctx, waiting):
+    """Run every check against a copy with the mutant applied, in forks of a launcher borrowed from the queue
+    `waiting` (tools/preloaded.py); return the results by check."""
     results = {}
-    with mutant_copy(mutant) as copy:
+    with lent(waiting) as launcher, mutant_copy(mutant) as copy:
         for check in CHECKS:
             start = time.perf_counter()
-            caught, detail = CHECK_FUNCTIONS[check.name](copy, ctx)
+            caught, detail = CHECK_FUNCTIONS[check.name](copy, {**ctx, "launcher": launcher})
             results[check.name] = {"caught": caught, "detail": detail,
                                    "seconds": round(time.perf_counter() - start, 1)}
     return results
@@ -283,27 +287,15 @@ def mutant_record(mutant, results):
             "gap": not caught_by and not mutant.uncatchable}
 
 
-def cores():
-    """The cores this process may run on (a container or `taskset` may allow fewer than the machine has)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def positive_int(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def run_all(mutants, jobs=None, log=print):
     """Run the unchanged code, then every mutant, through every check. Returns the report."""
     ensure_corpus()
     ctx = {"bigram_loss": bigram_loss()}
     start = time.perf_counter()
     jobs = jobs or cores()
-    with ThreadPoolExecutor(jobs) as pool:
-        baseline = pool.submit(run_one, None, ctx)
-        futures = [(m, pool.submit(run_one, m, ctx)) for m in mutants]
+    with launchers(jobs) as waiting, ThreadPoolExecutor(jobs) as pool:  # each check forks a worker's launcher
+        baseline = pool.submit(run_one, None, ctx, waiting)
+        futures = [(m, pool.submit(run_one, m, ctx, waiting)) for m in mutants]
         base = baseline.result()
         wrong = {name: r["detail"] for name, r in base.items() if r["caught"]}
         if wrong:
@@ -347,7 +339,7 @@ def pinned_corpus_digest():
 # fixtures), these tools, and the script that pins the corpus's digest. The site's mutants page names
 # the same paths in its registry entry (a site test checks it).
 REPORT_INPUTS = ("transformer", "pyproject.toml", UNIT_TESTS, "tools/mutants.py", "tools/mutant_catalogue.py",
-                 "tools/project_copy.py", "scripts/fetch_corpus.py")
+                 "tools/project_copy.py", "tools/preloaded.py", "scripts/fetch_corpus.py")
 
 
 def report_key(quick):

@@ -36,9 +36,17 @@ def project_copy(change=None, prefix="mutant-"):
         yield copy
 
 
-def run_in(copy, cmd, timeout=None, threads=None, env=None):
+def run_in(copy, cmd, timeout=None, threads=None, env=None, launcher=None):
     """Run `cmd` in the copy, which is what `transformer` imports there; None when it ran past `timeout`.
-    `threads` caps the BLAS and OpenMP threads (the default: as many as they take); `env` adds variables."""
+    `threads` caps the BLAS and OpenMP threads (the default: as many as they take); `env` adds variables.
+
+    With a `launcher` (tools/preloaded.py), `cmd` is `[sys.executable, "-m", module, *args]` and runs in a fork
+    of the launcher, which has torch imported already, with the launcher's threads."""
+    if launcher is not None:
+        if cmd[:2] != [sys.executable, "-m"] or threads not in (None, launcher.threads):
+            raise ValueError(f"a launcher with {launcher.threads} threads runs `python -m`, not {cmd} "
+                             f"with {threads} threads")
+        return launcher.run(copy, cmd[2], cmd[3:], timeout, env)
     env = dict(os.environ, **(env or {}), PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
     if threads is not None:
         env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
@@ -57,10 +65,11 @@ class PytestRun:
     stderr: str
 
 
-def run_pytest(copy, args=(UNIT_TESTS,), timeout=None, threads=None):
-    """pytest -x on `args` in the copy (it stops at the first failure); None when it ran past `timeout`."""
+def run_pytest(copy, args=(UNIT_TESTS,), timeout=None, threads=None, launcher=None):
+    """pytest -x on `args` in the copy (it stops at the first failure); None when it ran past `timeout`.
+    With a `launcher` (tools/preloaded.py), pytest runs in a fork of it (see `run_in`)."""
     result = run_in(copy, [sys.executable, "-m", "pytest", *args, "-x", "-q", "-p", "no:cacheprovider"],
-                    timeout, threads)
+                    timeout, threads, launcher=launcher)
     if result is None:
         return None
     lines = result.stdout.splitlines()

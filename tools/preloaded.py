@@ -1,0 +1,182 @@
+"""`python -m MODULE ARGS` in a copy of the project, forked from a process that has already imported torch.
+
+Every check of the mutation run (tools/mutants.py) is a new `python -m transformer ...` or `python -m pytest
+...` in a copy of the project, so that each imports the copy's code, changed, and nothing else. A new process
+spends about 1.5 s before it does any of its work, most of it in `import torch` (1.4 s on two cores:
+`python -X importtime -c "import torch"`), and the full run starts six per mutant.
+
+A `Launcher` is one process, started once per worker of the run, that imports numpy, torch and pytest and
+then waits. Each check it is asked for is a fork of it: the child starts with those libraries in
+memory, moves into the copy (its folder, PYTHONPATH and `sys.path[0]`, no bytecode written, as
+`python -m` in the copy would) and imports the project from there. The launcher never imports the project:
+a child that found `transformer` already imported would check the working tree's code, not the copy's. It
+reads its requests from its stdin, one JSON line each, and answers with the child's pid, then its exit status.
+
+    with Launcher(threads=1) as launcher:
+        result = launcher.run(copy, "transformer", ["gradcheck"], timeout=600)   # a CompletedProcess, or None
+
+    with launchers(jobs) as waiting:             # one per worker thread, each borrowed for a mutant:
+        with lent(waiting) as launcher: ...      # tools/project_copy.py's run_in(..., launcher=launcher)
+
+Run as a script, this file is the launcher (`python tools/preloaded.py`); a launcher and the code that asks it
+share nothing else. Forking needs a POSIX system; elsewhere `Launcher` cannot start (`available()`).
+"""
+
+import json
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+# Not hypothesis: pytest could no longer rewrite the asserts of its plugin, and warns.
+PRELOAD = ("numpy", "torch", "pytest")
+PROJECT = ("transformer", "tests", "tools", "site_scripts")  # imported from the copy only
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextmanager
+def launchers(jobs, threads=1):
+    """A queue of `jobs` launchers, one for each of `jobs` worker threads to borrow (`lent`); each is None where
+    this system cannot fork. They are closed on exit."""
+    with ExitStack() as stack:
+        waiting = queue.Queue()
+        for _ in range(jobs):
+            waiting.put(stack.enter_context(Launcher(threads)) if available() else None)
+        yield waiting
+
+
+@contextmanager
+def lent(waiting):
+    """A launcher from the queue of `launchers`, put back afterwards."""
+    launcher = waiting.get()
+    try:
+        yield launcher
+    finally:
+        waiting.put(launcher)
+
+
+def available():
+    """Whether this system can fork a launcher's children."""
+    return hasattr(os, "fork")
+
+
+class Launcher:
+    """A process with PRELOAD imported, which runs each check asked of it in a fork of itself.
+
+    Parameters
+    ----------
+    threads : int
+        The BLAS and OpenMP threads of every check (numpy and torch read them when they load, so one launcher
+        serves one setting).
+    """
+
+    def __init__(self, threads=1):
+        self.threads = threads
+        env = dict(os.environ, **{name: str(threads) for name in THREAD_VARIABLES})
+        self.process = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        env=env, text=True, bufsize=1)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait()
+
+    def _answer(self, timeout=None):
+        """The launcher's next line, as JSON; None when none came within `timeout` seconds."""
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        if not ready:
+            return None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the launcher stopped (exit status {self.process.wait()})")
+        return json.loads(line)
+
+    def run(self, copy, module, args, timeout=None, env=None):
+        """`python -m module *args` in the copy: a CompletedProcess with its exit status and text output, or
+        None when it ran past `timeout` seconds (it is killed). `env` adds environment variables."""
+        with tempfile.TemporaryDirectory(prefix="check-", dir=copy) as tmp:
+            out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+            request = {"copy": str(copy), "module": module, "args": list(args), "out": str(out), "err": str(err),
+                       "env": env or {}}
+            self.process.stdin.write(json.dumps(request) + "\n")
+            pid = self._answer()["pid"]
+            done = self._answer(timeout)
+            if done is None:
+                os.kill(pid, signal.SIGKILL)
+                self._answer()  # the launcher has reaped it
+                return None
+            return subprocess.CompletedProcess([module, *args], done["returncode"], _read(out), _read(err))
+
+
+def _read(path):
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+# ---------------------------------------------------------------- the launcher's side
+
+def serve():
+    """Import PRELOAD, then fork one child per request line on stdin until it closes."""
+    for module in PRELOAD:
+        __import__(module)
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            child(**request)  # never returns
+        print(json.dumps({"pid": pid}), flush=True)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), flush=True)
+
+
+def child(copy, module, args, out, err, env):
+    """In a fork of the launcher: become `python -m module *args` run in the copy, stdout and stderr into the
+    files `out` and `err`, and exit with its status."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    for fd, path in ((1, out), (2, err)):
+        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    status = 1
+    try:
+        imported = sorted(m for m in sys.modules if m.split(".")[0] in PROJECT)
+        if imported:
+            raise RuntimeError(f"the launcher has imported {', '.join(imported)}: the check would not use the copy's")
+        os.chdir(copy)
+        os.environ.update(env, PYTHONPATH=copy, PYTHONDONTWRITEBYTECODE="1")
+        sys.dont_write_bytecode = True
+        sys.path[0] = copy  # the launcher's own folder, tools/
+        sys.argv = [module, *args]
+        import runpy
+
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        status = 0
+    except SystemExit as e:  # what `python -m` makes of it
+        if e.code is None or isinstance(e.code, int):
+            status = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 -- a traceback on stderr and status 1, as python prints it
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(description="A launcher: import PRELOAD, then run each check that a JSON line on "
+                            "stdin asks for in a fork of this process (see tools/preloaded.py).").parse_args()
+    serve()
