@@ -14,7 +14,9 @@ site_scripts/checked.py; the pages print all three); the files its entry lists u
 runs in ways no import shows; the titles of all pages and the ids, pages and titles of all equations
 (links print them; the prose alone shows the rest); the symbols of the Notation page; the numpy, torch and
 bitsandbytes versions (the NF4 page compares with bitsandbytes where it is installed) and the build context. Editing one function therefore reruns exactly the pages that can reach it.
-Files are rewritten only when their content changes, so `mkdocs serve` does not rebuild forever.
+Files are rewritten only when their content changes, so `mkdocs serve` does not rebuild forever. A build in
+which no file changed computes no key at all: the state of the files the keys read (their modification times and
+sizes, `inputs_state`) is stored after each run, and while it is the same, every page is current.
 
     python -m site_scripts.build [--page NAME ...] [--force]
 """
@@ -27,7 +29,8 @@ import sys
 import time
 
 from . import checked, depends, equations, registry
-from .common import ROOT, hash_parts, is_current, mode, numpy_version, package_version, torch_version, write_if_changed
+from .common import (ROOT, hash_parts, is_current, mode, numpy_version, package_version, stamps, torch_version,
+                     write_if_changed)
 
 SNIPPETS = ROOT / "build" / "snippets"
 FIGURE = ".png"  # a fragment named like this is a figure: PNG bytes, served beside its page (hook.on_files)
@@ -190,8 +193,28 @@ def registry_problems(root=ROOT):
     return problems
 
 
+# Everything a page's key can read lives under these (with pyproject.toml, the reports in build/cache and the
+# keys themselves): while none of their files changed since the last run, no key can have changed either.
+KEYED_FOLDERS = ("transformer", "tests", "site_scripts", "tools", "docs", "scripts", "notebooks")
+LAST_RUN = ROOT / "build" / "cache" / "pages-state"
+
+
+def inputs_state(context, pages, root=ROOT):
+    """One hash of the state of what the pages' keys read: the (path, modification time, size) of every file
+    under KEYED_FOLDERS, of pyproject.toml, of the stored reports in build/cache and of each page's stamp; the
+    versions, the mode, the context and the pages asked for. Reading it stats about 300 files, where computing
+    the keys parses the package and the tests (about a second)."""
+    files = [s for folder in KEYED_FOLDERS for s in stamps(root, folder, "**/*") if "__pycache__" not in s[0]]
+    files += stamps(root, ".", "pyproject.toml") + stamps(root, "build/cache", "*.json") \
+        + stamps(root, "build/snippets", "*/.key")
+    return hash_parts(*map(str, files), numpy_version(), torch_version(), package_version("bitsandbytes"), mode(),
+                      json.dumps(context, sort_keys=True), pages)
+
+
 def generate_all(context, pages=None, force=False, log=print):
-    """Check the registry and the equation ties, then run every (or the named) page generator."""
+    """Check the registry and the equation ties, then run every (or the named) page generator whose key
+    changed. When no file changed since the last run that ended well (`inputs_state`), no key can have changed,
+    and none is computed."""
     from .markers import check_ties, collect_markers
 
     problems = registry_problems()
@@ -200,6 +223,8 @@ def generate_all(context, pages=None, force=False, log=print):
     problems = check_ties(collect_markers())
     if problems:
         raise RuntimeError("equations and code are not tied:\n  " + "\n  ".join(problems))
+    if not force and is_current(LAST_RUN, inputs_state(context, pages)):
+        return []
     if any(registry.BY_ID[name].functions for name in pages or page_names()):
         checked.report(log)  # the measured "checked by", brought up to date once, before any page's key reads it
     reran = []
@@ -208,6 +233,7 @@ def generate_all(context, pages=None, force=False, log=print):
         if generate(name, context, force):
             reran.append(name)
             log(f"generated page {name} in {time.perf_counter() - start:.1f} s")
+    write_if_changed(LAST_RUN, inputs_state(context, pages))  # the state the pages are now current for
     return reran
 
 

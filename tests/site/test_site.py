@@ -170,6 +170,53 @@ def test_nothing_reruns_when_nothing_changed_and_reruns_are_byte_identical(built
     assert after == before
 
 
+def test_the_inputs_state_moves_with_any_file_a_key_reads_and_with_nothing_else(tmp_path):
+    """Negative controls of the shortcut that skips every page key: each change below must show."""
+    for folder in build.KEYED_FOLDERS:
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "a.py").write_text("x = 1\n")
+    (tmp_path / "build" / "snippets" / "page").mkdir(parents=True)
+    (tmp_path / "build" / "snippets" / "page" / ".key").write_text("k")
+    (tmp_path / "build" / "cache").mkdir()
+
+    def state(context=CONTEXT):
+        return build.inputs_state(context, None, tmp_path)
+
+    first = state()
+    assert state() == first
+    (tmp_path / "docs" / "a.py").write_text("x = 2\n")  # same size, another modification time
+    second = state()
+    assert second != first
+    (tmp_path / "tests" / "unit").mkdir()
+    (tmp_path / "tests" / "unit" / "test_new.py").write_text("")
+    third = state()
+    assert third != second
+    (tmp_path / "build" / "snippets" / "page" / ".key").unlink()  # a page's output removed
+    fourth = state()
+    assert fourth != third
+    (tmp_path / "build" / "cache" / "mutants-quick.json").write_text("{}")  # a report brought up to date
+    assert state() != fourth
+    assert state({"repo_url": "https://example.org/fork"}) != state()
+    (tmp_path / "transformer" / "__pycache__").mkdir()  # bytecode changes no key
+    before = state()
+    (tmp_path / "transformer" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"")
+    assert state() == before
+
+
+def test_with_the_inputs_state_current_no_page_key_is_computed(built_site, monkeypatch):
+    monkeypatch.setenv("SITE_QUICK", "1")
+    assert build.generate_all(CONTEXT) == []  # the state of the last run is stored
+
+    def no_key(*args):
+        raise AssertionError("a page key was computed")
+
+    monkeypatch.setattr(build, "page_key", no_key)
+    assert build.generate_all(CONTEXT) == []
+    monkeypatch.setattr(build, "inputs_state", lambda context, pages: "another state")
+    with pytest.raises(AssertionError, match="a page key was computed"):
+        build.generate_all(CONTEXT)
+
+
 def test_two_builds_of_the_same_commit_are_byte_identical(built_site, tmp_path):
     again = tmp_path / "again"
     assert mkdocs_build(again).returncode == 0
