@@ -303,6 +303,11 @@ MUTANTS = (
            "of its own, so at a tiny temperature every row but the one holding it is -inf everywhere.",
            (edit("transformer/generate.py:sample_rows", "z = (z - z.max(axis=-1, keepdims=True)) / temperature",
                  "z = (z - z.max()) / temperature"),)),
+    Mutant("sampling-draws-from-an-infinite-logit",
+           "A +inf logit (a diverged model's output) is let through to the draw, which then returns token 0 "
+           "(or the argmax the first +inf) instead of refusing it.",
+           (edit("transformer/generate.py:sample_rows", "undrawable = np.isnan(z) | np.isposinf(z)",
+                 "undrawable = np.isnan(z)"),)),
     Mutant("sliding-window-one-token-short",
            "Once the text outgrows the context, the full recomputation sees one token less than the context holds.",
            (edit("transformer/generate.py:window_logits", "ids[-cfg.context_len:]", "ids[-cfg.context_len + 1:]"),)),

@@ -188,8 +188,10 @@ def read_npz(path, what="checkpoint") -> dict:
     """Every array of an .npz file, refusing pickled objects; a missing, truncated, damaged or foreign file is a
     CheckpointError that says which."""
     path = Path(path)
-    if path.is_dir():
-        raise CheckpointError(f"{what} {path} is a directory, not a file")
+    if path.is_dir():  # a run's folder, say, given for the file it holds: name what it holds
+        inside = sorted(str(p) for p in path.glob("*.npz"))
+        raise CheckpointError(f"{what} {path} is a directory, not a file"
+                              + (f"; it holds {', '.join(inside)}" if inside else ""))
     if not path.is_file():
         raise CheckpointError(f"{what} {path} does not exist")
     if not zipfile.is_zipfile(path):  # also what a truncated .npz looks like

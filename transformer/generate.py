@@ -240,6 +240,11 @@ def sample_next(logits, temperature, top_k, rng):
     -------
     int
         The token id.
+
+    Raises
+    ------
+    InputError
+        If logits is not 1-D, or a logit is NaN or +inf (see `sample_rows`).
     """
     logits = np.asarray(logits)
     if logits.ndim != 1:
@@ -274,7 +279,8 @@ def sample_rows(logits, temperature, top_k, rngs):
     Raises
     ------
     InputError
-        If logits is not 2-D or there is not one generator per row.
+        If logits is not 2-D, there is not one generator per row, or a logit is NaN or +inf (a model whose
+        output overflowed: no distribution follows from it; -inf is a masked token and is fine).
     MaskedRowError
         If a row has nothing left to draw (every entry -inf); it stops the draw of every row.
     """
@@ -283,6 +289,11 @@ def sample_rows(logits, temperature, top_k, rngs):
     if z.ndim != 2 or len(rngs) != len(z):
         raise InputError(f"sample_rows needs logits of shape (R, n_V) and R generators; got shape {z.shape} "
                          f"and {len(rngs)} generator(s)")
+    undrawable = np.isnan(z) | np.isposinf(z)  # left in, a NaN or +inf makes every probability NaN: token 0
+    if undrawable.any():
+        row, token = (int(i) for i in np.argwhere(undrawable)[0])
+        raise InputError(f"the logit of token {token} in row {row} is {z[row, token]}: a token can be drawn only "
+                         f"from logits that are finite or -inf (masked); a model that outputs it has diverged")
     if temperature == 0:
         return [int(j) for j in np.argmax(z, axis=-1)]
     # Shift so each row's largest logit is 0 before dividing: then a tiny temperature

@@ -154,8 +154,16 @@ def test_a_malformed_description_is_a_checkpoint_error(tmp_path, meta, message):
 
 
 def test_a_directory_is_not_a_checkpoint(tmp_path):
-    with pytest.raises(CheckpointError, match="is a directory"):
+    with pytest.raises(CheckpointError, match="is a directory, not a file$"):
         load_checkpoint(tmp_path)
+
+
+def test_a_runs_folder_given_for_its_checkpoint_is_refused_naming_the_file_it_holds(tmp_path):
+    save_checkpoint(tmp_path / "checkpoint.npz", make_checkpoint())
+    with pytest.raises(CheckpointError) as refused:
+        load_checkpoint(tmp_path)
+    assert str(refused.value) == (f"checkpoint {tmp_path} is a directory, not a file; "
+                                  f"it holds {tmp_path / 'checkpoint.npz'}")
 
 
 def test_checkpoint_files_get_the_usual_permissions(tmp_path):

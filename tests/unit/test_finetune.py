@@ -187,3 +187,20 @@ def test_one_window_is_a_batch_of_one():
         batched = adapter_loss_and_grads(params, adapters, ids, targets, CFG, ALL, learn_from)
         assert single[0] == batched[0]
         assert all(np.array_equal(single[1][k], batched[1][k]) for k in adapters)
+
+
+def test_initial_adapters_fill_plus_minus_one_over_sqrt_in_and_b_starts_at_zero():
+    """LoRA's start (Hu et al.): B = 0, so the adapted model is the base model, and A uniform in +-1/sqrt(in).
+    Preset A's q and v adapters hold 6 x 64 x 8 = 3,072 draws, enough that the largest reaches the last 0.1%
+    of the range (a draw misses it with probability 0.999^3072 < 5%; the seed is fixed); so A made even 0.1%
+    larger or smaller fails one of the bounds."""
+    shapes = param_shapes(PRESETS["A"])
+    adapters = init_adapters(shapes, LoRAConfig(rank=8, targets=("q", "v")), seed=0)
+    a = {k: v for k, v in adapters.items() if k.endswith(".lora_a")}
+    assert len(a) == 6 and all(v.shape == (64, 8) for v in a.values())
+    assert all(not v.any() for k, v in adapters.items() if k.endswith(".lora_b"))
+    draws = np.concatenate([v.ravel() for v in a.values()]) * np.sqrt(64)  # in units of the limit
+    assert np.abs(draws).max() <= 1.0
+    assert np.abs(draws).max() >= 0.999
+    assert abs(draws.mean()) < 4 / np.sqrt(3 * draws.size)  # four standard errors of U(-1, 1)'s mean
+    assert abs(draws.std() - 1 / np.sqrt(3)) < 0.02

@@ -161,3 +161,21 @@ def test_sample_rows_refuses_logits_that_are_not_rows_and_generators_that_are_no
         sample_rows(logits[0], 1.0, None, [np.random.default_rng(0)])
     with pytest.raises(InputError, match=r"one row of logits, shape \(n_V,\); got shape \(1, 5\)"):
         sample_next(logits[:1], 1.0, None, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("temperature,top_k", [(0, None), (1.0, None), (0.7, 2)])
+def test_a_nan_or_plus_inf_logit_is_refused_by_name_not_drawn_as_token_zero(bad, temperature, top_k):
+    """Left in, either makes every probability of its row NaN, and the draw then returned token 0 (and the
+    argmax the NaN's index, or the first +inf) without a word; a diverged model's output must be refused."""
+    logits = np.array([[0.5, 1.0, 2.0, -np.inf], [1.0, 2.0, 3.0, bad]], dtype=np.float32)
+    with pytest.raises(InputError, match=rf"the logit of token 3 in row 1 is {bad}: a token can be drawn only "):
+        sample_rows(logits, temperature, top_k, [np.random.default_rng(0), np.random.default_rng(1)])
+    with pytest.raises(InputError, match="in row 0 is"):
+        sample_next(logits[1], temperature, top_k, np.random.default_rng(0))
+
+
+def test_minus_inf_logits_are_masked_tokens_that_are_never_drawn():
+    logits = np.array([[-np.inf, 0.0, -np.inf, 0.0]])
+    rng = np.random.default_rng(0)
+    assert {sample_rows(logits, 1.0, None, [rng])[0] for _ in range(200)} == {1, 3}
