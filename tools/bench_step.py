@@ -96,6 +96,17 @@ def numpy_step(name, threads=0):
     return step
 
 
+def torch_adamw(tparams, opt):
+    """torch.optim.AdamW with our settings: decay on the matrices only, as transformer/optim.py."""
+    import torch
+
+    decay = [p for n, p in tparams.items() if is_decayed(n)]
+    no_decay = [p for n, p in tparams.items() if not is_decayed(n)]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": opt.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps)
+
+
 def torch_step(name):
     import torch
 
@@ -104,11 +115,7 @@ def torch_step(name):
     cfg, params, ids, targets = setup(name)
     opt = AdamWConfig()
     tparams = to_torch(params, dtype=torch.float32)
-    decay = [p for n, p in tparams.items() if is_decayed(n)]
-    no_decay = [p for n, p in tparams.items() if not is_decayed(n)]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": opt.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps)
+    optimizer = torch_adamw(tparams, opt)
     tids, ttargets = torch.as_tensor(ids), torch.as_tensor(targets)
 
     def step():

@@ -14,7 +14,8 @@ import pytest
 
 from site_scripts.common import ROOT, cached_json
 from site_scripts.sections import function_page
-from tools import bench_rebuild, bench_step, mutant_catalogue, mutants, scale_backward_outputs, vendor
+from tools import (bench_rebuild, bench_step, bench_train_loop, mutant_catalogue, mutants, scale_backward_outputs,
+                   vendor)
 
 
 def test_every_backward_output_becomes_a_mutant_that_compiles():
@@ -88,6 +89,26 @@ def _tarball(path, members):
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return path
+
+
+def test_the_training_loop_benchmark_starts_both_frameworks_from_the_same_model_and_batch():
+    """The demo's first step in both loops: the same initial parameters and the same first batch give the same
+    loss, to float32 rounding (torch computes it by its own operations), before any timing is compared."""
+    pytest.importorskip("torch")
+    times, numpy_loss = bench_train_loop.numpy_loop(2)
+    torch_times, torch_loss = bench_train_loop.torch_loop(2)
+    assert len(times) == len(torch_times) == 2 and all(t > 0 for t in times + torch_times)
+    assert numpy_loss == pytest.approx(torch_loss, rel=1e-5)
+
+
+def test_the_training_loop_benchmark_reports_medians_after_the_warm_up_and_the_ratio():
+    warm = [1.0] * bench_train_loop.WARMUP  # left out: they would otherwise decide the medians
+    runs = {"numpy": [{"times": warm + [0.03, 0.03, 0.05], "first_loss": 4.0}],
+            "torch": [{"times": warm + [0.02, 0.02, 0.02], "first_loss": 4.0}]}
+    lines = bench_train_loop.report(runs)
+    assert "numpy: median step 30.0 ms over 1 rounds of 13 steps" in lines[0]
+    assert "torch: median step 20.0 ms" in lines[1]
+    assert lines[2].startswith("  ratio numpy / torch: 1.50 (rounds 1.50 to 1.50)")
 
 
 def test_vendor_integrity_is_npms_sha512_string(tmp_path):
