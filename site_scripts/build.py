@@ -15,8 +15,9 @@ runs in ways no import shows; the titles of all pages and the ids, pages and tit
 (links print them; the prose alone shows the rest); the symbols of the Notation page; the numpy, torch and
 bitsandbytes versions (the NF4 page compares with bitsandbytes where it is installed) and the build context. Editing one function therefore reruns exactly the pages that can reach it.
 Files are rewritten only when their content changes, so `mkdocs serve` does not rebuild forever. A build in
-which no file changed computes no key at all: the state of the files the keys read (their modification times and
-sizes, `inputs_state`) is stored after each run, and while it is the same, every page is current.
+which no file changed computes no key at all: the state of the files the keys read (their modification and change
+times, sizes and inodes, `inputs_state`), taken before the keys are read, is stored after each run, and while it
+is the same, every page is current.
 
     python -m site_scripts.build [--page NAME ...] [--force]
 """
@@ -199,16 +200,21 @@ KEYED_FOLDERS = ("transformer", "tests", "site_scripts", "tools", "docs", "scrip
 LAST_RUN = ROOT / "build" / "cache" / "pages-state"
 
 
-def inputs_state(context, pages, root=ROOT):
-    """One hash of the state of what the pages' keys read: the (path, modification time, size) of every file
-    under KEYED_FOLDERS, of pyproject.toml, of the stored reports in build/cache and of each page's stamp; the
-    versions, the mode, the context and the pages asked for. Reading it stats about 300 files, where computing
-    the keys parses the package and the tests (about a second)."""
+def source_state(root=ROOT):
+    """The stamps (`common.stamps`) of every file under KEYED_FOLDERS and of pyproject.toml: what the pages'
+    keys read. Reading them stats a few hundred files, where computing the keys parses the package and the
+    tests (about a second)."""
     files = [s for folder in KEYED_FOLDERS for s in stamps(root, folder, "**/*") if "__pycache__" not in s[0]]
-    files += stamps(root, ".", "pyproject.toml") + stamps(root, "build/cache", "*.json") \
-        + stamps(root, "build/snippets", "*/.key")
-    return hash_parts(*map(str, files), numpy_version(), torch_version(), package_version("bitsandbytes"), mode(),
-                      json.dumps(context, sort_keys=True), pages)
+    return files + list(stamps(root, ".", "pyproject.toml"))
+
+
+def inputs_state(context, pages, sources, root=ROOT):
+    """One hash of the sources' stamps (`source_state`), of the build's own products that keys read or that
+    must be there (the reports in build/cache, each page's stamp), of the versions, the mode, the context
+    and the pages asked for."""
+    products = stamps(root, "build/cache", "*.json") + stamps(root, "build/snippets", "*/.key")
+    return hash_parts(*map(str, sources), *map(str, products), numpy_version(), torch_version(),
+                      package_version("bitsandbytes"), mode(), json.dumps(context, sort_keys=True), pages)
 
 
 def generate_all(context, pages=None, force=False, log=print):
@@ -223,7 +229,8 @@ def generate_all(context, pages=None, force=False, log=print):
     problems = check_ties(collect_markers())
     if problems:
         raise RuntimeError("equations and code are not tied:\n  " + "\n  ".join(problems))
-    if not force and is_current(LAST_RUN, inputs_state(context, pages)):
+    sources = source_state()  # before any key reads them: a file edited during the run is seen by the next
+    if not force and is_current(LAST_RUN, inputs_state(context, pages, sources)):
         return []
     if any(registry.BY_ID[name].functions for name in pages or page_names()):
         checked.report(log)  # the measured "checked by", brought up to date once, before any page's key reads it
@@ -233,7 +240,7 @@ def generate_all(context, pages=None, force=False, log=print):
         if generate(name, context, force):
             reran.append(name)
             log(f"generated page {name} in {time.perf_counter() - start:.1f} s")
-    write_if_changed(LAST_RUN, inputs_state(context, pages))  # the state the pages are now current for
+    write_if_changed(LAST_RUN, inputs_state(context, pages, sources))  # the sources as the keys read them
     return reran
 
 

@@ -95,7 +95,7 @@ def called_through(name, root=ROOT, folder="transformer"):
 def _tables_index(root, stamps):
     """called_through for every name at once, built once per state of the files (the cache keys of a
     build ask about each unit of each page: a thousand questions about the same files)."""
-    indexes = {Path(path): _tables_and_uses(read_text(path)) for path, _, _ in stamps}
+    indexes = {Path(path): _tables_and_uses(read_text(path)) for path, *_ in stamps}
     found = {}
     for path, (tables, _) in indexes.items():
         for name, entries in tables.items():

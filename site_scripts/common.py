@@ -6,6 +6,7 @@ the project, so `site_scripts` and `tools` can both use it without importing eac
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,9 +56,19 @@ def verdict_text(passed, on_floor, floor_reason):
 
 
 def stamps(root, folder, pattern):
-    """(path, modification time, size) of each file of the folder matching the pattern: the state of the
-    files, for caches that must notice an edit."""
-    return tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in sorted((Path(root) / folder).glob(pattern)))
+    """(path, modification time, change time, size, inode) of each file of the folder matching the pattern: the
+    state of the files, for caches that must notice an edit. The change time is there because tools that copy
+    or unpack files (cp -p, rsync -t, tar) set the modification time, and nothing can set it. Folders are left
+    out, and so is a file that is gone by the time it is read (an editor's lock file, a dangling link)."""
+    found = []
+    for path in sorted((Path(root) / folder).glob(pattern)):
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            found.append((str(path), st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino))
+    return tuple(found)
 
 
 def hash_parts(*parts) -> str:

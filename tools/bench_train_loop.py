@@ -32,9 +32,16 @@ RECIPE = ["--preset", "A", "--batch-size", "32", "--lr", "3e-3", "--warmup", "20
 WARMUP = 10  # steps left out of the medians: the first steps page in memory and fill caches
 
 
+def ensure_corpus():
+    """Put Tiny Shakespeare in place (scripts/fetch_corpus.py verifies it), as scripts/demo does."""
+    if not CORPUS.exists():
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py")], check=True)
+
+
 def numpy_loop(steps):
     """`python -m transformer train` with the demo's recipe for `steps` steps: (each step's seconds, the first
     step's loss)."""
+    ensure_corpus()
     with tempfile.TemporaryDirectory() as out:
         subprocess.run([sys.executable, "-m", "transformer", "train", "--corpus", str(CORPUS), "--out", out,
                         *RECIPE, "--steps", str(steps), "--eval-every", str(steps), "--no-progress"],
@@ -56,6 +63,7 @@ def torch_loop(steps):
     from transformer.torch_mirror import to_torch, torch_loss
     from transformer.train import TrainConfig, new_run
 
+    ensure_corpus()
     tc = TrainConfig(steps=steps, batch_size=32, lr=3e-3, warmup=200)
     text = load_corpus(CORPUS)
     run = new_run(text, PRESETS["A"], tc)
@@ -115,8 +123,7 @@ def main():
         times, first_loss = LOOPS[args.worker](args.steps)
         print(json.dumps({"times": times, "first_loss": first_loss}))
         return 0
-    if not CORPUS.exists():
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py")], check=True)
+    ensure_corpus()
     runs = {f: [] for f in LOOPS}
     for r in range(args.rounds):
         for framework in list(LOOPS) if r % 2 == 0 else list(LOOPS)[::-1]:

@@ -10,7 +10,12 @@ then waits. Each check it is asked for is a fork of it: the child starts with th
 memory, moves into the copy (its folder, PYTHONPATH and `sys.path[0]`, no bytecode written, as
 `python -m` in the copy would) and imports the project from there. The launcher never imports the project:
 a child that found `transformer` already imported would check the working tree's code, not the copy's. It
-reads its requests from its stdin, one JSON line each, and answers with the child's pid, then its exit status.
+reads its requests from its stdin, one JSON line each, and answers each with one line when the check is over:
+its exit status, or that it ran past its time limit and was killed, with every process it started.
+
+What a fork shares with its launcher, and a new process would not: the hash seed of str and bytes (Python
+draws it at start-up), and whatever the preloaded libraries did when they were imported. The random
+generators of `random` and numpy are seeded again from the system in each child.
 
     with Launcher(threads=1) as launcher:
         result = launcher.run(copy, "transformer", ["gradcheck"], timeout=600)   # a CompletedProcess, or None
@@ -25,11 +30,14 @@ share nothing else. Forking needs a POSIX system; elsewhere `Launcher` cannot st
 import json
 import os
 import queue
-import select
+import random
+import runpy
 import signal
 import subprocess
 import sys
 import tempfile
+import time
+import traceback
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -77,7 +85,8 @@ class Launcher:
 
     def __init__(self, threads=1):
         self.threads = threads
-        env = dict(os.environ, **{name: str(threads) for name in THREAD_VARIABLES})
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # a check imports from its copy alone
+        env.update({name: str(threads) for name in THREAD_VARIABLES})
         self.process = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         env=env, text=True, bufsize=1)
 
@@ -91,29 +100,21 @@ class Launcher:
         self.process.stdin.close()
         self.process.wait()
 
-    def _answer(self, timeout=None):
-        """The launcher's next line, as JSON; None when none came within `timeout` seconds."""
-        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
-        if not ready:
-            return None
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the launcher stopped (exit status {self.process.wait()})")
-        return json.loads(line)
-
     def run(self, copy, module, args, timeout=None, env=None):
         """`python -m module *args` in the copy: a CompletedProcess with its exit status and text output, or
-        None when it ran past `timeout` seconds (it is killed). `env` adds environment variables."""
-        with tempfile.TemporaryDirectory(prefix="check-", dir=copy) as tmp:
+        None when it ran past `timeout` seconds (the launcher kills it, and every process it started). `env`
+        adds environment variables."""
+        with tempfile.TemporaryDirectory(prefix="check-") as tmp:
             out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
             request = {"copy": str(copy), "module": module, "args": list(args), "out": str(out), "err": str(err),
-                       "env": env or {}}
+                       "env": env or {}, "timeout": timeout}
             self.process.stdin.write(json.dumps(request) + "\n")
-            pid = self._answer()["pid"]
-            done = self._answer(timeout)
-            if done is None:
-                os.kill(pid, signal.SIGKILL)
-                self._answer()  # the launcher has reaped it
+            self.process.stdin.flush()
+            line = self.process.stdout.readline()  # one line per request, when the check is over
+            if not line:
+                raise RuntimeError(f"the launcher stopped (exit status {self.process.wait()})")
+            done = json.loads(line)
+            if done["timed_out"]:
                 return None
             return subprocess.CompletedProcess([module, *args], done["returncode"], _read(out), _read(err))
 
@@ -124,54 +125,71 @@ def _read(path):
 
 # ---------------------------------------------------------------- the launcher's side
 
+POLL_S = 0.01  # how often the launcher looks whether a check has ended
+
+
 def serve():
-    """Import PRELOAD, then fork one child per request line on stdin until it closes."""
+    """Import PRELOAD, then fork one child per request line on stdin until it closes, answering each with one
+    line: the child's exit status, or that it ran past its time and was killed."""
     for module in PRELOAD:
         __import__(module)
     for line in sys.stdin:
         request = json.loads(line)
+        timeout = request.pop("timeout")
         pid = os.fork()
         if pid == 0:
-            child(**request)  # never returns
-        print(json.dumps({"pid": pid}), flush=True)
-        _, status = os.waitpid(pid, 0)
-        print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), flush=True)
+            sys.exit(child(**request))  # in the child: its status, after Python's usual shutdown
+        status, timed_out = wait(pid, timeout)
+        print(json.dumps({"returncode": os.waitstatus_to_exitcode(status), "timed_out": timed_out}), flush=True)
+
+
+def wait(pid, timeout):
+    """Wait for the child; past `timeout` seconds, kill its process group (the child and whatever it started).
+    Returns (its wait status, whether it was killed). It is reaped only here, so its pid stays its own until
+    then, and the kill cannot reach another process."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status, False
+        if deadline is not None and time.monotonic() > deadline:
+            os.killpg(pid, signal.SIGKILL)
+            return os.waitpid(pid, 0)[1], True
+        time.sleep(POLL_S)
 
 
 def child(copy, module, args, out, err, env):
     """In a fork of the launcher: become `python -m module *args` run in the copy, stdout and stderr into the
-    files `out` and `err`, and exit with its status."""
+    files `out` and `err`. Returns the exit status; the interpreter then shuts down as a new process's would
+    (atexit handlers, threads joined, streams flushed)."""
+    os.setsid()  # a process group of its own, which a timeout kills whole
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     for fd, path in ((1, out), (2, err)):
         os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-    status = 1
+    imported = sorted(m for m in sys.modules if m.split(".")[0] in PROJECT)
+    if imported:
+        print(f"the launcher has imported {', '.join(imported)}: the check would not use the copy's", file=sys.stderr)
+        return 1
+    os.chdir(copy)
+    os.environ.update(env, PYTHONPATH=copy, PYTHONDONTWRITEBYTECODE="1")
+    sys.dont_write_bytecode = True
+    sys.path[0] = copy  # the launcher's own folder, tools/
+    sys.argv = [module, *args]
+    random.seed()  # seeded from the system, as in a new process, not left in the launcher's state
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
     try:
-        imported = sorted(m for m in sys.modules if m.split(".")[0] in PROJECT)
-        if imported:
-            raise RuntimeError(f"the launcher has imported {', '.join(imported)}: the check would not use the copy's")
-        os.chdir(copy)
-        os.environ.update(env, PYTHONPATH=copy, PYTHONDONTWRITEBYTECODE="1")
-        sys.dont_write_bytecode = True
-        sys.path[0] = copy  # the launcher's own folder, tools/
-        sys.argv = [module, *args]
-        import runpy
-
         runpy.run_module(module, run_name="__main__", alter_sys=True)
-        status = 0
     except SystemExit as e:  # what `python -m` makes of it
         if e.code is None or isinstance(e.code, int):
-            status = e.code or 0
-        else:
-            print(e.code, file=sys.stderr)
+            return e.code or 0
+        print(e.code, file=sys.stderr)
+        return 1
     except BaseException:  # noqa: BLE001 -- a traceback on stderr and status 1, as python prints it
-        import traceback
-
         traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -190,8 +190,8 @@ def read_npz(path, what="checkpoint") -> dict:
     path = Path(path)
     if path.is_dir():  # a run's folder, say, given for the file it holds: name what it holds
         inside = sorted(str(p) for p in path.glob("*.npz"))
-        raise CheckpointError(f"{what} {path} is a directory, not a file"
-                              + (f"; it holds {', '.join(inside)}" if inside else ""))
+        named = ", ".join(inside[:3]) + (f" and {len(inside) - 3} more .npz files" if len(inside) > 3 else "")
+        raise CheckpointError(f"{what} {path} is a directory, not a file" + (f"; it holds {named}" if inside else ""))
     if not path.is_file():
         raise CheckpointError(f"{what} {path} does not exist")
     if not zipfile.is_zipfile(path):  # also what a truncated .npz looks like

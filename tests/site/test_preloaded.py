@@ -1,6 +1,9 @@
 """The launcher of the mutation run (tools/preloaded.py): a check forked from it is what `python -m` in the
 copy would be."""
 
+import time
+from pathlib import Path
+
 import pytest
 
 from tools.preloaded import Launcher, available
@@ -67,3 +70,35 @@ def test_a_forked_pytest_run_reports_what_a_new_process_would(launcher, copy):
     new = run_pytest(copy, [str(test)], timeout=120, threads=1)
     assert forked.returncode == new.returncode == 1
     assert forked.failures == new.failures == ("tests/unit/test_launched.py::test_fails",)
+
+
+def test_checks_that_end_at_once_are_answered_at_once_one_after_another(launcher, copy):
+    """A check that ends before the launcher answers must not leave its answer unread for the next one."""
+    (copy / "transformer" / "quick.py").write_text("import sys\nraise SystemExit(int(sys.argv[1]))\n")
+    assert [launcher.run(copy, "transformer.quick", [str(code)], timeout=60).returncode
+            for code in range(8)] == list(range(8))
+
+
+def test_a_check_past_its_time_is_killed_with_every_process_it_started(launcher, copy, tmp_path):
+    pid_file = tmp_path / "pid"
+    (copy / "transformer" / "spawns.py").write_text(
+        "import subprocess, sys, time\n"
+        f"child = subprocess.Popen(['sleep', '60'])\nopen({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(60)\n")
+    assert launcher.run(copy, "transformer.spawns", [], timeout=1.0) is None
+    status = Path(f"/proc/{pid_file.read_text()}/status")
+    for _ in range(100):  # killed at once; reaped by whoever inherits it soon after
+        if not status.exists() or "State:\tZ" in status.read_text():
+            break
+        time.sleep(0.02)
+    assert not status.exists() or "State:\tZ" in status.read_text()
+
+
+def test_a_forked_check_ends_as_a_new_process_would_and_draws_its_own_random_numbers(launcher, copy):
+    (copy / "transformer" / "ends.py").write_text(
+        "import atexit, random\nimport numpy as np\n"
+        "atexit.register(lambda: print('atexit ran'))\nprint(random.random(), np.random.random())\n")
+    first, second = (launcher.run(copy, "transformer.ends", [], timeout=60).stdout.split("\n") for _ in range(2))
+    assert first[1] == second[1] == "atexit ran"
+    a, b = (line.split() for line in (first[0], second[0]))
+    assert a[0] != b[0] and a[1] != b[1]

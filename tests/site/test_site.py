@@ -2,6 +2,7 @@
 ways between equations and code, and the build is cached and deterministic."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -180,7 +181,7 @@ def test_the_inputs_state_moves_with_any_file_a_key_reads_and_with_nothing_else(
     (tmp_path / "build" / "cache").mkdir()
 
     def state(context=CONTEXT):
-        return build.inputs_state(context, None, tmp_path)
+        return build.inputs_state(context, None, build.source_state(tmp_path), tmp_path)
 
     first = state()
     assert state() == first
@@ -201,6 +202,14 @@ def test_the_inputs_state_moves_with_any_file_a_key_reads_and_with_nothing_else(
     before = state()
     (tmp_path / "transformer" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"")
     assert state() == before
+    (tmp_path / "docs" / ".#a.md").symlink_to("nobody@host.1234")  # an editor's lock file: a dangling link
+    assert state() != before  # seen, and no error
+    (tmp_path / "docs" / ".#a.md").unlink()
+    edited = tmp_path / "tools" / "a.py"
+    stamp = edited.stat()
+    edited.write_text("x = 3\n")
+    os.utime(edited, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # the old modification time put back (cp -p)
+    assert state() != before  # its change time still moved
 
 
 def test_with_the_inputs_state_current_no_page_key_is_computed(built_site, monkeypatch):
@@ -212,9 +221,27 @@ def test_with_the_inputs_state_current_no_page_key_is_computed(built_site, monke
 
     monkeypatch.setattr(build, "page_key", no_key)
     assert build.generate_all(CONTEXT) == []
-    monkeypatch.setattr(build, "inputs_state", lambda context, pages: "another state")
+    monkeypatch.setattr(build, "inputs_state", lambda context, pages, sources: "another state")
     with pytest.raises(AssertionError, match="a page key was computed"):
         build.generate_all(CONTEXT)
+
+
+def test_a_file_edited_while_the_pages_are_made_is_seen_by_the_next_build(built_site, monkeypatch):
+    """The state stored after a run is the sources' state from before any key read them: a file edited while
+    the pages are made (mkdocs serve rebuilds on a save) must make the next build compute the keys again."""
+    monkeypatch.setenv("SITE_QUICK", "1")
+    assert build.generate_all(CONTEXT) == []
+    now = build.source_state()
+    before_the_edit = [(now[0][0], -1, *now[0][2:]), *now[1:]]
+    reads = iter([before_the_edit])  # the first read sees the file before its edit, every later one after it
+    monkeypatch.setattr(build, "source_state", lambda: next(reads, now))
+    computed = []
+    monkeypatch.setattr(build, "page_key", lambda name, context: computed.append(name) or
+                        (build.SNIPPETS / name / ".key").read_text())
+    assert build.generate_all(CONTEXT) == []  # every key is current
+    computed.clear()
+    assert build.generate_all(CONTEXT) == []
+    assert computed == build.page_names()  # the edit was seen, and every key computed again
 
 
 def test_two_builds_of_the_same_commit_are_byte_identical(built_site, tmp_path):

@@ -164,6 +164,11 @@ def test_a_runs_folder_given_for_its_checkpoint_is_refused_naming_the_file_it_ho
         load_checkpoint(tmp_path)
     assert str(refused.value) == (f"checkpoint {tmp_path} is a directory, not a file; "
                                   f"it holds {tmp_path / 'checkpoint.npz'}")
+    for name in ("a", "b", "c", "d"):
+        (tmp_path / f"{name}.npz").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=rf"; it holds {tmp_path / 'a.npz'}, {tmp_path / 'b.npz'}, "
+                                              rf"{tmp_path / 'c.npz'} and 2 more .npz files$"):
+        load_checkpoint(tmp_path)
 
 
 def test_checkpoint_files_get_the_usual_permissions(tmp_path):
