@@ -138,7 +138,7 @@ def serve():
         timeout = request.pop("timeout")
         pid = os.fork()
         if pid == 0:
-            sys.exit(child(**request))  # in the child: its status, after Python's usual shutdown
+            exit_without_teardown(child(**request))
         status, timed_out = wait(pid, timeout)
         print(json.dumps({"returncode": os.waitstatus_to_exitcode(status), "timed_out": timed_out}), flush=True)
 
@@ -158,10 +158,29 @@ def wait(pid, timeout):
         time.sleep(POLL_S)
 
 
+def exit_without_teardown(status):
+    """End the child as Python ends a process, all but the last stage: wait for its threads (`threading._shutdown`,
+    what the interpreter itself calls first), run its atexit handlers, flush stdout and stderr, and leave with
+    `status`. The stage left out tears down every module; with torch loaded it takes about 0.65 s, and nothing
+    of a check's outcome happens in it (`python -m transformer gradcheck` forked: 1.1 s with it, 0.45 s without)."""
+    import atexit
+    import threading
+
+    try:
+        threading._shutdown()
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # closed by the check
+                pass
+        os._exit(status)
+
+
 def child(copy, module, args, out, err, env):
     """In a fork of the launcher: become `python -m module *args` run in the copy, stdout and stderr into the
-    files `out` and `err`. Returns the exit status; the interpreter then shuts down as a new process's would
-    (atexit handlers, threads joined, streams flushed)."""
+    files `out` and `err`. Returns the exit status (see `exit_without_teardown` for what follows)."""
     os.setsid()  # a process group of its own, which a timeout kills whole
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
