@@ -13,7 +13,7 @@ the copy:
 The unchanged code goes through the same checks first; if any of them fails
 there, the run stops, since a check that fails anyway cannot tell us anything.
 
-    python tools/mutants.py              # every mutant; ~16 min on 2 cores
+    python tools/mutants.py              # every mutant; ~15 min on 2 cores
     python tools/mutants.py --quick      # the three of QUICK
     python tools/mutants.py --only NAME [NAME ...]   [--list] [-j JOBS] [--json PATH]
 
