@@ -47,8 +47,10 @@ def numpy_loop(steps):
                         *RECIPE, "--steps", str(steps), "--eval-every", str(steps), "--no-progress"],
                        cwd=ROOT, check=True, capture_output=True)
         records = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+    from transformer.config import PRESETS
+
     stepped = [r for r in records if "tokens_per_s" in r]
-    tokens = 32 * 64  # B T: train_step's tokens_per_s is the batch's tokens over the step's time
+    tokens = 32 * PRESETS["A"].context_len  # B T: train_step's tokens_per_s is the batch's tokens over its time
     return [tokens / r["tokens_per_s"] for r in stepped], stepped[0]["loss"]
 
 
