@@ -26,16 +26,10 @@ if __package__ in (None, ""):  # run as `python tools/bench_train_loop.py`: impo
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from site_scripts.common import ROOT, positive_int  # noqa: E402
+from tools.mutants import CORPUS, ensure_corpus  # noqa: E402  (fetched and verified by scripts/fetch_corpus.py)
 
-CORPUS = ROOT / "data" / "tinyshakespeare" / "input.txt"
 RECIPE = ["--preset", "A", "--batch-size", "32", "--lr", "3e-3", "--warmup", "200"]  # scripts/demo's
 WARMUP = 10  # steps left out of the medians: the first steps page in memory and fill caches
-
-
-def ensure_corpus():
-    """Put Tiny Shakespeare in place (scripts/fetch_corpus.py verifies it), as scripts/demo does."""
-    if not CORPUS.exists():
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py")], check=True)
 
 
 def numpy_loop(steps):
