@@ -117,7 +117,8 @@ PAGES = (
          functions=("data:sample_batch", "train:train_step", "train:evaluate", "train:train", "train:training_loop"),
          listings=("data:train_val_split", "data:eval_windows", "train:train_step", "train:finite_loss_and_grads",
                    "train:evaluate",
-                   "train:train", "train:training_loop", "train:is_due", "train:Session", "runlock:FolderLock"),
+                   "train:train", "train:training_loop", "train:is_due", "train:Session", "runlock:FolderLock",
+                   "shard_processes:ShardWorkers", "shard_processes:serve"),
          seeds=("training and sampling",),
          crosscheck=Steps("train step", "Ten whole training steps on each side, each with its own "
                           "gradients (NumPy backward against torch autograd) and its own AdamW; every parameter "

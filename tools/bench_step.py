@@ -20,6 +20,7 @@ per core, with BLAS on one thread per call (transformer/parallel.py); the
 torch worker is plain torch with its default threads.
 
     python tools/bench_step.py [--steps 40] [--rounds 3] [--configs A B] [--frameworks numpy torch]
+    python tools/bench_step.py --frameworks numpy numpy-threads torch   # shards in processes and in threads
     python tools/bench_step.py --in-process ...   # both in one process, for profiling one of them
 
 In one process each framework's spinning threads and heap slow the other, so
@@ -81,12 +82,13 @@ def setup(name):
     return cfg, params, ids, targets
 
 
-def numpy_step(name, threads=0):
-    """The step `python -m transformer train` takes: the batch's loss and gradients in shards, computed by
-    `threads` threads at once (transformer/parallel.py; 0: one per core), the global-norm clip, AdamW."""
+def numpy_step(name, threads=0, processes=None):
+    """The step `python -m transformer train` takes: the batch's loss and gradients in `threads` shards at
+    once (transformer/parallel.py; 0: one per core), every shard but the first in a worker process where
+    that is supported (processes=False: in threads), the global-norm clip, AdamW."""
     cfg, params, ids, targets = setup(name)
     opt, state = AdamWConfig(), adamw_init(params)
-    shards = sharded(threads)
+    shards = sharded(threads, processes)
 
     def step():
         _, grads = shards(loss_and_grads, params, ids, targets, cfg)
@@ -127,7 +129,8 @@ def torch_step(name):
     return step
 
 
-STEPS = {"numpy": numpy_step, "torch": torch_step}
+STEPS = {"numpy": numpy_step, "numpy-threads": lambda name: numpy_step(name, processes=False),
+         "torch": torch_step}
 
 
 def thread_pools():
@@ -142,18 +145,20 @@ def thread_pools():
 
 def worker(framework, name, steps, default_malloc=False):
     """Run in a fresh process: time `steps` steps of one framework and print one JSON line."""
-    if framework == "numpy" and not default_malloc:
+    if framework.startswith("numpy") and not default_malloc:
         keep_freed_memory()
     # numpy's matmul rate with BLAS on every core, before the sharded step makes BLAS use one thread per call.
-    rate = numpy_matmul_rate() if framework == "numpy" else None
+    rate = numpy_matmul_rate() if framework.startswith("numpy") else None
     step = STEPS[framework](name)
     for _ in range(WARMUP):
         step()
     times = [_seconds(step) for _ in range(steps)]
     report = {"times": times, "pools": thread_pools()}
-    if framework == "numpy":
+    if framework.startswith("numpy"):
         report["matmul_rate"] = rate
-        report["pools"].append(f"{sharded(0).threads} shard threads (transformer/parallel.py)")
+        shards = sharded(0, False if framework == "numpy-threads" else None)
+        where = "worker processes and this one" if shards.workers else "threads"
+        report["pools"].append(f"{shards.threads} shards at once in {where} (transformer/parallel.py)")
     else:
         import torch
         report["pools"].append(f"torch {torch.__version__}: {torch.get_num_threads()} intra-op threads")
@@ -190,16 +195,17 @@ def summary(name, runs):
     for f, rs in runs.items():
         lines.append(f"  {f}: median {median[f] * 1e3:.1f} ms over {len(rs)} rounds of {len(rs[0]['times'])} steps; "
                      + "; ".join(rs[0]["pools"]))
-    if "numpy" in runs:
-        rate = max(r["matmul_rate"] for r in runs["numpy"])
+    numpys = [f for f in runs if f.startswith("numpy")]
+    if numpys:
+        rate = max(r["matmul_rate"] for f in numpys for r in runs[f])
         floor = flops / rate
-        lines.append(f"  matmul floor: {floor * 1e3:.1f} ms at numpy's {rate / 1e9:.0f} GFLOP/s "
-                     f"({PEAK_SIZE}² float32); numpy reaches {floor / median['numpy']:.0%} of it, "
-                     f"{median['numpy'] / floor:.2f}x the floor")
-    if len(runs) == 2:
+        lines.append(f"  matmul floor: {floor * 1e3:.1f} ms at numpy's {rate / 1e9:.0f} GFLOP/s ({PEAK_SIZE}² float32); "
+                     + "; ".join(f"{f} reaches {floor / median[f]:.0%} of it, {median[f] / floor:.2f}x the floor"
+                                 for f in numpys))
+    for f in numpys if "torch" in runs else ():
         per_round = [statistics.median(a["times"]) / statistics.median(b["times"])
-                     for a, b in zip(runs["numpy"], runs["torch"])]
-        lines.append(f"  ratio numpy / torch: {median['numpy'] / median['torch']:.2f} "
+                     for a, b in zip(runs[f], runs["torch"])]
+        lines.append(f"  ratio {f} / torch: {median[f] / median['torch']:.2f} "
                      f"(rounds {min(per_round):.2f} to {max(per_round):.2f})")
     return lines
 

@@ -56,6 +56,7 @@ NF4 = "transformer/nf4.py"
 QLIN = "transformer/quantized_linear.py"
 AG = "transformer/autograd.py"
 AGF = "transformer/autograd_functions.py"
+SHARDS = "transformer/shard_processes.py"
 
 MUTANTS = (
     # LayerNorm: the three terms of dx, the 1/sigma factor, the gain gradient, the epsilon.
@@ -397,6 +398,21 @@ MUTANTS = (
            "divide evenly gives them different numbers of windows: the loss and gradients are off.",
            (edit("transformer/parallel.py:Sharded.__call__", "weights = [(b - a) / len(x) for a, b in rows]",
                  "weights = [1 / len(rows) for a, b in rows]"),)),
+    Mutant("shard-parameters-shared-once",
+           "The parameters are copied into the workers' shared memory only when its layout changes, at the first "
+           "step: every later step, the workers compute their shards with the first step's parameters.",
+           (edit(f"{SHARDS}:ShardWorkers.share", "        for name, array in params.items():\n"
+                 "            np.copyto(self.params[name], array)",
+                 "            for name, array in params.items():\n"
+                 "                np.copyto(self.params[name], array)"),)),
+    Mutant("shard-gradients-all-read-from-the-first-worker",
+           "The parent reads every worker's gradients where the first worker wrote its own: with three shards or "
+           "more, one shard's gradients count twice and another's not at all.",
+           (edit(f"{SHARDS}:ShardWorkers.__call__", "(loss, self.grads[i])", "(loss, self.grads[0])"),)),
+    Mutant("shard-workers-kept-after-a-failed-step",
+           "A step that fails in the parent leaves the workers running with their answers unread, and the next "
+           "step takes those answers, the old batch's, for its own.",
+           (edit(f"{SHARDS}:ShardWorkers.__call__", "            self.close()  # a step half done", "            pass  # a step half done"),)),
 )
 
 # A handful that together exercise every kind of outcome, for the fast run inside the test suite and the

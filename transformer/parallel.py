@@ -13,6 +13,10 @@ The loss is a mean over the N positions of the batch, so with shard ξ holding N
 
 which are the numbers of one pass over the whole batch, up to rounding (the sums are taken in another
 order). The split and the order of the sum are fixed, so a run is reproducible for a given number of shards.
+
+On Linux the shards of a function a new process can import (`model.loss_and_grads`, not a closure) are
+computed by worker processes instead of threads, which share no global lock (transformer/shard_processes.py);
+the numbers are the same bits.
 """
 
 import os
@@ -20,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
 import numpy as np
+
+from . import shard_processes
 
 
 def cores():
@@ -36,10 +42,10 @@ def resolve(threads):
 
 
 @lru_cache(maxsize=None)
-def sharded(threads):
-    """The process's `Sharded` for this many threads (0: one per core), made once and kept: its threads
-    wait between steps."""
-    return Sharded(resolve(threads))
+def sharded(threads, processes=None):
+    """The process's `Sharded` for this many shards (0: one per core), made once and kept: its threads and
+    worker processes wait between steps."""
+    return Sharded(resolve(threads), processes)
 
 
 def shard_rows(batch, shards):
@@ -67,11 +73,16 @@ class Sharded:
     ----------
     threads : int
         Shards per batch, computed at once; 1 computes the batch in one pass, in the calling thread.
+    processes : bool, optional
+        Compute the shards of an importable function in worker processes (`shard_processes`) instead of
+        threads; by default wherever that is supported (Linux).
     """
 
-    def __init__(self, threads):
+    def __init__(self, threads, processes=None):
         self.threads = threads
+        self.processes = shard_processes.supported() if processes is None else processes
         self.pool = ThreadPoolExecutor(threads) if threads > 1 else None
+        self.workers = None  # started at the first step that uses them
         if self.pool is not None:
             one_blas_thread()
 
@@ -80,8 +91,14 @@ class Sharded:
         if self.pool is None or len(x) == 1:
             return loss_and_grads(params, x, y, cfg)
         rows = shard_rows(len(x), self.threads)
-        parts = [self.pool.submit(loss_and_grads, params, x[a:b], y[a:b], cfg) for a, b in rows]
-        parts = [p.result() for p in parts]
+        name = shard_processes.by_name(loss_and_grads) if self.processes else None
+        if name is None:
+            parts = [self.pool.submit(loss_and_grads, params, x[a:b], y[a:b], cfg) for a, b in rows]
+            parts = [p.result() for p in parts]
+        else:
+            (a0, b0), rest = rows[0], rows[1:]
+            parts = self.worker_processes()(name, params, cfg, [(x[a:b], y[a:b]) for a, b in rest],
+                                            lambda: loss_and_grads(params, x[a0:b0], y[a0:b0], cfg))
         weights = [(b - a) / len(x) for a, b in rows]  # eq:shard-mean  N^(ξ) / N: every window has length T
         loss = sum(w * shard_loss for w, (shard_loss, _) in zip(weights, parts))  # eq:shard-mean
         grads = {}
@@ -91,6 +108,12 @@ class Sharded:
                 total += shard_grads[name] * np.asarray(w, dtype=first.dtype)  # eq:shard-mean
             grads[name] = total
         return float(loss), grads
+
+    def worker_processes(self):
+        """The shards' worker processes, started anew after a step that failed (which closes them)."""
+        if self.workers is None or self.workers.fd is None:
+            self.workers = shard_processes.ShardWorkers(self.threads - 1)
+        return self.workers
 
     def map(self, f, items):
         """[f(item) for item in items], computed by the threads (in order)."""

@@ -11,6 +11,7 @@ import numpy as np
 from transformer.config import PRESETS
 from transformer.data import TRAIN_FRACTION, CharTokenizer, sample_batch, train_val_split
 from transformer.model import forward, init_params, loss_and_grads
+from transformer import shard_processes
 from transformer.parallel import Sharded, shard_rows
 from transformer.train import TrainConfig, new_run, train
 
@@ -166,9 +167,15 @@ def shards_md():
     params = init_params(cfg, seed=SEED)
     x, y = np.random.default_rng(SEED).integers(0, cfg.vocab_size, (2, SHARD_BATCH, cfg.context_len))
     loss, grads = loss_and_grads(params, x, y, cfg)
-    rows = []
+    rows, same_bits = [], []
     for n in (2, 3):
-        shard_loss, shard_grads = Sharded(n)(loss_and_grads, params, x, y, cfg)
+        shard_loss, shard_grads = Sharded(n, processes=False)(loss_and_grads, params, x, y, cfg)
+        if shard_processes.supported():  # the same shards in worker processes: the very same bits?
+            in_processes = Sharded(n, processes=True)
+            process_loss, process_grads = in_processes(loss_and_grads, params, x, y, cfg)
+            same_bits.append(process_loss == shard_loss
+                             and all(np.array_equal(process_grads[k], g) for k, g in shard_grads.items()))
+            in_processes.workers.close()
         # b_k's gradient is zero in exact arithmetic (its entries are rounding noise), so it is left out
         gap = max(np.abs(shard_grads[k] - g).max() / np.abs(g).max() for k, g in grads.items() if not k.endswith(".bk"))
         parts = shard_rows(SHARD_BATCH, n)
@@ -183,7 +190,19 @@ def shards_md():
                                  "relative gap of \\(\\mathcal{L}\\)", "largest relative gap of a gradient",
                                  "relative gap with equal weights"], rows)
             + "\nThe gaps of the weighted sums are rounding (the gradient of \\(b_k\\), zero in exact arithmetic, is "
-              "left out); the last column is what a plain mean of the shards' losses would get wrong.\n")
+              "left out); the last column is what a plain mean of the shards' losses would get wrong.\n"
+            + processes_md(same_bits))
+
+
+def processes_md(same_bits):
+    """What worker processes gave, against threads, for the shards above."""
+    if not same_bits:
+        return ("\nWorker processes are not available where this page was built, so the shards above ran as threads "
+                "only.\n")
+    if not all(same_bits):
+        raise RuntimeError("shards computed by worker processes differ from the same shards computed by threads")
+    return ("\nComputed by worker processes instead of threads, the same shards gave the same loss and the same "
+            "gradients, bit for bit, for both \\(n_{\\mathrm{sh}}\\).\n")
 
 
 def generate(context):

@@ -75,6 +75,9 @@ def test_the_step_benchmark_reports_medians_ratio_range_and_floor():
     assert "ratio numpy / torch: 0.67 (rounds 0.50 to 1.00)" in text
     floor_ms = bench_step.matmul_flops(bench_step.PRESETS["A"], 32) / 1e11 * 1e3
     assert f"matmul floor: {floor_ms:.1f} ms at numpy's 100 GFLOP/s" in text
+    three = "\n".join(bench_step.summary("A", {"numpy": runs(30, 40, 50), "numpy-threads": runs(45, 60, 75),
+                                               "torch": runs(60, 40, 100)}))
+    assert "ratio numpy / torch: 0.67" in three and "ratio numpy-threads / torch: 1.00 (rounds 0.75 to 1.50)" in three
 
 
 # ---------------------------------------------------------------- tools/vendor.py: the site's JavaScript
