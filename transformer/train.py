@@ -84,8 +84,9 @@ class TrainConfig:
                 "by the tape of transformer/autograd.py (the same gradients, more memory, slower)",
         "choices": list(ENGINES)})
     threads: int = field(default=0, metadata={
-        "help": "threads that compute each batch at once, in shards of its windows (transformer/parallel.py); "
-                "0: one per core. The numbers depend on it only through rounding"})
+        "help": "how many shards each batch is cut into (by its windows), all computed at once: by worker "
+                "processes on Linux, by threads elsewhere, with the same bits (transformer/parallel.py); 0: one per "
+                "core. The numbers depend on it only through rounding"})
     on_nonfinite: str = field(default="stop", metadata={
         "help": "a step whose loss or a gradient is not finite changes nothing; stop: end the run with a "
                 f"checkpoint of the last good step; skip: go on with the next batch (counted in metrics.jsonl; "
