@@ -15,9 +15,10 @@ and thread counts (threadpoolctl).
 Both sides get the same float32 parameters, batch, global-norm clip and AdamW
 settings (decay on matrices only, as transformer/optim.py). The NumPy worker
 takes the step `python -m transformer train` takes: it keeps freed memory
-mapped (transformer/memory.py) and computes the batch in shards, one thread
-per core, with BLAS on one thread per call (transformer/parallel.py); the
-torch worker is plain torch with its default threads.
+mapped (transformer/memory.py) and computes the batch in shards, one per core,
+every shard but the first in a worker process on Linux, with BLAS on one
+thread per call (transformer/parallel.py; `numpy-threads`: the shards in
+threads instead); the torch worker is plain torch with its default threads.
 
     python tools/bench_step.py [--steps 40] [--rounds 3] [--configs A B] [--frameworks numpy torch]
     python tools/bench_step.py --frameworks numpy numpy-threads torch   # shards in processes and in threads

@@ -410,9 +410,9 @@ MUTANTS = (
            "more, one shard's gradients count twice and another's not at all.",
            (edit(f"{SHARDS}:ShardWorkers.__call__", "(loss, self.grads[i])", "(loss, self.grads[0])"),)),
     Mutant("shard-workers-kept-after-a-failed-step",
-           "A step that fails in the parent leaves the workers running with their answers unread, and the next "
-           "step takes those answers, the old batch's, for its own.",
-           (edit(f"{SHARDS}:ShardWorkers.__call__", "            self.close()  # a step half done", "            pass  # a step half done"),)),
+           "A step cut short in the parent (its own shard fails, or Ctrl-C) leaves the workers running with their "
+           "answers unread, and the next step takes those answers, the old batch's, for its own.",
+           (edit(f"{SHARDS}:ShardWorkers.__call__", "self.close(now=len(answers) < len(shards))", "pass"),)),
 )
 
 # A handful that together exercise every kind of outcome, for the fast run inside the test suite and the

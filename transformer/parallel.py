@@ -1,11 +1,15 @@
-"""One training step on several cores: the batch cut into shards that threads compute at once.
+"""One training step on several cores: the batch cut into shards that are computed at once.
 
 numpy runs every element-wise operation (the exponentials of the softmax, LayerNorm, ReLU, the additions
 of the residual stream) as one loop on one core; only matrix products use several cores, inside the BLAS
-library. On a machine with two cores, one of them waits through most of a step. Threads can run numpy at
-the same time, because numpy lets go of Python's global lock inside its loops and its BLAS calls. So the
-batch of B windows is cut into k shards, one per core, each computed by `loss_and_grads` in a thread of its
-own, and BLAS runs one thread per call, so that the shards do not fight over the cores.
+library. On a machine with two cores, one of them waits through most of a step. So the batch of B windows is
+cut into k shards, one per core, each computed by `loss_and_grads` at the same time as the others, and BLAS
+runs one thread per call, so that the shards do not fight over the cores.
+
+On Linux, every shard but the first of a function a worker process can import (`model.loss_and_grads`, not a
+closure) is computed by a worker process (transformer/shard_processes.py), the first by the calling thread:
+threads of one process would wait on each other at Python's global lock. Elsewhere, and for other functions,
+the shards are threads, which numpy lets run its loops and BLAS calls at once. Both give the same bits.
 
 The loss is a mean over the N positions of the batch, so with shard ξ holding N^(ξ) of them
 
@@ -13,13 +17,10 @@ The loss is a mean over the N positions of the batch, so with shard ξ holding N
 
 which are the numbers of one pass over the whole batch, up to rounding (the sums are taken in another
 order). The split and the order of the sum are fixed, so a run is reproducible for a given number of shards.
-
-On Linux the shards of a function a new process can import (`model.loss_and_grads`, not a closure) are
-computed by worker processes instead of threads, which share no global lock (transformer/shard_processes.py);
-the numbers are the same bits.
 """
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
@@ -67,7 +68,7 @@ def one_blas_thread():
 
 
 class Sharded:
-    """`loss_and_grads` over a batch, computed in shards by `threads` threads.
+    """`loss_and_grads` over a batch, computed in shards at once by worker processes or threads.
 
     Parameters
     ----------
@@ -75,30 +76,36 @@ class Sharded:
         Shards per batch, computed at once; 1 computes the batch in one pass, in the calling thread.
     processes : bool, optional
         Compute the shards of an importable function in worker processes (`shard_processes`) instead of
-        threads; by default wherever that is supported (Linux).
+        threads; by default wherever that is supported (Linux). Only where BLAS can be held to one thread per
+        call (threadpoolctl), as in the workers: otherwise the first shard's matmuls would round differently.
     """
 
     def __init__(self, threads, processes=None):
         self.threads = threads
-        self.processes = shard_processes.supported() if processes is None else processes
         self.pool = ThreadPoolExecutor(threads) if threads > 1 else None
+        one_blas = one_blas_thread() if self.pool is not None else False
+        wanted = shard_processes.supported() if processes is None else processes
+        self.processes = bool(wanted and one_blas)
         self.workers = None  # started at the first step that uses them
-        if self.pool is not None:
-            one_blas_thread()
+        self.starting = threading.Lock()
 
     def __call__(self, loss_and_grads, params, x, y, cfg):
         """The loss and gradients of the batch (x, y), each (B, T), as `loss_and_grads` would return them."""
         if self.pool is None or len(x) == 1:
             return loss_and_grads(params, x, y, cfg)
         rows = shard_rows(len(x), self.threads)
-        name = shard_processes.by_name(loss_and_grads) if self.processes else None
-        if name is None:
+        workers = self.idle_workers(loss_and_grads)
+        if workers is None:
             parts = [self.pool.submit(loss_and_grads, params, x[a:b], y[a:b], cfg) for a, b in rows]
             parts = [p.result() for p in parts]
         else:
             (a0, b0), rest = rows[0], rows[1:]
-            parts = self.worker_processes()(name, params, cfg, [(x[a:b], y[a:b]) for a, b in rest],
-                                            lambda: loss_and_grads(params, x[a0:b0], y[a0:b0], cfg))
+            try:
+                parts = workers(shard_processes.by_name(loss_and_grads), params, cfg,
+                                [(x[a:b], y[a:b]) for a, b in rest],
+                                lambda: loss_and_grads(params, x[a0:b0], y[a0:b0], cfg))
+            finally:
+                workers.lock.release()
         weights = [(b - a) / len(x) for a, b in rows]  # eq:shard-mean  N^(ξ) / N: every window has length T
         loss = sum(w * shard_loss for w, (shard_loss, _) in zip(weights, parts))  # eq:shard-mean
         grads = {}
@@ -109,11 +116,21 @@ class Sharded:
             grads[name] = total
         return float(loss), grads
 
-    def worker_processes(self):
-        """The shards' worker processes, started anew after a step that failed (which closes them)."""
-        if self.workers is None or self.workers.fd is None:
-            self.workers = shard_processes.ShardWorkers(self.threads - 1)
-        return self.workers
+    def idle_workers(self, loss_and_grads):
+        """The worker processes, locked for this step (started anew after a step that ended them); None when
+        the function cannot go to them, or another thread's step holds them."""
+        if not self.processes or shard_processes.by_name(loss_and_grads) is None:
+            return None
+        with self.starting:
+            if self.workers is None or self.workers.closed:
+                self.workers = shard_processes.ShardWorkers(self.threads - 1)
+            workers = self.workers
+        return workers if workers.lock.acquire(blocking=False) else None
+
+    def close(self):
+        """End the worker processes now (a later step starts new ones); the threads stay."""
+        if self.workers is not None:
+            self.workers.close()
 
     def map(self, f, items):
         """[f(item) for item in items], computed by the threads (in order)."""

@@ -17,19 +17,24 @@ computes the first shard itself, then reads each worker's loss from its socket a
 worker wrote them. A worker runs the same function on the same rows with BLAS on one thread, as a thread of
 the parent would, so both ways give the same bits (tests/unit/test_parallel.py).
 
-A worker starts at its pool's first step, with the parent's interpreter and the parent's `sys.path`, so it
-imports the functions the parent does, in a session of its own: Ctrl-C at a terminal reaches the parent alone. It ends when its socket
-closes, which happens when the parent closes the pool, exits or is killed. If anything goes wrong during a
-step (a worker fails, the parent is interrupted), the parent closes the pool, so no late answer can be taken
-for the next step's; the next step starts new workers.
+A worker starts at its pool's first step, with the parent's interpreter, its flags and its `sys.path`, so it
+imports the module-level functions the parent does. It stays in the parent's process group, so whatever kills
+the group kills it too, but it ignores Ctrl-C, which the parent handles. It ends when its socket closes: when
+the parent closes the pool, exits or is killed. If a step is cut short (the parent's own shard fails, or it is
+interrupted) while workers still compute, the parent kills them at once, so no late answer can be taken for
+the next step's; the next step starts new workers. The pool is for one thread at a time: a second thread that
+calls while a step is on gets threads instead (`parallel.Sharded`).
 """
 
-import atexit
 import mmap
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
+import weakref
 from importlib import import_module
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -45,11 +50,13 @@ def supported():
 
 
 def by_name(function):
-    """(module, qualified name) of a function a worker can import, or None (a lambda, a closure)."""
+    """(module, qualified name) of a function a worker can import, or None: a lambda, a closure, a function of
+    the script being run (`__main__`, which is another module in a worker)."""
     module, qualname = getattr(function, "__module__", None), getattr(function, "__qualname__", "")
-    if module is None or "<" in qualname:
-        return None
     found = sys.modules.get(module)
+    spec = getattr(found, "__spec__", None)
+    if found is None or "<" in qualname or spec is None or spec.name != module:
+        return None
     for part in qualname.split("."):
         found = getattr(found, part, None)
     return (module, qualname) if found is function else None
@@ -85,28 +92,43 @@ class ShardWorkers:
 
     def __init__(self, count):
         self.count = count
+        self.lock = threading.Lock()  # one step at a time
         self.fd = os.memfd_create("transformer-shards", os.MFD_CLOEXEC)
-        self.layout = None
+        self.layout, self.path = None, None
         self.procs, self.conns = [], []
+        # Closes the workers when this object is collected, or at exit; holds the lists, not self.
+        self.finalizer = weakref.finalize(self, end_workers, self.procs, self.conns, [self.fd])
+        LIVE.add(self)
         package_parent = str(Path(__file__).resolve().parent.parent)  # the `transformer` this process runs
         path = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)  # no "": cwd
         env = {**os.environ, "PYTHONPATH": path,
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        flags = ["-P"] + (["-B"] if sys.flags.dont_write_bytecode else [])  # -P: no current folder on the path
-        for index in range(count):
-            ours, theirs = socket.socketpair()
-            command = [sys.executable, *flags, "-c", "from transformer.shard_processes import serve; serve()",
-                       str(theirs.fileno()), str(self.fd), str(index)]
-            self.procs.append(subprocess.Popen(command, pass_fds=(theirs.fileno(), self.fd), env=env,
-                                               stdin=subprocess.DEVNULL, start_new_session=True))
-            theirs.close()
-            self.conns.append(Connection(ours.detach()))
-            self.conns[-1].send(("path", sys.path))  # so that it imports what this process imports
-        atexit.register(self.close)
+        # This interpreter's flags (-W, -X, -O, -B, ...), and -P: no current folder on the path.
+        flags = [*subprocess._args_from_interpreter_flags(), "-P"]
+        try:
+            for index in range(count):
+                ours, theirs = socket.socketpair()
+                self.conns.append(Connection(ours.detach()))
+                command = [sys.executable, *flags, "-c", "from transformer.shard_processes import serve; serve()",
+                           str(theirs.fileno()), str(self.fd), str(index)]
+                with theirs:
+                    self.procs.append(subprocess.Popen(command, pass_fds=(theirs.fileno(), self.fd), env=env,
+                                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL))
+        except BaseException:
+            self.close(now=True)
+            raise
+
+    @property
+    def closed(self):
+        return not self.finalizer.alive
 
     def share(self, params):
         """Copy the parameters into the block, laying it out anew (and telling the workers) when their names,
-        shapes or dtypes changed."""
+        shapes or dtypes changed; tell the workers this process's `sys.path` when it changed."""
+        if sys.path != self.path:
+            self.path = list(sys.path)
+            for i in range(self.count):
+                self.tell(i, ("path", self.path))
         layout = layout_of(params)
         if layout != self.layout:
             entries, size = layout
@@ -125,21 +147,23 @@ class ShardWorkers:
     def __call__(self, compute, params, cfg, shards, first):
         """Each shard's (loss, gradients): `first()` in this process, shards[i] = (x, y) by worker i.
 
-        The workers' gradients are views into the block, valid until the next call.
+        The workers' gradients are views into the block, valid until the next call. Call with `lock` held.
         """
+        answers = []
         try:
             self.share(params)
             for i, (x, y) in enumerate(shards):
                 self.tell(i, ("compute", compute, x, y, cfg))
             mine = first()
-            answers = [self.answer(i) for i in range(len(shards))]
+            for i in range(len(shards)):
+                answers.append(self.answer(i))
         except BaseException:
-            self.close()  # a step half done leaves answers in the sockets: no later step may read them
+            # Answers still on their way would be taken for the next step's: end the workers now.
+            self.close(now=len(answers) < len(shards))
             raise
         errors = [value for kind, value in answers if kind == "error"]
         if errors:
-            self.close()
-            raise errors[0]
+            raise errors[0]  # every answer was read: the workers are ready for the next step
         return [mine] + [(loss, self.grads[i]) for i, (_, loss) in enumerate(answers)]
 
     def tell(self, i, message):
@@ -161,21 +185,45 @@ class ShardWorkers:
         raise ShardWorkerError(f"shard worker {i + 1} (pid {proc.pid}) ended before it answered "
                                f"(exit status {proc.wait()})") from None
 
-    def close(self):
-        """End the workers (they see their sockets close) and wait for them."""
-        atexit.unregister(self.close)
-        for conn in self.conns:
-            conn.close()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
+    def close(self, now=False):
+        """End the workers: they see their sockets close and exit; now=True kills them instead."""
+        if now:
+            for proc in self.procs:
                 proc.kill()
-                proc.wait()
-        self.conns, self.procs = [], []
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        self.finalizer()
+
+
+LIVE = weakref.WeakSet()  # every pool of this process, for a fork (below)
+
+
+def end_workers(procs, conns, fds, wait_s=10):
+    """Close the sockets and the block, then wait for the workers to exit (killed after wait_s in all)."""
+    for conn in conns:
+        conn.close()
+    for fd in fds:
+        os.close(fd)
+    deadline = time.monotonic() + wait_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def forget_in_child():
+    """In a child forked from a process with pools: its copies of their sockets and blocks are closed, and the
+    pools are marked closed, so the child neither reads another process's answers nor keeps workers alive."""
+    for pool in list(LIVE):
+        for conn in pool.conns:
+            conn.close()
+        os.close(pool.fd)
+        pool.procs.clear()  # not the child's to wait for
+        pool.finalizer.detach()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=forget_in_child)
 
 
 def serve():
@@ -183,6 +231,7 @@ def serve():
     from .memory import keep_freed_memory
     from .parallel import one_blas_thread
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it then ends the workers
     conn_fd, block_fd, index = (int(a) for a in sys.argv[1:4])
     conn = Connection(conn_fd)
     one_blas_thread()

@@ -85,8 +85,8 @@ class TrainConfig:
         "choices": list(ENGINES)})
     threads: int = field(default=0, metadata={
         "help": "how many shards each batch is cut into (by its windows), all computed at once: by worker "
-                "processes on Linux, by threads elsewhere, with the same bits (transformer/parallel.py); 0: one per "
-                "core. The numbers depend on it only through rounding"})
+                "processes on Linux (fine-tuning: threads), by threads elsewhere, with the same bits "
+                "(transformer/parallel.py); 0: one per core. The numbers depend on it only through rounding"})
     on_nonfinite: str = field(default="stop", metadata={
         "help": "a step whose loss or a gradient is not finite changes nothing; stop: end the run with a "
                 f"checkpoint of the last good step; skip: go on with the next batch (counted in metrics.jsonl; "
@@ -264,7 +264,7 @@ class Run:
 
     def loss_and_grads(self, x, y):
         """The loss of a batch and the gradients of what this run trains: every parameter, computed in
-        shards by the run's threads."""
+        shards at once (`--threads`; transformer/parallel.py)."""
         compute = autograd_loss_and_grads if self.train_cfg.engine == "autograd" else loss_and_grads
         return sharded(self.train_cfg.threads)(compute, self.params, x, y, self.model_cfg)
 

@@ -11,7 +11,6 @@ import numpy as np
 from transformer.config import PRESETS
 from transformer.data import TRAIN_FRACTION, CharTokenizer, sample_batch, train_val_split
 from transformer.model import forward, init_params, loss_and_grads
-from transformer import shard_processes
 from transformer.parallel import Sharded, shard_rows
 from transformer.train import TrainConfig, new_run, train
 
@@ -170,12 +169,14 @@ def shards_md():
     rows, same_bits = [], []
     for n in (2, 3):
         shard_loss, shard_grads = Sharded(n, processes=False)(loss_and_grads, params, x, y, cfg)
-        if shard_processes.supported():  # the same shards in worker processes: the very same bits?
-            in_processes = Sharded(n, processes=True)
+        in_processes = Sharded(n, processes=True)  # the same shards in worker processes: the very same bits?
+        if in_processes.processes:  # where workers can run (Linux, threadpoolctl)
             process_loss, process_grads = in_processes(loss_and_grads, params, x, y, cfg)
+            if in_processes.workers is None:
+                raise RuntimeError("the shards meant for worker processes ran in threads")
             same_bits.append(process_loss == shard_loss
                              and all(np.array_equal(process_grads[k], g) for k, g in shard_grads.items()))
-            in_processes.workers.close()
+            in_processes.close()
         # b_k's gradient is zero in exact arithmetic (its entries are rounding noise), so it is left out
         gap = max(np.abs(shard_grads[k] - g).max() / np.abs(g).max() for k, g in grads.items() if not k.endswith(".bk"))
         parts = shard_rows(SHARD_BATCH, n)

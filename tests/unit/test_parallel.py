@@ -2,9 +2,11 @@
 rounding; processes give the very bits of threads, and end with their pool, their parent or a failed step."""
 
 import os
+import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -13,6 +15,7 @@ import pytest
 from transformer.autograd_model import loss_and_grads as autograd_loss_and_grads
 from transformer.config import ModelConfig
 from transformer.model import init_params, loss_and_grads
+from transformer import parallel
 from transformer.parallel import Sharded, shard_rows
 from transformer.shard_processes import ShardWorkerError, by_name, supported
 from transformer.train import evaluate
@@ -44,33 +47,34 @@ def test_a_sharded_batch_has_the_loss_and_gradients_of_one_pass(compute, batch, 
     loss, grads = compute(params, x, y, CFG)
     sharded = Sharded(threads, processes)
     shard_loss, shard_grads = sharded(compute, params, x, y, CFG)
-    if sharded.workers:
-        sharded.workers.close()
+    assert (sharded.workers is not None) == (processes and batch > 1)  # the workers computed
+    sharded.close()
     assert shard_loss == pytest.approx(loss, rel=1e-12)
     for name, g in grads.items():
         if not name.endswith(".bk"):  # exactly zero in theory: its entries are rounding noise
             np.testing.assert_allclose(shard_grads[name], g, rtol=1e-12, atol=1e-12 * np.abs(g).max())
 
 
-@pytest.mark.parametrize("processes", MODES)
-def test_sharded_float32_gradients_stay_float32(processes):
+def test_sharded_float32_gradients_stay_float32():
     params = init_params(CFG, seed=3, dtype=np.float32)
     x = np.zeros((4, CFG.context_len), dtype=int)
-    sharded = Sharded(2, processes)
-    _, grads = sharded(loss_and_grads, params, x, x, CFG)
+    _, grads = Sharded(2, processes=False)(loss_and_grads, params, x, x, CFG)
     assert {g.dtype for g in grads.values()} == {np.dtype(np.float32)}
-    assert sharded.workers is None if not processes else sharded.workers.fd is not None
-    if sharded.workers:
-        sharded.workers.close()
+
+
+def test_evaluation_in_threads_gives_the_same_mean_loss():
+    params = init_params(CFG, seed=5)
+    data = np.random.default_rng(6).integers(0, CFG.vocab_size, 301)
+    one = evaluate(params, CFG, data, seq_len=8, batch_size=4, threads=1)
+    assert evaluate(params, CFG, data, seq_len=8, batch_size=4, threads=3) == one
 
 
 @pytest.fixture
 def workers():
-    """A Sharded of three shards whose two worker processes are closed after the test."""
+    """A Sharded of three shards, two of them in worker processes, ended after the test."""
     sharded = Sharded(3, processes=True)
     yield sharded
-    if sharded.workers:
-        sharded.workers.close()
+    sharded.close()
 
 
 def batch(rng, size=7, cfg=CFG):
@@ -81,8 +85,8 @@ def batch(rng, size=7, cfg=CFG):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_worker_processes_give_the_bits_of_threads_step_after_step(workers, dtype):
     """Three steps, the parameters changed in place between them (as AdamW does), then another model with
-    other shapes: each step's loss and gradients are those of threads, bit for bit. Watched failing with the
-    parameters copied into the shared block only when its layout changes."""
+    other shapes: each step's loss and gradients are those of threads, bit for bit, and float32 stays float32.
+    Watched failing with the parameters copied into the shared block only when its layout changes."""
     threads = Sharded(3, processes=False)
     rng = np.random.default_rng(8)
     params = init_params(CFG, seed=3, dtype=dtype)
@@ -91,21 +95,35 @@ def test_worker_processes_give_the_bits_of_threads_step_after_step(workers, dtyp
     for step, (p, cfg) in enumerate(steps):
         x, y = batch(rng, cfg=cfg)
         loss, grads = workers(loss_and_grads, p, x, y, cfg)
+        assert len(workers.workers.procs) == 2  # they, not threads, computed two of the shards
         want_loss, want = threads(loss_and_grads, p, x, y, cfg)
         assert loss == want_loss, step
         assert grads.keys() == want.keys()
         for name in want:
-            assert np.array_equal(grads[name], want[name]), (step, name)
+            assert grads[name].dtype == dtype and np.array_equal(grads[name], want[name]), (step, name)
         for name in p:
             p[name] += dtype(0.01) * (step + 1)
 
 
-def test_only_functions_a_new_process_can_import_go_to_workers():
+def test_without_one_blas_thread_the_shards_are_threads(monkeypatch):
+    """Workers run BLAS on one thread; a parent that cannot do the same (no threadpoolctl) would round its
+    shard's matmuls otherwise, so it keeps to threads."""
+    monkeypatch.setattr(parallel, "one_blas_thread", lambda: False)
+    assert not Sharded(2, processes=True).processes
+
+
+def test_only_functions_a_worker_can_import_go_to_workers(monkeypatch):
+    """A script's own function lives in `__main__`, which in a worker is another module. Watched failing with
+    `__main__` let through."""
     def local(params, x, y, cfg):
         return loss_and_grads(params, x, y, cfg)
 
     assert by_name(loss_and_grads) == ("transformer.model", "loss_and_grads")
     assert by_name(local) is None and by_name(lambda *a: 0) is None
+    scripted = type(local)(local.__code__, {"__name__": "__main__"}, "scripted")
+    scripted.__module__, scripted.__qualname__ = "__main__", "scripted"
+    monkeypatch.setattr(sys.modules["__main__"], "scripted", scripted, raising=False)
+    assert by_name(scripted) is None
 
 
 def gone(pid, within=10.0):
@@ -123,14 +141,14 @@ def gone(pid, within=10.0):
 
 
 @needs_processes
-def test_workers_run_in_a_session_of_their_own_and_end_with_their_pool(workers):
-    """Ctrl-C at a terminal signals the terminal's foreground group: the workers are not in it."""
+def test_workers_are_in_the_parents_process_group_and_end_with_their_pool(workers):
+    """Whatever kills the parent's group (the mutation run's time limit) kills the workers too."""
     x, y = batch(np.random.default_rng(1))
     workers(loss_and_grads, init_params(CFG, seed=3), x, y, CFG)
     pids = [proc.pid for proc in workers.workers.procs]
-    assert len(pids) == 2 and all(os.getsid(pid) == pid != os.getsid(0) for pid in pids)
-    workers.workers.close()
-    assert all(gone(pid) for pid in pids)
+    assert len(pids) == 2 and all(os.getpgid(pid) == os.getpgid(0) for pid in pids)
+    workers.close()
+    assert workers.workers.closed and all(gone(pid) for pid in pids)
 
 
 def failing_compute(params, x, y, cfg):
@@ -141,16 +159,18 @@ def failing_compute(params, x, y, cfg):
 
 
 @needs_processes
-def test_an_error_in_a_worker_is_raised_in_the_parent_and_the_next_step_starts_new_workers(workers):
+def test_an_error_in_a_worker_is_raised_in_the_parent_and_the_workers_stay(workers):
     params = init_params(CFG, seed=3)
     x, y = batch(np.random.default_rng(1))
     x[:, 0] = 1
+    workers(failing_compute, params, x, y, CFG)
+    pids = [proc.pid for proc in workers.workers.procs]
     x[4, 0] = 0  # the third shard (rows 4 to 6): the second worker's
     with pytest.raises(ValueError, match="first token 0"):
         workers(failing_compute, params, x, y, CFG)
-    assert workers.workers.fd is None  # closed
-    x[4, 0] = 1
+    x[4, 0] = 1  # every answer was read: the same workers compute the next step
     loss, _ = workers(failing_compute, params, x, y, CFG)
+    assert [proc.pid for proc in workers.workers.procs] == pids
     assert loss == pytest.approx(loss_and_grads(params, x, y, CFG)[0], rel=1e-12)
 
 
@@ -186,8 +206,35 @@ def test_a_worker_that_dies_is_named_and_the_next_step_starts_new_workers(worker
     assert all(proc.poll() is None for proc in workers.workers.procs)
 
 
+def slow_compute(params, x, y, cfg):
+    """loss_and_grads, but a minute long for a shard whose first token is 2 (a worker's, below)."""
+    if x[0, 0] == 2:
+        time.sleep(60)
+    return loss_and_grads(params, x, y, cfg)
+
+
+@needs_processes
+def test_while_one_thread_steps_another_gets_threads_and_the_same_numbers(workers):
+    """The pool is one thread's at a time: a second thread's step, taken meanwhile, runs in threads."""
+    params = init_params(CFG, seed=3)
+    x, y = batch(np.random.default_rng(1))
+    want = Sharded(3, processes=False)(loss_and_grads, params, x, y, CFG)[0]
+    workers.idle_workers(loss_and_grads)  # start them, and hold them as a step would
+    try:
+        got = []
+        other = threading.Thread(target=lambda: got.append(workers(loss_and_grads, params, x, y, CFG)[0]))
+        other.start()
+        other.join(timeout=20)
+        assert got == [want]
+    finally:
+        workers.workers.lock.release()
+    assert workers(loss_and_grads, params, x, y, CFG)[0] == want
+
+
 PARENT = """
 import sys, time, numpy as np
+sys.path.insert(0, sys.argv[2])
+from test_parallel import slow_compute
 from transformer.config import ModelConfig
 from transformer.model import init_params, loss_and_grads
 from transformer.parallel import Sharded
@@ -196,25 +243,44 @@ sharded = Sharded(3, processes=True)
 x = np.zeros((6, 8), dtype=int)
 sharded(loss_and_grads, init_params(cfg), x, x, cfg)
 print(*(proc.pid for proc in sharded.workers.procs), flush=True)
-time.sleep(float(sys.argv[1]))
+if sys.argv[1] == "step":
+    x[2:4] = 2  # the first worker's shard: a minute long
+    sharded(slow_compute, init_params(cfg), x, x, cfg)
+else:
+    time.sleep(float(sys.argv[1]))
 """
 
 
-@needs_processes
-@pytest.mark.parametrize("how", ["exits", "is killed"])
-def test_workers_end_when_their_parent_exits_or_is_killed(how, tmp_path):
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, "0" if how == "exits" else "60"],
-                              stdout=subprocess.PIPE, text=True)
+def start_parent(how):
+    """A process with a pool of two workers: their pids, once its first step is done."""
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, how, os.path.dirname(__file__)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    ready, _, _ = select.select([parent.stdout], [], [], 60)
+    assert ready, "the parent did not report its workers within a minute"
     pids = [int(pid) for pid in parent.stdout.readline().split()]
-    assert len(pids) == 2
+    assert len(pids) == 2, parent.stderr.read()
+    return parent, pids
+
+
+@needs_processes
+@pytest.mark.parametrize("how", ["exits", "is killed", "its group is killed mid-step", "Ctrl-C mid-step"])
+def test_workers_end_with_their_parent(how):
+    """Mid-step, one worker sleeps through a minute-long shard: it must end at once all the same, and print
+    nothing. Watched failing with the workers in a session of their own (a killed group left them running) and
+    with the pool ended politely after Ctrl-C (ten seconds' wait)."""
+    parent, pids = start_parent({"exits": "0", "is killed": "60"}.get(how, "step"))
+    time.sleep(0.5)  # into the step
+    start = time.monotonic()
     if how == "is killed":
         parent.kill()
-    assert parent.wait(timeout=30) == (0 if how == "exits" else -signal.SIGKILL)
-    assert all(gone(pid) for pid in pids)
-
-
-def test_evaluation_in_threads_gives_the_same_mean_loss():
-    params = init_params(CFG, seed=5)
-    data = np.random.default_rng(6).integers(0, CFG.vocab_size, 301)
-    one = evaluate(params, CFG, data, seq_len=8, batch_size=4, threads=1)
-    assert evaluate(params, CFG, data, seq_len=8, batch_size=4, threads=3) == one
+    elif how == "its group is killed mid-step":
+        os.killpg(parent.pid, signal.SIGKILL)
+    elif how == "Ctrl-C mid-step":
+        os.killpg(parent.pid, signal.SIGINT)  # what a terminal does: the whole foreground group
+    _, err = parent.communicate(timeout=60)
+    assert all(gone(pid, within=5.0) for pid in pids)
+    assert time.monotonic() - start < 5.0
+    if how == "exits":
+        assert parent.returncode == 0 and err == ""
+    elif how == "Ctrl-C mid-step":  # the parent's own KeyboardInterrupt, and nothing from the workers
+        assert err.count("KeyboardInterrupt") == 1 and "serve" not in err, err
