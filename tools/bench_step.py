@@ -200,7 +200,8 @@ def summary(name, runs):
     if numpys:
         rate = max(r["matmul_rate"] for f in numpys for r in runs[f])
         floor = flops / rate
-        lines.append(f"  matmul floor: {floor * 1e3:.1f} ms at numpy's {rate / 1e9:.0f} GFLOP/s ({PEAK_SIZE}² float32); "
+        lines.append(f"  matmul floor: {floor * 1e3:.1f} ms at numpy's {rate / 1e9:.0f} GFLOP/s "
+                     f"({PEAK_SIZE}² float32); "
                      + "; ".join(f"{f} reaches {floor / median[f]:.0%} of it, {median[f] / floor:.2f}x the floor"
                                  for f in numpys))
     for f in numpys if "torch" in runs else ():

@@ -2,8 +2,9 @@
 
 Two threads of one process can run numpy's loops at once, but every numpy call also runs some Python (reading
 its arguments, making its result), and that part holds the global lock: a training step makes many small
-calls, and each thread keeps waiting for the other's. A process has a lock of its own. So on Linux, `Sharded` computes every shard but the first in a worker process of its own, and
-the first in the calling process, all at once.
+calls, and each thread keeps waiting for the other's. A process has a lock of its own. So on Linux, `Sharded`
+computes every shard but the first in a worker process of its own, and the first in the calling process, all
+at once.
 
 Nothing large is pickled. The parameters and the gradients travel through one block of shared memory, an
 anonymous file (memfd) that the parent and every worker map:
@@ -215,6 +216,8 @@ def forget_in_child():
     """In a child forked from a process with pools: its copies of their sockets and blocks are closed, and the
     pools are marked closed, so the child neither reads another process's answers nor keeps workers alive."""
     for pool in list(LIVE):
+        if pool.closed:  # its descriptors are closed already, and their numbers may be another's now
+            continue
         for conn in pool.conns:
             conn.close()
         os.close(pool.fd)

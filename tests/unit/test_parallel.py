@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -284,3 +285,21 @@ def test_workers_end_with_their_parent(how):
         assert parent.returncode == 0 and err == ""
     elif how == "Ctrl-C mid-step":  # the parent's own KeyboardInterrupt, and nothing from the workers
         assert err.count("KeyboardInterrupt") == 1 and "serve" not in err, err
+
+
+@needs_processes
+def test_a_forked_child_forgets_the_pool_and_the_parent_keeps_it(workers):
+    """A child forked without exec holds copies of the pool's sockets: it must not use them, nor keep the
+    workers alive. Watched failing without the fork handler (the child saw the pool open)."""
+    params = init_params(CFG, seed=3)
+    x, y = batch(np.random.default_rng(1))
+    want = workers(loss_and_grads, params, x, y, CFG)[0]
+    pids = [proc.pid for proc in workers.workers.procs]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12+: fork() in a process with threads
+        child = os.fork()
+    if child == 0:
+        os._exit(0 if workers.workers.closed and not workers.workers.procs else 1)
+    assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+    assert workers(loss_and_grads, params, x, y, CFG)[0] == want
+    assert [proc.pid for proc in workers.workers.procs] == pids
