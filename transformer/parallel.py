@@ -95,25 +95,26 @@ class Sharded:
             return loss_and_grads(params, x, y, cfg)
         rows = shard_rows(len(x), self.threads)
         workers = self.idle_workers(loss_and_grads)
-        if workers is None:
-            parts = [self.pool.submit(loss_and_grads, params, x[a:b], y[a:b], cfg) for a, b in rows]
-            parts = [p.result() for p in parts]
-        else:
-            (a0, b0), rest = rows[0], rows[1:]
-            try:
+        try:
+            if workers is None:
+                parts = [self.pool.submit(loss_and_grads, params, x[a:b], y[a:b], cfg) for a, b in rows]
+                parts = [p.result() for p in parts]
+            else:
+                (a0, b0), rest = rows[0], rows[1:]
                 parts = workers(shard_processes.by_name(loss_and_grads), params, cfg,
                                 [(x[a:b], y[a:b]) for a, b in rest],
                                 lambda: loss_and_grads(params, x[a0:b0], y[a0:b0], cfg))
-            finally:
+            weights = [(b - a) / len(x) for a, b in rows]  # eq:shard-mean  N^(ξ) / N: every window has length T
+            loss = sum(w * shard_loss for w, (shard_loss, _) in zip(weights, parts))  # eq:shard-mean
+            grads = {}
+            for name, first in parts[0][1].items():
+                total = first * np.asarray(weights[0], dtype=first.dtype)  # eq:shard-mean
+                for w, (_, shard_grads) in zip(weights[1:], parts[1:]):
+                    total += shard_grads[name] * np.asarray(w, dtype=first.dtype)  # eq:shard-mean
+                grads[name] = total
+        finally:
+            if workers is not None:  # released once the sums are made: they read the workers' block
                 workers.lock.release()
-        weights = [(b - a) / len(x) for a, b in rows]  # eq:shard-mean  N^(ξ) / N: every window has length T
-        loss = sum(w * shard_loss for w, (shard_loss, _) in zip(weights, parts))  # eq:shard-mean
-        grads = {}
-        for name, first in parts[0][1].items():
-            total = first * np.asarray(weights[0], dtype=first.dtype)  # eq:shard-mean
-            for w, (_, shard_grads) in zip(weights[1:], parts[1:]):
-                total += shard_grads[name] * np.asarray(w, dtype=first.dtype)  # eq:shard-mean
-            grads[name] = total
         return float(loss), grads
 
     def idle_workers(self, loss_and_grads):
