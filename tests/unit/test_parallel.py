@@ -36,9 +36,11 @@ needs_processes = pytest.mark.skipif(not supported(), reason="worker processes n
 MODES = [pytest.param(False, id="threads"), pytest.param(True, id="processes", marks=needs_processes)]
 
 
-@pytest.mark.parametrize("processes", MODES)
+# More shards than rows: (5, 8) in threads; in processes (2, 3), which starts fewer workers than 7 (0.25 s each).
+@pytest.mark.parametrize("processes,batch,threads", [
+    *((False, b, t) for b, t in [(7, 2), (7, 3), (5, 8), (1, 2)]),
+    *(pytest.param(True, b, t, marks=needs_processes) for b, t in [(7, 2), (7, 3), (2, 3), (1, 2)])])
 @pytest.mark.parametrize("compute", [loss_and_grads, autograd_loss_and_grads], ids=["handwritten", "autograd"])
-@pytest.mark.parametrize("batch,threads", [(7, 2), (7, 3), (5, 8), (1, 2)])
 def test_a_sharded_batch_has_the_loss_and_gradients_of_one_pass(compute, batch, threads, processes):
     """The shards are weighted by their share of the rows: 3 and 4 rows of 7 weigh 3/7 and 4/7, not 1/2 each
     (a plain mean of the shards' means would be off by a relative 1/7 here)."""
