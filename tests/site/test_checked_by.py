@@ -297,6 +297,17 @@ def test_units_that_cannot_be_measured_say_why(traced):
     assert nothing["reason"] == "it returns nothing a rule can change (None), and changes no array among its arguments"
 
 
+def test_shards_are_perturbed_alike_so_the_tests_of_sharding_only_use_the_model():
+    """The real package: with LayerNorm's backward perturbed, a sharded step and one pass, or worker processes
+    and threads, are wrong alike, so no test of tests/unit/test_parallel.py may fail. Watched failing (six
+    tests) while worker processes, which import the package unwrapped, computed their shards unperturbed."""
+    result = checked_by.run_all(["layernorm:layer_norm_backward"], ["tests/unit/test_parallel.py"], jobs=1,
+                                log=lambda line: None)
+    record = result["units"]["layernorm:layer_norm_backward"]
+    assert record["measured"] and len(record["tests"]) >= 5, record  # the threads' tests call it
+    assert record["failed"] == [] and record["not_run"] == []
+
+
 def test_a_test_that_fails_on_the_unchanged_code_stops_the_run(tmp_path):
     for path, text in FAKE.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
