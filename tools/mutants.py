@@ -52,7 +52,9 @@ CORPUS = ROOT / "data" / "tinyshakespeare" / "input.txt"
 FETCH_CORPUS = ROOT / "scripts" / "fetch_corpus.py"  # puts the corpus in place, verified against its SHA256
 # The unit tests (every test file under tests/unit) run in this order, the rest after them by name, and
 # stop at the first failure, so the failure reported is the most specific test that sees the mistake: the
-# layers before the model, the command line last.
+# files that import the mutated module first (unit_test_files), then the layers before the model, the command
+# line last.
+PACKAGE = "transformer"
 UNIT_TEST_ORDER = ("test_layers.py", "test_model.py", "test_optim.py", "test_data.py", "test_generate.py",
                    "test_checkpoint.py", "test_crosscheck.py", "test_train.py")
 TIMEOUT_S = 600  # per check: a mutant that makes a check hang counts as caught, after this long
@@ -75,8 +77,8 @@ CHECKS = (
           "logits, loss, gradients, intermediates, AdamW steps, training steps and KV-cache decoding "
           "against PyTorch on the CPU, ReLU and GELU (`python -m transformer crosscheck`)"),
     Check("tests", "Unit tests",
-          "the pytest suite without the tests of the site and the tools, the layers' tests first; it stops at "
-          "the first failure, which is named"),
+          "the pytest suite without the tests of the site and the tools: the files that import the mutated "
+          "module first, then the layers' tests; it stops at the first failure, which is named"),
     Check("training", "Training run",
           "200 steps of preset A on Tiny Shakespeare; the validation loss must fall below that of a "
           "bigram model counted from the training split"),
@@ -186,18 +188,46 @@ def check_crosscheck(copy, ctx):
     return bool(fails), "; ".join(fails) or "every comparison within tolerance, ReLU and GELU"
 
 
-def unit_test_files(root=ROOT):
-    """Every test file under tests/unit, in UNIT_TEST_ORDER, then the rest by name."""
+def imported_modules(path):
+    """The package's modules a test file imports ("layernorm" for `from transformer.layernorm import ...` or
+    `from transformer import layernorm`)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == PACKAGE and not node.level:
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PACKAGE + ".") and not node.level:
+            names.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            names |= {a.name.split(".")[1] for a in node.names if a.name.startswith(PACKAGE + ".")}
+    return names
+
+
+def mutated_modules(mutant):
+    """The package's modules a mutant edits ("layernorm" for transformer/layernorm.py)."""
+    return {Path(path).stem for path in {e.path for e in mutant.edits} | {mutant.subject[0]}
+            if Path(path).parent.name == PACKAGE}
+
+
+def unit_test_files(root=ROOT, first=()):
+    """Every test file under tests/unit: a module of `first`'s own (test_nf4.py for nf4), then those that import
+    one, then the rest, each in UNIT_TEST_ORDER, then by name. A mistake is caught by the first failing test, so a
+    mutant of the worker processes, say, is seen by test_parallel.py at once instead of after a minute of the
+    layers' tests."""
     files = sorted(p.relative_to(root).as_posix() for p in (root / UNIT_TESTS).rglob("test_*.py"))
     stale = set(UNIT_TEST_ORDER) - {Path(f).name for f in files}
     if stale:
         raise ValueError(f"UNIT_TEST_ORDER names {', '.join(sorted(stale))}, not under {UNIT_TESTS}")
     rank = {name: i for i, name in enumerate(UNIT_TEST_ORDER)}
-    return sorted(files, key=lambda f: (rank.get(Path(f).name, len(rank)), f))
+    mutated = set(first)
+
+    def kinship(f):  # 0: a mutated module's own tests, 1: they import one, 2: neither
+        return 0 if Path(f).stem.removeprefix("test_") in mutated else 1 if imported_modules(root / f) & mutated else 2
+    return sorted(files, key=lambda f: (kinship(f), rank.get(Path(f).name, len(rank)), f))
 
 
 def check_tests(copy, ctx):
-    result = run_pytest(copy, unit_test_files(copy), timeout=TIMEOUT_S, threads=1, launcher=ctx.get("launcher"))
+    files = unit_test_files(copy, ctx.get("mutated", ()))
+    result = run_pytest(copy, files, timeout=TIMEOUT_S, threads=1, launcher=ctx.get("launcher"))
     if result is None:
         return True, f"timed out after {TIMEOUT_S} s"
     if result.returncode == 0:
@@ -258,7 +288,8 @@ def run_one(mutant, ctx, waiting):
     with lent(waiting) as launcher, mutant_copy(mutant) as copy:
         for check in CHECKS:
             start = time.perf_counter()
-            caught, detail = CHECK_FUNCTIONS[check.name](copy, {**ctx, "launcher": launcher})
+            mutated = mutated_modules(mutant) if mutant else ()
+            caught, detail = CHECK_FUNCTIONS[check.name](copy, {**ctx, "launcher": launcher, "mutated": mutated})
             results[check.name] = {"caught": caught, "detail": detail,
                                    "seconds": round(time.perf_counter() - start, 1)}
     return results
