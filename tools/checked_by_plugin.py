@@ -19,7 +19,8 @@ ends, then one line of what the rules did to each unit. CHECKED_BY_TESTS (a file
 optionally followed by a tab, a time limit in seconds, a tab and the most calls of the units it may make) keeps
 only those tests; a test that runs past either limit is stopped and recorded as hung.
 The units of CHECKED_BY_IN_PLACE (those that return nothing) have what they change in their
-arguments perturbed instead, after each call.
+arguments perturbed instead, after each call. In every mode a training step's shards run in threads, never in
+worker processes, which would compute outside the wrappers (`shards_in_threads`).
 """
 
 import functools

@@ -50,10 +50,9 @@ from transformer.parallel import cores  # noqa: E402  (the cores this process ma
 
 CORPUS = ROOT / "data" / "tinyshakespeare" / "input.txt"
 FETCH_CORPUS = ROOT / "scripts" / "fetch_corpus.py"  # puts the corpus in place, verified against its SHA256
-# The unit tests (every test file under tests/unit) run in this order, the rest after them by name, and
-# stop at the first failure, so the failure reported is the most specific test that sees the mistake: the
-# files that import the mutated module first (unit_test_files), then the layers before the model, the command
-# line last.
+# The unit tests (every test file under tests/unit) stop at the first failure, so they run the most specific
+# tests first (unit_test_files): the mutated module's own test file, then the files that import it at their
+# top, then the rest in this order (the layers before the model), then by name.
 PACKAGE = "transformer"
 UNIT_TEST_ORDER = ("test_layers.py", "test_model.py", "test_optim.py", "test_data.py", "test_generate.py",
                    "test_checkpoint.py", "test_crosscheck.py", "test_train.py")
@@ -77,8 +76,9 @@ CHECKS = (
           "logits, loss, gradients, intermediates, AdamW steps, training steps and KV-cache decoding "
           "against PyTorch on the CPU, ReLU and GELU (`python -m transformer crosscheck`)"),
     Check("tests", "Unit tests",
-          "the pytest suite without the tests of the site and the tools: the files that import the mutated "
-          "module first, then the layers' tests; it stops at the first failure, which is named"),
+          "the pytest suite without the tests of the site and the tools: the mutated module's own test file "
+          "first, then the files that import it, then the layers' tests; it stops at the first failure, which is "
+          "named"),
     Check("training", "Training run",
           "200 steps of preset A on Tiny Shakespeare; the validation loss must fall below that of a "
           "bigram model counted from the training split"),
@@ -189,10 +189,11 @@ def check_crosscheck(copy, ctx):
 
 
 def imported_modules(path):
-    """The package's modules a test file imports ("layernorm" for `from transformer.layernorm import ...` or
-    `from transformer import layernorm`)."""
+    """The package's modules a test file imports at its top ("layernorm" for `from transformer.layernorm import
+    ...`, `from transformer import layernorm` or `import transformer.layernorm`). Imports inside a test (a
+    negative control that patches a module) do not count, nor `import transformer` alone."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.parse(path.read_bytes(), filename=str(path)).body:
         if isinstance(node, ast.ImportFrom) and node.module == PACKAGE and not node.level:
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PACKAGE + ".") and not node.level:
@@ -220,7 +221,9 @@ def unit_test_files(root=ROOT, first=()):
     rank = {name: i for i, name in enumerate(UNIT_TEST_ORDER)}
     mutated = set(first)
 
-    def kinship(f):  # 0: a mutated module's own tests, 1: they import one, 2: neither
+    def kinship(f):  # 0: a mutated module's own tests, 1: they import one, 2: neither (or nothing is mutated)
+        if not mutated:
+            return 2
         return 0 if Path(f).stem.removeprefix("test_") in mutated else 1 if imported_modules(root / f) & mutated else 2
     return sorted(files, key=lambda f: (kinship(f), rank.get(Path(f).name, len(rank)), f))
 
@@ -286,9 +289,9 @@ def run_one(mutant, ctx, waiting):
     `waiting` (tools/preloaded.py); return the results by check."""
     results = {}
     with lent(waiting) as launcher, mutant_copy(mutant) as copy:
+        mutated = mutated_modules(mutant) if mutant else ()
         for check in CHECKS:
             start = time.perf_counter()
-            mutated = mutated_modules(mutant) if mutant else ()
             caught, detail = CHECK_FUNCTIONS[check.name](copy, {**ctx, "launcher": launcher, "mutated": mutated})
             results[check.name] = {"caught": caught, "detail": detail,
                                    "seconds": round(time.perf_counter() - start, 1)}

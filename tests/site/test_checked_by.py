@@ -298,13 +298,16 @@ def test_units_that_cannot_be_measured_say_why(traced):
 
 
 def test_shards_are_perturbed_alike_so_the_tests_of_sharding_only_use_the_model():
-    """The real package: with LayerNorm's backward perturbed, a sharded step and one pass, or worker processes
-    and threads, are wrong alike, so no test of tests/unit/test_parallel.py may fail. Watched failing (six
-    tests) while worker processes, which import the package unwrapped, computed their shards unperturbed."""
+    """The real package: with LayerNorm's backward perturbed, a step's shards run in threads, wrong alike, so a
+    sharded step equals one pass and no test of tests/unit/test_parallel.py fails; the tests of worker processes
+    skip, and so call nothing. Watched failing (six tests) while worker processes, which import the package
+    unwrapped, computed their shards unperturbed."""
     result = checked_by.run_all(["layernorm:layer_norm_backward"], ["tests/unit/test_parallel.py"], jobs=1,
                                 log=lambda line: None)
     record = result["units"]["layernorm:layer_norm_backward"]
     assert record["measured"] and len(record["tests"]) >= 5, record  # the threads' tests call it
+    in_threads = ("-False-", "float32_gradients_stay_float32", "evaluation_in_threads")
+    assert all(any(mark in test for mark in in_threads) for test in record["tests"]), record["tests"]
     assert record["failed"] == [] and record["not_run"] == []
 
 

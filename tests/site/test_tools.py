@@ -243,21 +243,26 @@ def test_a_mutant_that_no_longer_fits_the_code_stops_the_run():
 
 
 def test_the_unit_tests_of_a_mutant_start_with_its_modules_own_file_then_the_files_that_import_it(tmp_path):
-    """A mutant of nf4: test_nf4.py, then the files that import nf4 in any form, then the usual order. Watched
-    failing with the files that import it left in the usual order."""
-    files = {"test_nf4.py": "from transformer.nf4 import pack\n",
-             "test_finetune.py": "from transformer import lora, nf4\n",
-             "test_zeta.py": "import numpy\nimport transformer.nf4\n",
-             "test_cli.py": "from .helpers import nf4\nfrom transformer import cli\n",  # relative: not the package's
+    """A mutant of nf4: test_nf4.py, then the files that import nf4 at their top in each form, then the usual
+    order. Imports inside a test, relative ones and other modules do not count. Watched failing with the files
+    that import it left in the usual order, and with each form of import, in turn, not counted."""
+    files = {"test_nf4.py": "",
+             "test_alpha.py": "from transformer.nf4 import pack\n",
+             "test_beta.py": "from transformer import lora, nf4\n",
+             "test_gamma.py": "import numpy\nimport transformer.nf4 as q\n",
+             "test_cli.py": "from .helpers import nf4\nimport transformer\nfrom transformer import cli\n\n\n"
+                            "def test_x():\n    from transformer import nf4\n",
              **{name: "" for name in mutants.UNIT_TEST_ORDER}}
     (tmp_path / "tests" / "unit").mkdir(parents=True)
     for name, text in files.items():
         (tmp_path / "tests" / "unit" / name).write_text(text)
-    usual = [f"tests/unit/{name}" for name in (*mutants.UNIT_TEST_ORDER, "test_cli.py", "test_finetune.py",
-                                               "test_nf4.py", "test_zeta.py")]
+    usual = [f"tests/unit/{name}" for name in (*mutants.UNIT_TEST_ORDER, "test_alpha.py", "test_beta.py",
+                                               "test_cli.py", "test_gamma.py", "test_nf4.py")]
     assert mutants.unit_test_files(tmp_path) == usual
-    first = ["tests/unit/test_nf4.py", "tests/unit/test_finetune.py", "tests/unit/test_zeta.py"]
+    first = [f"tests/unit/test_{name}.py" for name in ("nf4", "alpha", "beta", "gamma")]
     assert mutants.unit_test_files(tmp_path, first={"nf4"}) == first + [f for f in usual if f not in first]
+    own_then_usual = ["tests/unit/test_cli.py", "tests/unit/test_layers.py"]
+    assert mutants.unit_test_files(tmp_path, first={"cli"})[:2] == own_then_usual
     by_name = {m.name: m for m in mutant_catalogue.MUTANTS}
     assert mutants.mutated_modules(by_name["shard-parameters-shared-once"]) == {"shard_processes"}
     assert mutants.mutated_modules(by_name["pool-accepts-a-double-return"]) == {"kv_cache"}
