@@ -207,7 +207,8 @@ PAGES = (
     # unit tests or the run itself can change its report.
     Page("mutants", "verification/mutants.md", "Are the checks good enough?", "Verification",
          reads=("transformer", "pyproject.toml", "tests/unit", "tools/mutants.py", "tools/mutant_catalogue.py",
-                "tools/project_copy.py", "tools/preloaded.py", "scripts/fetch_corpus.py", "mode")),
+                "tools/project_copy.py", "tools/preloaded.py", "scripts/fetch_corpus.py", "site_scripts/depends.py",
+                "mode")),
     Page("notation", "reference/notation.md", "Notation", "Reference", generated=False),
     Page("api", "reference/api.md", "API", "Reference", generated=False),
     Page("configuration", "reference/configuration.md", "Configuration", "Reference"),

@@ -41,6 +41,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python tools/mutants.py`: import from the project root, as `-m` does
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
+from site_scripts import depends  # noqa: E402
 from site_scripts.common import (CACHE, ROOT, cached_json, hash_parts, numpy_version, positive_int,  # noqa: E402
                                  torch_version)
 from tools.mutant_catalogue import MUTANTS, QUICK  # noqa: E402
@@ -188,19 +189,13 @@ def check_crosscheck(copy, ctx):
     return bool(fails), "; ".join(fails) or "every comparison within tolerance, ReLU and GELU"
 
 
-def imported_modules(path):
+def imported_modules(path, root=ROOT):
     """The package's modules a test file imports at its top ("layernorm" for `from transformer.layernorm import
-    ...`, `from transformer import layernorm` or `import transformer.layernorm`). Imports inside a test (a
-    negative control that patches a module) do not count, nor `import transformer` alone."""
-    names = set()
-    for node in ast.parse(path.read_bytes(), filename=str(path)).body:
-        if isinstance(node, ast.ImportFrom) and node.module == PACKAGE and not node.level:
-            names |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PACKAGE + ".") and not node.level:
-            names.add(node.module.split(".")[1])
-        elif isinstance(node, ast.Import):
-            names |= {a.name.split(".")[1] for a in node.names if a.name.startswith(PACKAGE + ".")}
-    return names
+    ...`, `from transformer import layernorm` or `import transformer.layernorm`), as site_scripts/depends.py
+    reads them. Imports inside a test (a negative control that patches a module) do not count, nor `import
+    transformer` alone."""
+    source = depends.Source(path.read_text(), root=root)
+    return set(source.modules.values()) | {module for module, _ in source.names.values()}
 
 
 def mutated_modules(mutant):
@@ -224,7 +219,9 @@ def unit_test_files(root=ROOT, first=()):
     def kinship(f):  # 0: a mutated module's own tests, 1: they import one, 2: neither (or nothing is mutated)
         if not mutated:
             return 2
-        return 0 if Path(f).stem.removeprefix("test_") in mutated else 1 if imported_modules(root / f) & mutated else 2
+        if Path(f).stem.removeprefix("test_") in mutated:
+            return 0
+        return 1 if imported_modules(root / f, root) & mutated else 2
     return sorted(files, key=lambda f: (kinship(f), rank.get(Path(f).name, len(rank)), f))
 
 
@@ -373,7 +370,8 @@ def pinned_corpus_digest():
 # fixtures), these tools, and the script that pins the corpus's digest. The site's mutants page names
 # the same paths in its registry entry (a site test checks it).
 REPORT_INPUTS = ("transformer", "pyproject.toml", UNIT_TESTS, "tools/mutants.py", "tools/mutant_catalogue.py",
-                 "tools/project_copy.py", "tools/preloaded.py", "scripts/fetch_corpus.py")
+                 "tools/project_copy.py", "tools/preloaded.py", "scripts/fetch_corpus.py",
+                 "site_scripts/depends.py")  # it reads the test files' imports (unit_test_files)
 
 
 def report_key(quick):

@@ -256,6 +256,9 @@ def test_the_unit_tests_of_a_mutant_start_with_its_modules_own_file_then_the_fil
     (tmp_path / "tests" / "unit").mkdir(parents=True)
     for name, text in files.items():
         (tmp_path / "tests" / "unit" / name).write_text(text)
+    (tmp_path / "transformer").mkdir()
+    for module in ("nf4", "lora", "cli"):  # `from transformer import nf4` names a module only where it is one
+        (tmp_path / "transformer" / f"{module}.py").write_text("")
     usual = [f"tests/unit/{name}" for name in (*mutants.UNIT_TEST_ORDER, "test_alpha.py", "test_beta.py",
                                                "test_cli.py", "test_gamma.py", "test_nf4.py")]
     assert mutants.unit_test_files(tmp_path) == usual
