@@ -36,8 +36,7 @@ from .common import (ROOT, hash_parts, is_current, mode, numpy_version, package_
 SNIPPETS = ROOT / "build" / "snippets"
 FIGURE = ".png"  # a fragment named like this is a figure: PNG bytes, served beside its page (hook.on_files)
 DERIVATION = re.compile(r"^## Derivation\b", flags=re.M)
-SHARED = ["build.py", "checked.py", "common.py", "depends.py", "equations.py", "examples.py", "markers.py",
-          "code_facts.py", "registry.py", "sections.py"]
+SHARED = depends.SHARED  # hashed whole into every page's key
 
 
 def page_names():

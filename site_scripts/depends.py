@@ -91,8 +91,10 @@ class Source:
     def _helper_files(node):
         """What a `from ... import` of site_scripts or of tools/ names: a relative import as (level, module),
         which reached_files resolves from the importing file's folder; tools/ as paths."""
-        if node.level >= 1 and node.module:  # (`from .. import sections`: a shared module, hashed whole)
+        if node.level >= 1 and node.module:
             return [(node.level, node.module)]
+        if node.level >= 1:  # `from . import _qlora_memory`, `from .. import memory, sections`: each a module
+            return [(node.level, alias.name) for alias in node.names]  # (a name that is no file is skipped)
         if node.module == "tools":
             return [f"tools/{alias.name}.py" for alias in node.names]
         if (node.module or "").startswith("tools."):
@@ -185,14 +187,24 @@ def all_units(root=ROOT):
     return units
 
 
+# The site_scripts modules whose text every page's key holds (site_scripts/build.py hashes them whole): reached_files
+# lists one a page imports, but not what it imports in turn, which is the build's code, not the page's.
+SHARED = ("build.py", "checked.py", "common.py", "depends.py", "equations.py", "examples.py", "markers.py",
+          "code_facts.py", "registry.py", "sections.py")
+
+
 def reached_files(page_path, root=ROOT):
-    """The generator (or notebook) and every site_scripts and tools file it imports, directly or not."""
+    """The generator (or notebook) and every site_scripts and tools file it imports, directly or not (not
+    through a SHARED module)."""
     files, done = [Path(page_path)], []
+    shared = {Path(root) / "site_scripts" / name for name in SHARED}
     while files:
         path = files.pop()
         if path in done or not path.exists():
             continue
         done.append(path)
+        if path in shared:
+            continue
         for helper in _parse(read_text(path), None, root).helpers:
             files += [root / helper] if isinstance(helper, str) else _relative_files(path, *helper)
     return done

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 from sitebuild import ROOT, html_of, mkdocs_build, nav_pages
 
-from site_scripts import anatomy, build, notebooks, registry
+from site_scripts import anatomy, build, depends, notebooks, registry
 from site_scripts.equations import by_id
 from site_scripts.registry import PAGE_PATHS
 from site_scripts.markers import Marker, collect_markers
@@ -393,3 +393,16 @@ def test_the_anatomy_renders_the_sections_whose_fragments_exist_and_refuses_a_mi
     for wrong in ("<!-- anatomy form used -->", "<!-- anatomy to nothing -->"):
         with pytest.raises(ValueError, match="anatomy"):
             anatomy.expand(f"# T\n\n{wrong}\n", "p", {"used"})
+
+
+def test_a_page_key_covers_the_modules_its_generator_imports_by_name_but_not_what_the_shared_modules_import():
+    """`from . import _qlora_memory` and `from .. import memory` name modules: their files are the page's code.
+    A shared module (hashed whole into every key) is listed where a page imports it, but its own imports are the
+    build's code, not the page's."""
+    sources = {n: {p.relative_to(ROOT).as_posix() for p in build.page_sources(n)} for n in ("qlora", "training", "lora")}
+    assert "site_scripts/pages/_qlora_memory.py" in sources["qlora"]
+    assert {"site_scripts/memory.py", "tools/memory_policies.py"} <= sources["training"]
+    assert {"site_scripts/pages/_lora_checks.py", "site_scripts/pages/_lora_cli.py"} <= sources["lora"]
+    reached = {p.relative_to(ROOT).as_posix() for p in depends.reached_files(build.generator_path("training"))}
+    assert "site_scripts/sections.py" in reached  # `from .. import memory, sections`
+    assert not {"tools/checked_by.py", "site_scripts/schedule.py"} & reached  # imported by checked.py, a shared one
