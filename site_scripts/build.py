@@ -19,7 +19,7 @@ which no file changed computes no key at all: the state of the files the keys re
 times, sizes and inodes, `inputs_state`), taken before the keys are read, is stored after each run, and while it
 is the same, every page is current.
 
-    python -m site_scripts.build [--page NAME ...] [--force]
+    python -m site_scripts.build [--page NAME ...] [--force] [--jobs N]
 """
 
 import argparse
@@ -27,11 +27,11 @@ import importlib
 import json
 import re
 import sys
-import time
 
-from . import checked, depends, equations, registry
-from .common import (ROOT, hash_parts, is_current, mode, numpy_version, package_version, stamps, torch_version,
-                     write_if_changed)
+from . import checked, depends, equations, registry, schedule
+from .common import (ROOT, hash_parts, is_current, mode, numpy_version, package_version, positive_int, stamps,
+                     torch_version, write_if_changed)
+from .schedule import Task
 
 SNIPPETS = ROOT / "build" / "snippets"
 FIGURE = ".png"  # a fragment named like this is a figure: PNG bytes, served beside its page (hook.on_files)
@@ -135,12 +135,15 @@ def fragments(name, context):
     return out
 
 
-def generate(name, context, force=False) -> bool:
-    """Rerun one page's generator if its key changed. Returns True if it ran."""
+def is_stale(name, context, force=False):
+    """The page's key when its generator must run (its key changed, or `force`), else None."""
     key = page_key(name, context)
-    stamp = SNIPPETS / name / ".key"
-    if not force and is_current(stamp, key):
-        return False
+    return key if force or not is_current(SNIPPETS / name / ".key", key) else None
+
+
+def write_page(name, context, key):
+    """Run the page's generators and write their fragments, then its key. A schedule.Task: it may run in a
+    worker process."""
     made = fragments(name, context)
     files = {SNIPPETS / name / (f if f.endswith(FIGURE) else f"{f}.md"): text for f, text in made.items()}
     for path, content in files.items():
@@ -152,8 +155,15 @@ def generate(name, context, force=False) -> bool:
             write_if_changed(path, content)
     for stale in {*(SNIPPETS / name).glob("*.md"), *(SNIPPETS / name).glob(f"*{FIGURE}")} - set(files):
         stale.unlink()  # a fragment the generator no longer makes must not linger
-    write_if_changed(stamp, key)
-    return True
+    write_if_changed(SNIPPETS / name / ".key", key)
+
+
+def generate(name, context, force=False) -> bool:
+    """Rerun one page's generator if its key changed. Returns True if it ran."""
+    key = is_stale(name, context, force)
+    if key is not None:
+        write_page(name, context, key)
+    return key is not None
 
 
 def made_fragments(name):
@@ -216,31 +226,59 @@ def inputs_state(context, pages, sources, root=ROOT):
                       package_version("bitsandbytes"), mode(), json.dumps(context, sort_keys=True), pages)
 
 
-def generate_all(context, pages=None, force=False, log=print):
-    """Check the registry and the equation ties, then run every (or the named) page generator whose key
-    changed. When no file changed since the last run that ended well (`inputs_state`), no key can have changed,
-    and none is computed."""
-    from .markers import check_ties, collect_markers
+# The results several pages show, computed once by the build process before any page runs (a page would otherwise
+# compute it in each worker at once): (the file a page's sources hold when it shows the result, the function
+# that brings the stored result up to date). They run with nothing beside them, so the times they measure are
+# those of an idle machine.
+SHARED_RESULTS = (("results.py", "site_scripts.results:crosscheck_report"),
+                  ("memory.py", "site_scripts.memory:measurements"))
 
-    problems = registry_problems()
-    if problems:
-        raise RuntimeError("site_scripts/registry.py names what is not there:\n  " + "\n  ".join(problems))
-    problems = check_ties(collect_markers())
-    if problems:
-        raise RuntimeError("equations and code are not tied:\n  " + "\n  ".join(problems))
-    sources = source_state()  # before any key reads them: a file edited during the run is seen by the next
-    if not force and is_current(LAST_RUN, inputs_state(context, pages, sources)):
-        return []
-    if any(registry.BY_ID[name].functions for name in pages or page_names()):
-        checked.report(log)  # the measured "checked by", brought up to date once, before any page's key reads it
-    reran = []
-    for name in pages or page_names():
-        start = time.perf_counter()
-        if generate(name, context, force):
-            reran.append(name)
-            log(f"generated page {name} in {time.perf_counter() - start:.1f} s")
-    write_if_changed(LAST_RUN, inputs_state(context, pages, sources))  # the sources as the keys read them
-    return reran
+
+def bring_up_to_date(stale):
+    """Bring each of SHARED_RESULTS that a stale page's sources hold up to date."""
+    for file, function in SHARED_RESULTS:
+        if any(ROOT / "site_scripts" / file in page_sources(name) for name in stale):
+            module, _, attr = function.partition(":")
+            getattr(importlib.import_module(module), attr)()
+
+
+class Plan:
+    """The page generators one build must run, as schedule.Tasks, and what to record once they all ran."""
+
+    def __init__(self, context, pages=None, force=False, log=print):
+        from .markers import check_ties, collect_markers
+
+        problems = registry_problems()
+        if problems:
+            raise RuntimeError("site_scripts/registry.py names what is not there:\n  " + "\n  ".join(problems))
+        problems = check_ties(collect_markers())
+        if problems:
+            raise RuntimeError("equations and code are not tied:\n  " + "\n  ".join(problems))
+        self.state = (context, pages, source_state())  # before any key reads them: a file edited now is seen next time
+        self.tasks = []
+        if not force and is_current(LAST_RUN, inputs_state(*self.state)):
+            return
+        if any(registry.BY_ID[name].functions for name in pages or page_names()):
+            checked.report(log)  # before any page's key reads its entries
+        keys = {name: is_stale(name, context, force) for name in pages or page_names()}
+        stale = [name for name, key in keys.items() if key is not None]
+        bring_up_to_date(stale)
+        self.tasks = [Task(f"generated page {name}", write_page, (name, context, keys[name]),
+                           alone=registry.BY_ID[name].alone) for name in stale]
+
+    def record(self):
+        """Store the sources' state as the keys read it: while it stays the same, no page is computed again."""
+        write_if_changed(LAST_RUN, inputs_state(*self.state))
+
+
+def generate_all(context, pages=None, force=False, log=print, jobs=1):
+    """Check the registry and the equation ties, then run every (or the named) page generator whose key
+    changed, `jobs` at a time (site_scripts/schedule.py). When no file changed since the last run that ended
+    well (`inputs_state`), no key can have changed, and none is computed. Returns the pages that ran."""
+    plan = Plan(context, pages, force, log)
+    schedule.run(plan.tasks, jobs, log)
+    plan.record()
+    return [task.args[0] for task in plan.tasks]
 
 
 def main():
@@ -248,8 +286,11 @@ def main():
     parser.add_argument("--page", nargs="+", choices=page_names(), help="only these pages")
     parser.add_argument("--force", action="store_true", help="rerun even when nothing changed")
     parser.add_argument("--repo-url", default="https://github.com/transformer-explained/transformer")
+    parser.add_argument("-j", "--jobs", type=positive_int, default=None,
+                        help="generators run at once (default: $SITE_JOBS, else the number of cores)")
     args = parser.parse_args()
-    reran = generate_all({"repo_url": args.repo_url}, args.page, args.force)
+    jobs = args.jobs or schedule.jobs_from_env()
+    reran = generate_all({"repo_url": args.repo_url}, args.page, args.force, jobs=jobs)
     print(f"reran: {', '.join(reran) or 'nothing (all up to date)'}")
     return 0
 

@@ -14,6 +14,7 @@ from tools import checked_by as tool
 from tools.perturbations import RULES
 
 from .common import md_table, mode
+from .schedule import jobs_from_env
 
 _memo, _stored = {}, {}
 LONG = 8  # a list longer than this is folded (a details block the reader opens)
@@ -27,7 +28,7 @@ def report(log=print):
     """The report for this code and mode: the stored one while current, else a new run's (minutes)."""
     key = tool.report_key(quick())
     if key not in _memo:
-        _memo[key] = tool.report(quick(), log=log)
+        _memo[key] = tool.report(quick(), jobs=jobs_from_env(), log=log)  # scripts/site --jobs
     return _memo[key]
 
 

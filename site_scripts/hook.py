@@ -1,6 +1,7 @@
 """mkdocs hook: `mkdocs build` and `mkdocs serve` rerun the page generators and
 the experiment notebooks that need it before reading the docs, so no page can
-be built stale; the rendered notebooks join the site as experiments/<name>.md.
+be built stale, several at a time (SITE_JOBS, site_scripts/schedule.py); the
+rendered notebooks join the site as experiments/<name>.md.
 The navigation comes from site_scripts/registry.py, each docs page's
 `<!-- anatomy -->` line becomes the standard sections (site_scripts/anatomy.py),
 and each equation of its prose gets the links to its code (site_scripts/equations.py). Once the pages are
@@ -16,7 +17,8 @@ PROJECT = str(Path(__file__).resolve().parent.parent)  # mkdocs loads this file 
 if PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
 
-from site_scripts import anatomy, build, equations, notebooks, print_edition, registry, sections  # noqa: E402
+from site_scripts import (anatomy, build, equations, notebooks, print_edition, registry, schedule,  # noqa: E402
+                          sections)
 
 COMMAND = "build"  # or "serve", "gh-deploy": on_startup says which
 
@@ -47,8 +49,13 @@ def on_pre_build(config, **kwargs):
     if not vendor.exists():
         raise PluginError(f"{vendor} is missing: run scripts/setup, which copies MathJax and mermaid from npm")
     try:
-        build.generate_all({"repo_url": config["repo_url"]}, log=log.info)
-        notebooks.run_all(log=log.info, repo_url=config["repo_url"])
+        jobs = schedule.jobs_from_env()
+    except ValueError as e:
+        raise PluginError(str(e)) from None
+    try:  # the pages and the notebooks that need it, `jobs` at a time
+        pages = build.Plan({"repo_url": config["repo_url"]}, log=log.info)
+        schedule.run(pages.tasks + notebooks.tasks(repo_url=config["repo_url"]), jobs, log.info)
+        pages.record()
     except (RuntimeError, LookupError) as e:  # a check that failed, or a page linking to what no page shows
         raise PluginError(str(e)) from None
 

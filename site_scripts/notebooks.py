@@ -22,11 +22,10 @@ import os
 import platform
 import re
 import sys
-import time
 from graphlib import CycleError, TopologicalSorter
 
 from . import depends
-from .common import QUICK_ENV, ROOT, hash_parts, is_current, mode, package_version, write_if_changed
+from .common import QUICK_ENV, ROOT, hash_parts, is_current, mode, package_version, positive_int, write_if_changed
 
 NOTEBOOKS = ROOT / "notebooks"
 OUT = ROOT / "build" / "notebooks"
@@ -158,13 +157,17 @@ def _output_md(output, name, figure_name, figures, where):
     raise NotebookError(f"notebook notebooks/{where} has an output of type {kind!r}, which a page cannot show")
 
 
-def run(name, run_mode, force=False, folder=NOTEBOOKS, out=OUT, repo_url=REPO_URL):
-    """Execute and render one notebook if its key changed. Returns True if it ran."""
+def is_stale(name, run_mode, force=False, folder=NOTEBOOKS, out=OUT, repo_url=REPO_URL):
+    """The notebook's key when it must run (its key changed, its page is missing, or `force`), else None."""
     key = notebook_key(name, run_mode, folder, repo_url)
+    current = is_current(out / run_mode / f"{name}.key", key) and (out / run_mode / f"{name}.md").exists()
+    return None if current and not force else key
+
+
+def execute_and_write(name, run_mode, key, folder=NOTEBOOKS, out=OUT, repo_url=REPO_URL):
+    """Execute and render one notebook, write its page and figures, then its key. A schedule.Task: it may run in
+    a worker process."""
     target = out / run_mode
-    stamp = target / f"{name}.key"
-    if not force and is_current(stamp, key) and (target / f"{name}.md").exists():
-        return False
     nb = execute(name, run_mode, folder)
     text, figures = render(nb, name, run_mode, repo_url)
     figure_dir = target / name
@@ -176,25 +179,48 @@ def run(name, run_mode, force=False, folder=NOTEBOOKS, out=OUT, repo_url=REPO_UR
         if not (figure_dir / file_name).exists() or (figure_dir / file_name).read_bytes() != data:
             (figure_dir / file_name).write_bytes(data)
     write_if_changed(target / f"{name}.md", text)
-    write_if_changed(stamp, key)
-    return True
+    write_if_changed(target / f"{name}.key", key)
 
 
-def run_all(only=None, force=False, log=print, repo_url=REPO_URL):
-    """Fetch the corpus if a notebook needs it, then run every notebook that needs it, in order."""
+def run(name, run_mode, force=False, folder=NOTEBOOKS, out=OUT, repo_url=REPO_URL):
+    """Execute and render one notebook if its key changed. Returns True if it ran."""
+    key = is_stale(name, run_mode, force, folder, out, repo_url)
+    if key is not None:
+        execute_and_write(name, run_mode, key, folder, out, repo_url)
+    return key is not None
+
+
+def tasks(only=None, force=False, repo_url=REPO_URL):
+    """The notebooks to run, as schedule.Tasks, each after the notebooks it depends on that also run. Fetches the
+    corpus first if one of them reads it."""
+    from .registry import BY_ID
+    from .schedule import Task
+
     run_mode = mode()
     todo = [n for n in in_order() if only is None or n in only]
     if any("tinyshakespeare" in (NOTEBOOKS / f"{n}.py").read_text() for n in todo) and not CORPUS.exists():
         import subprocess
 
         subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py")], check=True)
-    reran = []
-    for name in todo:
-        start = time.perf_counter()
-        if run(name, run_mode, force, repo_url=repo_url):
-            reran.append(name)
-            log(f"executed notebook {name} ({run_mode}) in {time.perf_counter() - start:.1f} s")
-    return reran
+    keys = {name: is_stale(name, run_mode, force, repo_url=repo_url) for name in todo}
+    stale = [name for name in todo if keys[name] is not None]
+    return [Task(task_name(name, run_mode), execute_and_write, (name, run_mode, keys[name], NOTEBOOKS, OUT, repo_url),
+                 after=frozenset(task_name(d, run_mode) for d in dependencies(name) if d in stale),
+                 alone=BY_ID[name].alone if name in BY_ID else "") for name in stale]
+
+
+def task_name(name, run_mode):
+    return f"executed notebook {name} ({run_mode})"
+
+
+def run_all(only=None, force=False, log=print, repo_url=REPO_URL, jobs=1):
+    """Run every notebook that needs it, `jobs` at a time, each after those it depends on. Returns their
+    names."""
+    from . import schedule
+
+    todo = tasks(only, force, repo_url)
+    schedule.run(todo, jobs, log)
+    return [task.args[0] for task in todo]
 
 
 def site_files(run_mode=None):
@@ -210,9 +236,13 @@ def main():
     parser = argparse.ArgumentParser(description="execute the experiment notebooks and render their pages")
     parser.add_argument("--only", nargs="+", choices=names(), help="only these notebooks")
     parser.add_argument("--force", action="store_true", help="rerun even when nothing changed")
+    parser.add_argument("-j", "--jobs", type=positive_int, default=None,
+                        help="notebooks run at once (default: $SITE_JOBS, else the number of cores)")
     args = parser.parse_args()
+    from .schedule import jobs_from_env
+
     try:
-        reran = run_all(args.only, args.force)
+        reran = run_all(args.only, args.force, jobs=args.jobs or jobs_from_env())
     except NotebookError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -50,6 +50,9 @@ class Page:
     reads: tuple = ()
     notebook: bool = False  # rendered from notebooks/<id>.py (site_scripts/notebooks.py)
     generated: bool = True  # False: a page with no fragments (its text is all prose)
+    # Why its generator or notebook must run with nothing beside it ("" : it may run beside others): it times
+    # what it runs, or uses every core itself (site_scripts/schedule.py).
+    alone: str = ""
 
     @property
     def units(self):
@@ -154,7 +157,7 @@ PAGES = (
          functions=("finetune:quantize_base", "finetune:dense_base", "finetune:weight_bytes",
                     "finetune_run:stored_base"),
          listings=("finetune:dense_base", "finetune:weight_bytes", "finetune_run:stored_base"),
-         seeds=EXAMPLE_SEEDS + ("training and sampling",), reads=("mode",),
+         seeds=EXAMPLE_SEEDS + ("training and sampling",), reads=("mode",), alone="it times the steps of each config",
          crosscheck=Rows("the torch mirror on the decoded NF4 weights (constants) with `W + (alpha / r) A B`, A and B "
                          "torch leaf tensors, and autograd, learning from the middle of the window",
                          {"qlora": ("*",)})),
@@ -167,21 +170,24 @@ PAGES = (
                     "kv_cache:PagedCache", "kv_cache:PagePool"),
          listings=("generate:decode_step", "kv_cache:BatchStep"), seeds=("init_params",),
          reads=("mode",),  # the decoding benchmark measures fewer cells in the quick build
+         alone="it times the decoding benchmark",
          crosscheck=Rows("our `decode_step`, one token at a time, against torch's full causal forward over "
                          "the whole sequence", {"kv-cache": ("*",)})),
     # Its run lengths are fewer in the quick build.
     Page("serving", "generation/serving.md", "Serving several requests", "Generation",
          functions=("scheduler:Scheduler", "scheduler:serve"), listings=("scheduler:Request", "scheduler:serve"),
-         seeds=("init_params", "sampling"), reads=("mode",),
+         seeds=("init_params", "sampling"), reads=("mode",), alone="it times the replay of the requests",
          crosscheck=Rows("our `Scheduler` (several requests over pages, across the context limit) against torch's "
                          "full causal forward over each window a token was drawn from", {"paged": ("*",)})),
-    Page("shakespeare", "experiments/shakespeare.md", "Training on Tiny Shakespeare", "Experiments", notebook=True),
+    Page("shakespeare", "experiments/shakespeare.md", "Training on Tiny Shakespeare", "Experiments", notebook=True,
+         alone="it times its training (tokens per second)"),
     Page("attention_maps", "experiments/attention_maps.md", "Attention patterns", "Experiments", notebook=True),
     Page("why_ffn", "experiments/why_ffn.md", "Why a block needs its FFN", "Experiments", notebook=True),
     Page("lr_sweep", "experiments/lr_sweep.md", "Learning-rate sweep", "Experiments", notebook=True),
     Page("gradcheck_by_hand", "experiments/gradcheck_by_hand.md", "Gradient checking by hand", "Experiments",
          notebook=True),
-    Page("finetune", "experiments/finetune.md", "Fine-tuning on one speaker", "Experiments", notebook=True),
+    Page("finetune", "experiments/finetune.md", "Fine-tuning on one speaker", "Experiments", notebook=True,
+         alone="it times the steps of each way to fine-tune"),
     Page("gradcheck", "verification/gradcheck.md", "Gradient checking", "Verification",
          functions=("gradcheck:numerical_grad", "gradcheck:relative_gap", "gradcheck:gradcheck_model"),
          listings=("gradcheck:relative_gap", "gradcheck:check_passes", "gradcheck:gradcheck_model"),
@@ -195,7 +201,7 @@ PAGES = (
                     "custom_gradient:custom_op"),
          listings=("autograd:check_not_freed", "autograd_functions:relu", "autograd_functions:detach_max",
                    "autograd_functions:softmax", "autograd_model:layer_norm"),
-         seeds=EXAMPLE_SEEDS + ("inputs",), reads=("mode",),
+         seeds=EXAMPLE_SEEDS + ("inputs",), reads=("mode",), alone="it times the steps of both engines",
          crosscheck=Rows("the tape's gradients (`autograd_model.loss_and_grads`, float64 NumPy) against the torch "
                          "mirror's autograd", {"autograd": ("*",)})),
     # It runs the command line in subprocesses, and prints where each test it cites is defined.
@@ -208,7 +214,8 @@ PAGES = (
     Page("mutants", "verification/mutants.md", "Are the checks good enough?", "Verification",
          reads=("transformer", "pyproject.toml", "tests/unit", "tools/mutants.py", "tools/mutant_catalogue.py",
                 "tools/project_copy.py", "tools/preloaded.py", "scripts/fetch_corpus.py", "site_scripts/depends.py",
-                "mode")),
+                "mode"),
+         alone="its mutation run uses every core itself"),
     Page("notation", "reference/notation.md", "Notation", "Reference", generated=False),
     Page("api", "reference/api.md", "API", "Reference", generated=False),
     Page("configuration", "reference/configuration.md", "Configuration", "Reference"),

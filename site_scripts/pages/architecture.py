@@ -36,6 +36,12 @@ def pages_md():
               + ".\n")
 
 
+def alone_md():
+    """The pages and notebooks that run with nothing beside them, and why (their registry entries say)."""
+    return "".join(f"- [{page.title}]({sections.page_link(PAGE, page.id)}): {page.alone}.\n"
+                   for page in registry.PAGES if page.alone)
+
+
 def used_on(units, most=12):
     """The functions a rule was used on: their names, or their number when they are many."""
     if not units:
@@ -68,4 +74,4 @@ def checked_md():
 
 
 def generate(context):
-    return {"pages": pages_md(), "checked": checked_md()}
+    return {"pages": pages_md(), "checked": checked_md(), "alone": alone_md()}

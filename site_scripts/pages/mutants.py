@@ -9,6 +9,7 @@ from tools import mutants as tool
 
 from .. import sections
 from ..common import ROOT, mode
+from ..schedule import jobs_from_env
 
 PAGE = "mutants"
 
@@ -140,7 +141,7 @@ def run_md(report, total):
 
 
 def generate(context):
-    report = tool.report(quick=mode() == "quick")
+    report = tool.report(quick=mode() == "quick", jobs=jobs_from_env())  # scripts/site --jobs
     total, seed = len(tool.MUTANTS), tool.TRAINING[tool.TRAINING.index("--seed") + 1]
     return {"summary": summary_md(report, total), "checks": checks_md(report), "matrix": matrix_md(report),
             "invisible": invisible_md(report), "gaps": gaps_md(report),
