@@ -112,7 +112,9 @@ def cached_json(path: Path, key: str, compute, force=False):
     # the same types, and the same key order, as a reloaded one: a first build and a rebuild print alike
     value = json.loads(json.dumps(compute(), sort_keys=True))
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")  # written beside it, then renamed: whole or absent
+    # written beside it, then renamed: whole or absent; named by the process, since two workers of a build
+    # (site_scripts/schedule.py) may write the same result at once (a source edited while the pages were made)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     partial.write_text(json.dumps({"key": key, "value": value}, sort_keys=True))
     partial.replace(path)
     return value
