@@ -39,13 +39,15 @@ def record(unit):
 
 def key_text(units):
     """The stored report's entries for the units, for a page's cache key (read as stored: the build brings it
-    up to date before it computes any key)."""
+    up to date before it computes any key), and what checked_md prints besides them: the perturbation rules'
+    wording (tools/perturbations.py) and, in the quick build, which units were measured."""
     path = tool.report_path(quick())
     stamp = (str(path), path.stat().st_mtime_ns) if path.exists() else None
     if _stored.get("stamp") != stamp or "value" not in _stored:  # read once per state of the file, not per page
         _stored.update(stamp=stamp, value=tool.stored(quick()) or {"units": {}})
     units_of = _stored["value"]["units"]
-    return json.dumps({u: units_of.get(u) for u in sorted(units)}, sort_keys=True)
+    printed = {"rules": RULES, "quick": list(tool.QUICK) if quick() else None}  # checked_md prints both
+    return json.dumps({"units": {u: units_of.get(u) for u in sorted(units)}, **printed}, sort_keys=True)
 
 
 def by_function(tests):

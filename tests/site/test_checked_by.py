@@ -388,3 +388,18 @@ def test_the_full_model_page_says_which_tests_check_forward(built_site):
     assert "| `test_kv_cache_logits_equal_full_recomputation` | `pytest tests/unit/test_generate.py::" in checking
     for name in ("test_future_tokens_do_not_change_earlier_logits", "test_single_sequence_logits_equal_batch_of_one"):
         assert f"`{name}`" in using and name not in checking
+
+
+def test_a_pages_key_moves_with_what_its_checked_by_lines_print_besides_the_report(monkeypatch):
+    """checked_md prints each perturbation rule's wording and, in the quick build, which units were measured:
+    the pages' keys (key_text) must move with both."""
+    unit = ["layernorm:layer_norm_backward"]
+    before = checked.key_text(unit)
+    rule = next(iter(checked.RULES))
+    monkeypatch.setitem(checked.RULES, rule, checked.RULES[rule] + ", reworded")
+    assert checked.key_text(unit) != before
+    monkeypatch.undo()
+    monkeypatch.setenv("SITE_QUICK", "1")
+    quick = checked.key_text(unit)
+    monkeypatch.setattr(checked.tool, "QUICK", (*checked.tool.QUICK, "softmax:softmax_forward"))
+    assert checked.key_text(unit) != quick
