@@ -25,6 +25,7 @@ is the same, every page is current.
 import argparse
 import importlib
 import json
+import os
 import re
 import sys
 
@@ -226,24 +227,23 @@ def inputs_state(context, pages, sources, root=ROOT):
                       package_version("bitsandbytes"), mode(), json.dumps(context, sort_keys=True), pages)
 
 
-# The results several pages show, computed once by the build process before any page runs (a page would otherwise
-# compute it in each worker at once): (the file a page's sources hold when it shows the result, the function
-# that brings the stored result up to date). They run with nothing beside them, so the times they measure are
-# those of an idle machine.
-SHARED_RESULTS = (("results.py", "site_scripts.results:crosscheck_report"),
-                  ("memory.py", "site_scripts.memory:measurements"))
+# The results several pages show, each brought up to date by a task of its own that the pages showing it come
+# after (each page would otherwise compute it at once): the task's name, the file a page's sources hold when it
+# shows the result, the function that brings the stored result up to date, and why it runs alone ("": it need not).
+SHARED_RESULTS = (("the cross-check", "results.py", "site_scripts.results:crosscheck_report", ""),
+                  ("the memory policies", "memory.py", "site_scripts.memory:measurements",
+                   "it times the steps of each memory policy"))
 
 
-def bring_up_to_date(stale):
-    """Bring each of SHARED_RESULTS that a stale page's sources hold up to date."""
-    for file, function in SHARED_RESULTS:
-        if any(ROOT / "site_scripts" / file in page_sources(name) for name in stale):
-            module, _, attr = function.partition(":")
-            getattr(importlib.import_module(module), attr)()
+def bring_up_to_date(function):
+    """Call "module:function", a function that brings a stored result up to date. A schedule.Task."""
+    module, _, attr = function.partition(":")
+    getattr(importlib.import_module(module), attr)()
 
 
 class Plan:
-    """The page generators one build must run, as schedule.Tasks, and what to record once they all ran."""
+    """The page generators one build must run (`pages`), as schedule.Tasks with those of the shared results
+    they show (`tasks`), and what to record once they all ran."""
 
     def __init__(self, context, pages=None, force=False, log=print):
         from .markers import check_ties, collect_markers
@@ -255,16 +255,20 @@ class Plan:
         if problems:
             raise RuntimeError("equations and code are not tied:\n  " + "\n  ".join(problems))
         self.state = (context, pages, source_state())  # before any key reads them: a file edited now is seen next time
-        self.tasks = []
+        self.pages, self.tasks = [], []
         if not force and is_current(LAST_RUN, inputs_state(*self.state)):
             return
         if any(registry.BY_ID[name].functions for name in pages or page_names()):
             checked.report(log)  # before any page's key reads its entries
         keys = {name: is_stale(name, context, force) for name in pages or page_names()}
-        stale = [name for name, key in keys.items() if key is not None]
-        bring_up_to_date(stale)
-        self.tasks = [Task(f"generated page {name}", write_page, (name, context, keys[name]),
-                           alone=registry.BY_ID[name].alone) for name in stale]
+        self.pages = [name for name, key in keys.items() if key is not None]
+        shown = {name: {result for result, file, _, _ in SHARED_RESULTS
+                        if ROOT / "site_scripts" / file in page_sources(name)} for name in self.pages}
+        self.tasks = [Task(f"brought {result} up to date", bring_up_to_date, (function,), alone=alone)
+                      for result, _, function, alone in SHARED_RESULTS if any(result in s for s in shown.values())]
+        self.tasks += [Task(f"generated page {name}", write_page, (name, context, keys[name]),
+                            after=frozenset(f"brought {result} up to date" for result in shown[name]),
+                            alone=registry.BY_ID[name].alone) for name in self.pages]
 
     def record(self):
         """Store the sources' state as the keys read it: while it stays the same, no page is computed again."""
@@ -278,7 +282,7 @@ def generate_all(context, pages=None, force=False, log=print, jobs=1):
     plan = Plan(context, pages, force, log)
     schedule.run(plan.tasks, jobs, log)
     plan.record()
-    return [task.args[0] for task in plan.tasks]
+    return plan.pages
 
 
 def main():
@@ -287,9 +291,12 @@ def main():
     parser.add_argument("--force", action="store_true", help="rerun even when nothing changed")
     parser.add_argument("--repo-url", default="https://github.com/transformer-explained/transformer")
     parser.add_argument("-j", "--jobs", type=positive_int, default=None,
-                        help="generators run at once (default: $SITE_JOBS, else the number of cores)")
+                        help="generators run at once, and mutants or measured tests (default: $SITE_JOBS, else "
+                             "the number of cores)")
     args = parser.parse_args()
-    jobs = args.jobs or schedule.jobs_from_env()
+    if args.jobs:
+        os.environ[schedule.JOBS_ENV] = str(args.jobs)  # the mutation run and the measured "checked by" read it
+    jobs = schedule.jobs_from_env()
     reran = generate_all({"repo_url": args.repo_url}, args.page, args.force, jobs=jobs)
     print(f"reran: {', '.join(reran) or 'nothing (all up to date)'}")
     return 0

@@ -54,7 +54,8 @@ def on_pre_build(config, **kwargs):
         raise PluginError(str(e)) from None
     try:  # the pages and the notebooks that need it, `jobs` at a time
         pages = build.Plan({"repo_url": config["repo_url"]}, log=log.info)
-        schedule.run(pages.tasks + notebooks.tasks(repo_url=config["repo_url"]), jobs, log.info)
+        schedule.run(pages.tasks + notebooks.tasks(repo_url=config["repo_url"]), jobs, log.info,
+                     fresh=COMMAND == "serve")  # a long-lived process: its imports may predate an edit
         pages.record()
     except (RuntimeError, LookupError) as e:  # a check that failed, or a page linking to what no page shows
         raise PluginError(str(e)) from None

@@ -12,7 +12,7 @@ Output: build/notebooks/<mode>/<name>.md and its figures in build/notebooks/<mod
 adds to the site as experiments/<name>.md. A failing cell stops the build with the notebook's name, the cell's
 number and first line, and the error; so does an output a page cannot show (HTML, SVG), naming its type.
 
-    python -m site_scripts.notebooks [--only NAME ...] [--force]
+    python -m site_scripts.notebooks [--only NAME ...] [--force] [--jobs N]
 """
 
 import argparse

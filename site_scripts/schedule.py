@@ -1,18 +1,21 @@
 """Run the build's independent work (page generators, notebooks) several at a time, across the machine's cores.
 
 A task is a call of a module-level function. With one job the tasks run in this process, one after another; with
-more they run in worker processes (started fresh, so that no state of the build process leaks into a page), up to
-`jobs` at once. A task starts once the tasks it comes after have ended. A task marked `alone` (it times what it
-runs, or uses every core itself) starts only when nothing else runs, and nothing starts beside it; the alone tasks
-go first, while no other task is running, so that their figures are those of an otherwise idle machine.
+more, or when the build process lives on (`mkdocs serve`: `fresh`), they run in worker processes started for this
+run, which import the code as it is now, up to `jobs` at once. A task starts once the tasks it comes after have ended. A task marked `alone` (it times what it
+runs, or uses every core itself) starts only when nothing else runs, and nothing starts beside it, so that its
+figures are those of an otherwise idle machine; when nothing runs, a ready alone task goes first.
 
 The number of jobs: `--jobs` of the command, else SITE_JOBS in the environment (`scripts/site --jobs N` sets it),
 else the number of cores this process may use.
 """
 
 import os
+import pickle
 import time
+import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 
@@ -59,19 +62,37 @@ def order(tasks):
 
 
 def timed_call(task):
-    """Run one task (in whichever process); return its wall-clock seconds."""
+    """Run one task (in whichever process); return its wall-clock seconds. An error that could not travel back
+    from a worker process as it is (an exception whose arguments do not rebuild it) comes back as a
+    RuntimeError naming it, with its traceback."""
     start = time.perf_counter()
-    task.call(*task.args)
+    try:
+        task.call(*task.args)
+    except Exception as e:
+        try:
+            pickle.loads(pickle.dumps(e))
+        except Exception:
+            raise RuntimeError(f"{task.name}: {type(e).__name__}: {e}\n{traceback.format_exc()}") from None
+        raise
     return time.perf_counter() - start
 
 
-def run(tasks, jobs=1, log=print):
+def ended(task, seconds):
+    return f"{task.name} in {seconds:.1f} s" + (f" (alone: {task.alone})" if task.alone else "")
+
+
+def run(tasks, jobs=1, log=print, fresh=False):
     """Run every task; log "<name> in <s> s" as each ends. The first failure stops the run: no task starts
-    after it, the running ones are waited for, and its exception is raised."""
+    after it, the running ones are waited for, the failed task is logged and its exception raised. `fresh`:
+    in worker processes even with one job."""
     tasks = order(tasks)  # also checks the names and the order
-    if jobs <= 1 or len(tasks) <= 1:
+    if not tasks or (jobs <= 1 and not fresh):
         for task in tasks:
-            log(f"{task.name} in {timed_call(task):.1f} s")
+            try:
+                log(ended(task, timed_call(task)))
+            except Exception:
+                log(f"{task.name} failed")
+                raise
         return [t.name for t in tasks]
     done, running, left = set(), {}, list(tasks)
     with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=get_context("spawn")) as pool:
@@ -93,7 +114,13 @@ def run(tasks, jobs=1, log=print):
                 error = future.exception()
                 if error is not None:
                     wait(running)
+                    log(f"{task.name} failed")
+                    if isinstance(error, BrokenProcessPool):  # killed (out of memory, a signal) or exited
+                        beside = [t.name for t in running.values()]  # every running task fails with it
+                        raise RuntimeError(f"a worker process died while {task.name} ran"
+                                           + (f" (beside {', '.join(beside)})" if beside else "")
+                                           + f": {error}") from None
                     raise error
                 done.add(task.name)
-                log(f"{task.name} in {future.result():.1f} s" + (f" (alone: {task.alone})" if task.alone else ""))
+                log(ended(task, future.result()))
     return [t.name for t in tasks]

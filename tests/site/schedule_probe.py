@@ -2,6 +2,7 @@
 import them. Each records when it ran, as seconds on the machine's monotonic clock, in <folder>/<name>.json."""
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -12,3 +13,22 @@ def record(folder, name, seconds=0.4, fail=False):
     if fail:
         raise RuntimeError(f"task {name} failed on purpose")
     Path(folder, f"{name}.json").write_text(json.dumps([start, time.monotonic()]))
+
+
+class TwoPartError(Exception):
+    """An exception whose arguments do not rebuild it: it cannot travel back from a worker process as it is."""
+
+    def __init__(self, what, why):
+        super().__init__(f"{what}: {why}")
+
+
+def raise_two_part():
+    raise TwoPartError("probe", "its arguments do not rebuild it")
+
+
+def die():
+    os._exit(3)  # as a worker killed for memory would end: no exception, no result
+
+
+def write_pid(folder, name):
+    Path(folder, f"{name}.pid").write_text(str(os.getpid()))

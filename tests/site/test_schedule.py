@@ -6,7 +6,7 @@ import re
 import subprocess
 
 import pytest
-from schedule_probe import record
+from schedule_probe import die, raise_two_part, record, write_pid
 from sitebuild import ROOT
 
 from site_scripts import build, notebooks, registry
@@ -63,6 +63,21 @@ def test_a_failing_task_stops_the_run_with_its_error_and_nothing_after_it_starts
         run(tasks, 1, lambda line: None)
 
 
+def test_an_error_that_cannot_travel_back_and_a_dead_worker_are_named(tmp_path):
+    logged = []
+    with pytest.raises(RuntimeError, match=r"odd: TwoPartError: probe: its arguments do not rebuild it\n.*Traceback"):
+        run([Task("odd", raise_two_part), task(tmp_path, "other")], 2, logged.append)
+    assert "odd failed" in logged
+    with pytest.raises(RuntimeError, match="a worker process died while dead ran"):
+        run([Task("dead", die), task(tmp_path, "b", seconds=0.1)], 2, logged.append)
+
+
+def test_fresh_runs_even_one_job_in_a_worker_process_of_its_own(tmp_path):
+    run([Task("here", write_pid, (str(tmp_path), "here"))], 1, lambda line: None)
+    run([Task("fresh", write_pid, (str(tmp_path), "fresh"))], 1, lambda line: None, fresh=True)
+    assert (tmp_path / "here.pid").read_text() == str(os.getpid()) != (tmp_path / "fresh.pid").read_text()
+
+
 def test_tasks_that_cannot_be_scheduled_are_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match="b comes after nothing"):
         order([task(tmp_path, "b", after=["nothing"])])
@@ -98,8 +113,8 @@ TIMES = re.compile(r"perf_counter|time\.time\(|tokens_per_s")
 def test_every_page_and_notebook_that_times_what_it_runs_is_marked_alone():
     """A timing taken beside another job measures the other job too: a page whose own code reads the clock (its
     generator and the helpers of site_scripts/pages it imports; a notebook's source) must run alone. (The memory
-    policies, timed by tools/memory_policies.py, are measured by the build process before any page runs:
-    build.SHARED_RESULTS.)"""
+    policies, timed by tools/memory_policies.py, are measured by a task of their own, before the pages that show
+    them: build.SHARED_RESULTS.)"""
     timing = set()
     for page in registry.PAGES:
         if page.notebook:
@@ -112,4 +127,5 @@ def test_every_page_and_notebook_that_times_what_it_runs_is_marked_alone():
             timing.add(page.id)
     assert timing == {"kvcache", "serving", "autograd", "qlora", "shakespeare", "finetune"}
     assert {p.id for p in registry.PAGES if p.alone} == timing | {"mutants"}  # its mutation run uses every core
-    assert ("memory.py", "site_scripts.memory:measurements") in build.SHARED_RESULTS
+    memory = [alone for _, file, _, alone in build.SHARED_RESULTS if file == "memory.py"]
+    assert len(memory) == 1 and memory[0]  # tools/memory_policies.py times each policy
