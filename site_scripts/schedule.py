@@ -2,9 +2,10 @@
 
 A task is a call of a module-level function. With one job the tasks run in this process, one after another; with
 more, or when the build process lives on (`mkdocs serve`: `fresh`), they run in worker processes started for this
-run, which import the code as it is now, up to `jobs` at once. A task starts once the tasks it comes after have ended. A task marked `alone` (it times what it
-runs, or uses every core itself) starts only when nothing else runs, and nothing starts beside it, so that its
-figures are those of an otherwise idle machine; when nothing runs, a ready alone task goes first.
+run, which import the code as it is now, up to `jobs` at once. A task starts once the tasks it comes after have
+ended. A task marked `alone` (it times what it runs, or uses every core itself) starts only when nothing else
+runs, and nothing starts beside it, so that its figures are those of an otherwise idle machine; when nothing runs,
+a ready alone task goes first.
 
 The number of jobs: `--jobs` of the command, else SITE_JOBS in the environment (`scripts/site --jobs N` sets it),
 else the number of cores this process may use.
@@ -116,10 +117,10 @@ def run(tasks, jobs=1, log=print, fresh=False):
                     wait(running)
                     log(f"{task.name} failed")
                     if isinstance(error, BrokenProcessPool):  # killed (out of memory, a signal) or exited
-                        beside = [t.name for t in running.values()]  # every running task fails with it
-                        raise RuntimeError(f"a worker process died while {task.name} ran"
-                                           + (f" (beside {', '.join(beside)})" if beside else "")
-                                           + f": {error}") from None
+                        # every running task fails with it, and the pool does not say whose worker it was
+                        ran = sorted([task.name, *(t.name for t in running.values())])
+                        raise RuntimeError(f"a worker process died while these ran: {', '.join(ran)} "
+                                           f"({error})") from None
                     raise error
                 done.add(task.name)
                 log(ended(task, future.result()))
