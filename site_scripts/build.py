@@ -258,9 +258,10 @@ class Plan:
         self.pages, self.tasks = [], []
         if not force and is_current(LAST_RUN, inputs_state(*self.state)):
             return
-        if any(registry.BY_ID[name].functions for name in pages or page_names()):
+        names = pages or page_names()
+        if any(registry.BY_ID[name].functions for name in names):
             checked.report(log)  # before any page's key reads its entries
-        keys = {name: is_stale(name, context, force) for name in pages or page_names()}
+        keys = {name: is_stale(name, context, force) for name in names}
         self.pages = [name for name, key in keys.items() if key is not None]
         shown = {name: {result for result, file, _, _ in SHARED_RESULTS
                         if ROOT / "site_scripts" / file in page_sources(name)} for name in self.pages}

@@ -91,10 +91,8 @@ class Source:
     def _helper_files(node):
         """What a `from ... import` of site_scripts or of tools/ names: a relative import as (level, module),
         which reached_files resolves from the importing file's folder; tools/ as paths."""
-        if node.level >= 1 and node.module:
-            return [(node.level, node.module)]
-        if node.level >= 1:  # `from . import _qlora_memory`, `from .. import memory, sections`: each a module
-            return [(node.level, alias.name) for alias in node.names]  # (a name that is no file is skipped)
+        if node.level >= 1:  # `from .x import y`; `from . import _qlora_memory`, `from .. import memory`: modules
+            return [(node.level, node.module)] if node.module else [(node.level, a.name) for a in node.names]
         if node.module == "tools":
             return [f"tools/{alias.name}.py" for alias in node.names]
         if (node.module or "").startswith("tools."):
