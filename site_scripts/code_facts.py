@@ -146,9 +146,14 @@ def test_mentions(name, root=ROOT, folder="tests"):
 
 def _top_level(path, root):
     """(name, first line with decorators, last line) of each top-level function and class of a file."""
-    for node in ast.parse((Path(root) / path).read_text()).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            yield node.name, min([node.lineno] + [d.lineno for d in node.decorator_list]), node.end_lineno
+    return _top_level_of(read_text(Path(root) / path))
+
+
+@lru_cache(maxsize=256)
+def _top_level_of(text):  # parsed once per text: every equation of every page asks
+    return tuple((node.name, min([node.lineno] + [d.lineno for d in node.decorator_list]), node.end_lineno)
+                 for node in ast.parse(text).body
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))
 
 
 def top_level_function(path, line, root=ROOT):

@@ -17,8 +17,8 @@ PROJECT = str(Path(__file__).resolve().parent.parent)  # mkdocs loads this file 
 if PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
 
-from site_scripts import (anatomy, build, equations, notebooks, print_edition, registry, schedule,  # noqa: E402
-                          sections)
+from site_scripts import (anatomy, build, equations, notebooks, print_edition, registry, render_cache,  # noqa: E402
+                          schedule, sections)
 
 COMMAND = "build"  # or "serve", "gh-deploy": on_startup says which
 
@@ -38,6 +38,7 @@ def on_config(config, **kwargs):
         raise PluginError("mkdocs.yml has a nav: the pages and their order come from site_scripts/registry.py")
     config["nav"] = registry.nav()
     config["extra"]["print_edition"] = print_edition.PDF if print_edition.wanted(COMMAND) else None
+    render_cache.install(config)  # a page made before under the same key is not made again
     return config
 
 
@@ -113,6 +114,7 @@ def on_post_build(config, **kwargs):
     import logging
 
     log = logging.getLogger("mkdocs.hooks.site_scripts")
+    render_cache.prune()
     if not print_edition.wanted(COMMAND):
         log.info(f"print edition skipped ({print_edition.SKIP_ENV}=0 or mkdocs serve)")
         return

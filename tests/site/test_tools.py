@@ -350,6 +350,17 @@ def test_rebuild_benchmark_reads_where_the_time_went_from_the_build_log():
         "page mutants 551 s, notebook shakespeare 235 s, everything else 14 s"
 
 
+def test_rebuild_benchmark_names_each_file_two_built_sites_do_not_share_byte_for_byte(tmp_path):
+    for site in ("a", "b"):
+        (tmp_path / site / "page").mkdir(parents=True)
+        (tmp_path / site / "index.html").write_text("same")
+        (tmp_path / site / "page" / "index.html").write_text("one")
+    assert bench_rebuild.differing_files(tmp_path / "a", tmp_path / "b") == []
+    (tmp_path / "b" / "page" / "index.html").write_text("two")  # as long as before, other bytes
+    (tmp_path / "a" / "only.txt").write_text("")
+    assert bench_rebuild.differing_files(tmp_path / "a", tmp_path / "b") == ["only.txt", "page/index.html"]
+
+
 def test_rebuild_benchmark_expects_the_pages_and_notebooks_that_reach_the_function():
     expected = bench_rebuild.expected_reruns(ROOT, "layernorm", "layer_norm_backward")
     assert {"page layernorm", "page gradcheck", "notebook gradcheck_by_hand"} <= expected
