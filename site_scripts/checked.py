@@ -38,8 +38,8 @@ def record(unit):
 
 
 def key_text(units):
-    """The stored report's entries for the units, for a page's cache key (read as stored: the build brings it
-    up to date before it computes any key), and what checked_md prints besides them: the perturbation rules'
+    """The stored report's entries for the units (printed_part), for a page's cache key (read as stored: the build
+    brings it up to date before it computes any key), and what checked_md prints besides them: the perturbation rules'
     wording (tools/perturbations.py) and, in the quick build, which units were measured."""
     path = tool.report_path(quick())
     stamp = (str(path), path.stat().st_mtime_ns) if path.exists() else None
@@ -47,7 +47,13 @@ def key_text(units):
         _stored.update(stamp=stamp, value=tool.stored(quick()) or {"units": {}})
     units_of = _stored["value"]["units"]
     printed = {"rules": RULES, "quick": list(tool.QUICK) if quick() else None}  # checked_md prints both
-    return json.dumps({"units": {u: units_of.get(u) for u in sorted(units)}, **printed}, sort_keys=True)
+    return json.dumps({"units": {u: printed_part(units_of.get(u)) for u in sorted(units)}, **printed}, sort_keys=True)
+
+
+def printed_part(entry):
+    """An entry without how long measuring it took, which no page prints and which each new report changes
+    (in a key, it would rerun every page of a measured function after any edit of the package)."""
+    return entry and {field: value for field, value in entry.items() if field != "seconds"}
 
 
 def by_function(tests):

@@ -20,6 +20,8 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 
+from .common import cores
+
 JOBS_ENV = "SITE_JOBS"
 
 
@@ -36,8 +38,6 @@ def jobs_from_env():
     """SITE_JOBS when set (a whole number of at least 1), else the number of cores."""
     text = os.environ.get(JOBS_ENV, "").strip()
     if not text:
-        from transformer.parallel import cores
-
         return cores()
     if not text.isdigit() or int(text) < 1:
         raise ValueError(f"{JOBS_ENV}={text!r}: give a whole number of jobs, at least 1")

@@ -35,11 +35,10 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python tools/checked_by.py`: import from the project root, as `-m` does
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from site_scripts.common import (CACHE, ROOT, cached_json, hash_parts, numpy_version, positive_int,  # noqa: E402
-                                 torch_version)
+from site_scripts.common import (CACHE, ROOT, cached_json, cores, hash_parts, numpy_version,  # noqa: E402
+                                 positive_int, torch_version)
 from tools.preloaded import launchers, lent  # noqa: E402
 from tools.project_copy import UNIT_TESTS, project_copy, run_in  # noqa: E402
-from transformer.parallel import cores  # noqa: E402  (the cores this process may use)
 
 PLUGIN = ("tools/__init__.py", "tools/perturbations.py", "tools/checked_by_plugin.py")  # copied beside the package
 REPORT_INPUTS = ("transformer", "pyproject.toml", UNIT_TESTS, "tools/checked_by.py", "tools/checked_by_plugin.py",

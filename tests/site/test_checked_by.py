@@ -363,7 +363,7 @@ def test_a_page_says_why_a_function_was_not_measured(monkeypatch):
     assert "this quick build (SITE_QUICK=1) measured only" in checked.checked_md("model:backward", [])
 
 
-def test_a_pages_key_holds_the_entries_of_its_own_functions_only(monkeypatch):
+def test_a_pages_key_holds_the_printed_entries_of_its_own_functions_only(monkeypatch):
     from tools import checked_by as tool
 
     def keys(report, *units):
@@ -375,6 +375,9 @@ def test_a_pages_key_holds_the_entries_of_its_own_functions_only(monkeypatch):
                                                                    "failed": ["t.py::test_c"]}}}
     assert keys(REPORT, "model:forward") == keys(changed, "model:forward")
     assert keys(REPORT, "model:forward", "optim:adamw_update") != keys(changed, "model:forward", "optim:adamw_update")
+    # how long measuring a function took is printed nowhere: a new report that differs only there reruns no page
+    slower = {"units": {**REPORT["units"], "model:forward": {**REPORT["units"]["model:forward"], "seconds": 9.0}}}
+    assert keys(REPORT, "model:forward") == keys(slower, "model:forward")
 
 
 def test_the_full_model_page_says_which_tests_check_forward(built_site):
