@@ -25,11 +25,13 @@ import sys
 from graphlib import CycleError, TopologicalSorter
 
 from . import depends
-from .common import QUICK_ENV, ROOT, hash_parts, is_current, mode, package_version, positive_int, write_if_changed
+from .common import (QUICK_ENV, ROOT, hash_parts, is_current, mode, package_version, positive_int, stamps,
+                     write_if_changed)
 
 NOTEBOOKS = ROOT / "notebooks"
 OUT = ROOT / "build" / "notebooks"
 CORPUS = ROOT / "data" / "tinyshakespeare" / "input.txt"
+KEY_PACKAGES = ("numpy", "matplotlib", "torch", "jupytext", "nbclient")  # a notebook's key holds their versions
 TIMEOUT_S = 1800  # one cell; the longest is the full Shakespeare run
 REPO_URL = "https://github.com/transformer-explained/transformer"  # mkdocs.yml's repo_url default
 DEPENDS = re.compile(r"^# depends-on: *([\w-]+)", flags=re.M)
@@ -65,7 +67,7 @@ def notebook_key(name, run_mode, folder=NOTEBOOKS, repo_url=""):
     helpers = "".join(p.read_text() for p in sorted(folder.glob("_*.py")))
     parts = [path.read_text(), helpers, depends.units_text(depends.page_units(path)), run_mode, repo_url,
              platform.python_version(),
-             *(f"{p} {package_version(p)}" for p in ("numpy", "matplotlib", "torch", "jupytext", "nbclient")),
+             *(f"{p} {package_version(p)}" for p in KEY_PACKAGES),
              *((ROOT / "site_scripts" / f).read_text() for f in ("notebooks.py", "common.py")),
              *(notebook_key(dep, run_mode, folder, repo_url) for dep in dependencies(name, folder))]
     if "tinyshakespeare" in parts[0]:
@@ -197,6 +199,9 @@ def tasks(only=None, force=False, repo_url=REPO_URL):
     from .schedule import Task
 
     run_mode = mode()
+    state = inputs_state(run_mode, repo_url)  # before any key reads them: a file edited now is seen next time
+    if only is None and not force and is_current(state_path(run_mode), state):
+        return []
     todo = [n for n in in_order() if only is None or n in only]
     if any("tinyshakespeare" in (NOTEBOOKS / f"{n}.py").read_text() for n in todo) and not CORPUS.exists():
         import subprocess
@@ -204,9 +209,27 @@ def tasks(only=None, force=False, repo_url=REPO_URL):
         subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py")], check=True)
     keys = {name: is_stale(name, run_mode, force, repo_url=repo_url) for name in todo}
     stale = [name for name in todo if keys[name] is not None]
+    if only is None and not stale:
+        write_if_changed(state_path(run_mode), state)
     return [Task(task_name(name, run_mode), execute_and_write, (name, run_mode, keys[name], NOTEBOOKS, OUT, repo_url),
                  after=frozenset(task_name(d, run_mode) for d in dependencies(name) if d in stale),
                  alone=BY_ID[name].alone if name in BY_ID else "") for name in stale]
+
+
+def state_path(run_mode):
+    return OUT / f"{run_mode}-state"  # beside the folder whose stamps it holds, not in it
+
+
+def inputs_state(run_mode, repo_url):
+    """One hash of what every notebook's key reads, as file stamps (`common.stamps`) where it reads files: the
+    sources (build.source_state: notebooks/, transformer/, site_scripts/, ...), the corpus, the pages and keys
+    the notebooks wrote, the versions, the mode and the repository's address. While it stays what it was when
+    no notebook was stale, none is, and `tasks` computes no key (which parses the package: 0.2 s)."""
+    from .build import source_state
+
+    made = stamps(OUT, run_mode, "*") + stamps(CORPUS.parent, ".", CORPUS.name)
+    return hash_parts(*map(str, source_state()), *map(str, made), platform.python_version(),
+                      *(package_version(p) for p in KEY_PACKAGES), run_mode, repo_url)
 
 
 def task_name(name, run_mode):

@@ -66,6 +66,37 @@ def test_notebooks_run_after_the_ones_they_depend_on(tmp_path):
         notebooks.in_order(folder)
 
 
+def test_no_notebook_key_is_computed_again_while_nothing_it_reads_has_changed(tmp_path, monkeypatch):
+    from site_scripts import build
+
+    sources = [("notebooks/a.py", 1)]  # stands for the stamps of the sources
+    monkeypatch.setattr(build, "source_state", lambda root=None: list(sources))
+    monkeypatch.setattr(notebooks, "OUT", tmp_path / "out")
+    monkeypatch.setattr(notebooks, "CORPUS", tmp_path / "input.txt")
+    notebooks.CORPUS.write_text("corpus")
+    computed = []
+    monkeypatch.setattr(notebooks, "is_stale", lambda name, *args, **kwargs: computed.append(name))  # all current
+
+    def keys_computed():
+        computed.clear()
+        assert notebooks.tasks() == []
+        return bool(computed)
+
+    assert keys_computed()  # the first time, and none was stale: the state is recorded
+    assert not keys_computed()  # nothing changed
+    sources.append(("notebooks/b.py", 2))  # a source edited
+    assert keys_computed() and not keys_computed()
+    (tmp_path / "out" / notebooks.mode()).mkdir(parents=True)
+    (tmp_path / "out" / notebooks.mode() / "a.md").write_text("")  # a page of a notebook written
+    assert keys_computed() and not keys_computed()
+    notebooks.CORPUS.write_text("another corpus")
+    assert keys_computed()
+    sources.append(("notebooks/c.py", 3))
+    monkeypatch.setattr(notebooks, "is_stale", lambda name, *args, **kwargs: "key")  # all stale
+    assert len(notebooks.tasks()) == len(notebooks.in_order())
+    assert len(notebooks.tasks()) == len(notebooks.in_order())  # nothing recorded while some must run
+
+
 def test_figures_without_axis_labels_or_legend_are_refused():
     """Negative control for the labelling rule every notebook figure goes through."""
     import matplotlib.pyplot as plt
