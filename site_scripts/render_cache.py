@@ -33,6 +33,7 @@ import logging
 import os
 import pickle
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from .common import CACHE, hash_parts, mode, package_version
@@ -55,7 +56,7 @@ def enabled():
 def stable(value):
     """A text of a setting that is the same in every process: an object is named by its type, not by its
     address (mkdocstrings puts extension objects, and mkdocs.yml functions, into the markdown settings)."""
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):  # a dict, or a mkdocs setting with settings inside (validation: links, nav)
         return "{" + ", ".join(f"{stable(k)}: {stable(v)}" for k, v in sorted(value.items(), key=str)) + "}"
     if isinstance(value, (list, tuple, set, frozenset)):
         items = sorted(value, key=str) if isinstance(value, (set, frozenset)) else value
@@ -122,7 +123,7 @@ def render_key(page, config, files):
     site = sorted((f.src_uri, f.dest_uri, f.url, str(f.inclusion)) for f in files)
     return "page-" + hash_parts(SELF, page.markdown, page.file.src_uri, page.file.dest_uri, page.url,
                                 stable(site), stable(config["markdown_extensions"]), stable(config["mdx_configs"]),
-                                config["use_directory_urls"], stable(dict(config["validation"])), records_links(),
+                                config["use_directory_urls"], stable(config["validation"]), records_links(),
                                 *[package_version(p) for p in PACKAGES], *snippets)
 
 

@@ -186,3 +186,8 @@ def test_a_setting_reads_the_same_in_every_process():
     assert render_cache.stable([Extension(), {"b": 1, "a": len}]) == render_cache.stable([Extension(), {"a": len, "b": 1}])
     assert "0x" not in render_cache.stable([Extension(), len])
     assert render_cache.stable({"a": 1}) != render_cache.stable({"a": "1"})
+    # mkdocs' settings nest: `validation` holds `links`, which holds `anchors`
+    config = load_config(str(ROOT / "mkdocs.yml"))
+    before = render_cache.stable(config["validation"])
+    config["validation"]["links"]["anchors"] = logging.INFO
+    assert render_cache.stable(config["validation"]) != before
