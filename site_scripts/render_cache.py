@@ -8,11 +8,11 @@ result under a key before doing the work, and stores what it made:
 
 - **A page's HTML** is keyed by all that its conversion reads: the markdown after the hook's expansion
   (`on_page_markdown`), where the page is, every file of the site and where it goes (links are resolved
-  against them), the markdown extensions and their settings, the validation settings, the versions of the
-  packages that convert, and the text of every snippet the page includes (`--8<-- "name"`). Kept with it:
-  its table of contents, its title, its anchors and its links to other pages' anchors (mkdocs checks those
-  after every page is made), and the anchors it registered for cross-references (mkdocs-autorefs), which a
-  reused page registers again.
+  against them), the markdown extensions and their settings, the plugins' settings (plugins add extensions:
+  mkdocs-autorefs, mkdocstrings), the validation settings, the versions of the packages that convert, and
+  the text of every snippet the page includes (`--8<-- "name"`). Kept with it: its table of contents, its
+  title, its anchors and its links to other pages' anchors (mkdocs checks those after every page is made),
+  and the anchors it registered for cross-references (mkdocs-autorefs), which a reused page registers again.
 - **A page's search entries** are keyed by the page's HTML, table of contents, address, title and metadata,
   the search settings and Material's version.
 
@@ -121,8 +121,11 @@ def render_key(page, config, files):
     if snippets is None:
         return None
     site = sorted((f.src_uri, f.dest_uri, f.url, str(f.inclusion)) for f in files)
+    # the extension objects plugins add (autorefs, mkdocstrings) are named by type; their settings are the plugins'
+    plugins = {name: getattr(plugin, "config", None) for name, plugin in config["plugins"].items()}
     return "page-" + hash_parts(SELF, page.markdown, page.file.src_uri, page.file.dest_uri, page.url,
                                 stable(site), stable(config["markdown_extensions"]), stable(config["mdx_configs"]),
+                                stable(plugins),
                                 config["use_directory_urls"], stable(config["validation"]), records_links(),
                                 *[package_version(p) for p in PACKAGES], *snippets)
 

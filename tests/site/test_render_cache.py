@@ -145,7 +145,7 @@ def test_a_page_that_calls_mkdocstrings_or_includes_in_a_way_not_followed_gets_n
     (tmp_path / "plain.md").write_text("plain\n")
     (tmp_path / "nested.md").write_text('--8<-- "plain.md"\n')
     config = {"mdx_configs": {"pymdownx.snippets": {"base_path": [str(tmp_path)]}}, "markdown_extensions": [],
-              "use_directory_urls": True, "validation": {}}
+              "use_directory_urls": True, "validation": {}, "plugins": {}}
     files = []
     assert render_cache.render_key(page('# A\n\n--8<-- "plain.md"\n'), config, files) is not None
     assert render_cache.render_key(page("# API\n\n::: transformer.model\n"), config, files) is None
@@ -157,7 +157,8 @@ def test_a_page_that_calls_mkdocstrings_or_includes_in_a_way_not_followed_gets_n
 def test_a_key_changes_with_what_the_conversion_reads(tmp_path):
     (tmp_path / "plain.md").write_text("plain\n")
     config = {"mdx_configs": {"pymdownx.snippets": {"base_path": [str(tmp_path)]}}, "markdown_extensions": ["toc"],
-              "use_directory_urls": True, "validation": {"anchors": "warn"}}
+              "use_directory_urls": True, "validation": {"anchors": "warn"},
+              "plugins": {"autorefs": SimpleNamespace(config={"scan_toc": True})}}
     files = [SimpleNamespace(src_uri="a.md", dest_uri="a/index.html", url="a/", inclusion="included")]
     text = '# A\n\n--8<-- "plain.md"\n'
     key = render_cache.render_key(page(text), config, files)
@@ -167,6 +168,8 @@ def test_a_key_changes_with_what_the_conversion_reads(tmp_path):
     assert render_cache.render_key(page(text), config, files[:0]) != key  # a file of the site gone
     assert render_cache.render_key(page(text), {**config, "markdown_extensions": ["toc", "tables"]}, files) != key
     assert render_cache.render_key(page(text), {**config, "validation": {"anchors": "info"}}, files) != key
+    other = {"autorefs": SimpleNamespace(config={"scan_toc": False})}
+    assert render_cache.render_key(page(text), {**config, "plugins": other}, files) != key
     (tmp_path / "plain.md").write_text("changed\n")
     assert render_cache.render_key(page(text), config, files) != key
     logger = logging.getLogger("mkdocs.structure.pages")
