@@ -47,6 +47,7 @@ CALLS_MKDOCSTRINGS = re.compile(r"^:::", re.M)
 SELF = Path(__file__).read_text()
 
 used = set()  # the keys this build looked up or stored; on_post_build deletes the rest
+autorefs = None  # this build's mkdocs-autorefs plugin (mkdocs serve makes one per build), or None
 
 
 def enabled():
@@ -144,11 +145,11 @@ def install(config):
     from material.plugins.search.plugin import SearchIndex
     from mkdocs.structure.pages import Page
 
-    autorefs = config["plugins"].get("autorefs")
+    global autorefs
     if not getattr(Page.render, "cached", False):
         Page.render = _cached_render(Page.render)
         SearchIndex.add_entry_from_context = _cached_index(SearchIndex.add_entry_from_context)
-    Page.render.autorefs = autorefs  # the plugin object of this build (mkdocs serve makes one per build)
+    autorefs = config["plugins"].get("autorefs")
     used.clear()
 
 
@@ -161,29 +162,29 @@ def _cached_render(render):
             if made["links"] is not None:
                 page.links_to_anchors = {files.get_file_from_path(uri): links for uri, links in made["links"]}
             for identifier, anchor, title, primary in made["anchors"]:
-                cached.autorefs.register_anchor(page, identifier, anchor, title=title, primary=primary)
+                autorefs.register_anchor(page, identifier, anchor, title=title, primary=primary)
             return
         anchors, warnings = [], _Warnings()
-        register = cached.autorefs.register_anchor if cached.autorefs else None
+        register = autorefs.register_anchor if autorefs else None
         if register:  # record what the conversion registers with autorefs, to register it again when reused
             def recording(p, identifier, anchor=None, *, title=None, primary=True):
                 anchors.append((identifier, anchor, title, primary))
                 return register(p, identifier, anchor, title=title, primary=primary)
-            cached.autorefs.register_anchor = recording
+            autorefs.register_anchor = recording
         logging.getLogger("mkdocs").addHandler(warnings)
         try:
             render(page, config, files)
         finally:
             logging.getLogger("mkdocs").removeHandler(warnings)
             if register:
-                del cached.autorefs.register_anchor  # back to the class's method
+                del autorefs.register_anchor  # back to the class's method
         if key and not warnings.count:
             links = getattr(page, "links_to_anchors", None)
             _store(key, {"page": (page.content, page.toc, page._title_from_render, page.present_anchor_ids),
                          "links": None if links is None else [(f.src_uri, v) for f, v in links.items()],
                          "anchors": anchors})
 
-    cached.cached, cached.autorefs = True, None
+    cached.cached = True
     return cached
 
 
