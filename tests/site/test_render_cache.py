@@ -186,7 +186,8 @@ def test_a_setting_reads_the_same_in_every_process():
     class Extension:
         pass
 
-    assert render_cache.stable([Extension(), {"b": 1, "a": len}]) == render_cache.stable([Extension(), {"a": len, "b": 1}])
+    one, two = [Extension(), {"b": 1, "a": len}], [Extension(), {"a": len, "b": 1}]
+    assert render_cache.stable(one) == render_cache.stable(two)
     assert "0x" not in render_cache.stable([Extension(), len])
     assert render_cache.stable({"a": 1}) != render_cache.stable({"a": "1"})
     # mkdocs' settings nest: `validation` holds `links`, which holds `anchors`
