@@ -3,7 +3,8 @@
 Every page is an entry of site_scripts/registry.py. Its fragments are the standard ones its entry
 describes (the listings of its functions, its equations, its rows of the cross-check, ...) and those
 of its optional generator, site_scripts/pages/<id>.py, a module with generate(context) -> {fragment
-name: markdown}. They are written to build/snippets/<id>/<fragment>.md, which the docs pages include.
+name: markdown}. They are written to build/snippets/<mode>/<id>/<fragment>.md, which the docs pages include:
+each mode (quick, full) keeps its own, so that building in one mode does not undo the other's fragments.
 
 The cache key of a page, in one paragraph: it hashes the code the page's numbers can come from. That
 is the generator and the site_scripts and tools modules it imports, and the shared modules (SHARED,
@@ -34,8 +35,17 @@ from .common import (ROOT, hash_parts, is_current, mode, numpy_version, package_
                      torch_version, write_if_changed)
 from .schedule import Task
 
-SNIPPETS = ROOT / "build" / "snippets"
+SNIPPETS = ROOT / "build" / "snippets"  # a folder per mode: `fragments_dir`
 FIGURE = ".png"  # a fragment named like this is a figure: PNG bytes, served beside its page (hook.on_files)
+
+
+def fragments_dir(build_mode=None):
+    """Where the fragments of a mode's build go (default: this build's mode): build/snippets/quick or
+    build/snippets/full. The tests build quick and `scripts/site` full; with one folder for both, each build
+    after one of the other mode found every fragment made by the other and reran every generator (42 s)."""
+    return SNIPPETS / (build_mode or mode())
+
+
 DERIVATION = re.compile(r"^## Derivation\b", flags=re.M)
 SHARED = depends.SHARED  # hashed whole into every page's key
 
@@ -139,14 +149,15 @@ def fragments(name, context):
 def is_stale(name, context, force=False):
     """The page's key when its generator must run (its key changed, or `force`), else None."""
     key = page_key(name, context)
-    return key if force or not is_current(SNIPPETS / name / ".key", key) else None
+    return key if force or not is_current(fragments_dir() / name / ".key", key) else None
 
 
 def write_page(name, context, key):
     """Run the page's generators and write their fragments, then its key. A schedule.Task: it may run in a
     worker process."""
     made = fragments(name, context)
-    files = {SNIPPETS / name / (f if f.endswith(FIGURE) else f"{f}.md"): text for f, text in made.items()}
+    folder = fragments_dir() / name
+    files = {folder / (f if f.endswith(FIGURE) else f"{f}.md"): text for f, text in made.items()}
     for path, content in files.items():
         if isinstance(content, bytes):
             if not path.exists() or path.read_bytes() != content:
@@ -154,9 +165,9 @@ def write_page(name, context, key):
                 path.write_bytes(content)
         else:
             write_if_changed(path, content)
-    for stale in {*(SNIPPETS / name).glob("*.md"), *(SNIPPETS / name).glob(f"*{FIGURE}")} - set(files):
+    for stale in {*folder.glob("*.md"), *folder.glob(f"*{FIGURE}")} - set(files):
         stale.unlink()  # a fragment the generator no longer makes must not linger
-    write_if_changed(SNIPPETS / name / ".key", key)
+    write_if_changed(folder / ".key", key)
 
 
 def generate(name, context, force=False) -> bool:
@@ -169,7 +180,7 @@ def generate(name, context, force=False) -> bool:
 
 def made_fragments(name):
     """The names of the fragments the page's last run made."""
-    return {p.stem for p in (SNIPPETS / name).glob("*.md")}
+    return {p.stem for p in (fragments_dir() / name).glob("*.md")}
 
 
 def figure_files():
@@ -178,7 +189,7 @@ def figure_files():
     import posixpath
 
     for page in registry.PAGES:
-        for figure in sorted((SNIPPETS / page.id).glob(f"*{FIGURE}")):
+        for figure in sorted((fragments_dir() / page.id).glob(f"*{FIGURE}")):
             yield posixpath.join(posixpath.dirname(page.path), page.id, figure.name), figure
 
 
@@ -207,7 +218,11 @@ def registry_problems(root=ROOT):
 # Everything a page's key can read lives under these (with pyproject.toml, the reports in build/cache and the
 # keys themselves): while none of their files changed since the last run, no key can have changed either.
 KEYED_FOLDERS = ("transformer", "tests", "site_scripts", "tools", "docs", "scripts", "notebooks")
-LAST_RUN = ROOT / "build" / "cache" / "pages-state"
+
+
+def last_run():
+    """Where the state of the last run that ended well is stored: one file per mode, like the fragments."""
+    return ROOT / "build" / "cache" / f"pages-{mode()}-state"
 
 
 def source_state(root=ROOT):
@@ -222,7 +237,7 @@ def inputs_state(context, pages, sources, root=ROOT):
     """One hash of the sources' stamps (`source_state`), of the build's own products that keys read or that
     must be there (the reports in build/cache, each page's stamp), of the versions, the mode, the context
     and the pages asked for."""
-    products = stamps(root, "build/cache", "*.json") + stamps(root, "build/snippets", "*/.key")
+    products = stamps(root, "build/cache", "*.json") + stamps(root, f"build/snippets/{mode()}", "*/.key")
     return hash_parts(*map(str, sources), *map(str, products), numpy_version(), torch_version(),
                       package_version("bitsandbytes"), mode(), json.dumps(context, sort_keys=True), pages)
 
@@ -256,7 +271,7 @@ class Plan:
             raise RuntimeError("equations and code are not tied:\n  " + "\n  ".join(problems))
         self.state = (context, pages, source_state())  # before any key reads them: a file edited now is seen next time
         self.pages, self.tasks = [], []
-        if not force and is_current(LAST_RUN, inputs_state(*self.state)):
+        if not force and is_current(last_run(), inputs_state(*self.state)):
             return
         names = pages or page_names()
         if any(registry.BY_ID[name].functions for name in names):
@@ -273,7 +288,7 @@ class Plan:
 
     def record(self):
         """Store the sources' state as the keys read it: while it stays the same, no page is computed again."""
-        write_if_changed(LAST_RUN, inputs_state(*self.state))
+        write_if_changed(last_run(), inputs_state(*self.state))
 
 
 def generate_all(context, pages=None, force=False, log=print, jobs=1):

@@ -20,6 +20,7 @@ if PROJECT not in sys.path:
 from site_scripts import (anatomy, build, equations, notebooks, print_edition, registry, render_cache,  # noqa: E402
                           schedule, sections)
 
+SNIPPETS = "build/snippets"  # mkdocs.yml's base path of the fragments, build.SNIPPETS
 COMMAND = "build"  # or "serve", "gh-deploy": on_startup says which
 
 
@@ -38,6 +39,10 @@ def on_config(config, **kwargs):
         raise PluginError("mkdocs.yml has a nav: the pages and their order come from site_scripts/registry.py")
     config["nav"] = registry.nav()
     config["extra"]["print_edition"] = print_edition.PDF if print_edition.wanted(COMMAND) else None
+    snippets = config["mdx_configs"]["pymdownx.snippets"]
+    if snippets.get("base_path") != [SNIPPETS]:
+        raise PluginError(f"mkdocs.yml: pymdownx.snippets' base_path must be [{SNIPPETS}] (the hook adds the mode)")
+    snippets["base_path"] = [str(build.fragments_dir().relative_to(build.ROOT))]  # this mode's fragments
     render_cache.install(config)  # a page made before under the same key is not made again
     return config
 

@@ -13,7 +13,7 @@ command, run with this repository's .venv:
                   (--edit, default layer_norm_backward); bar: exactly the pages and
                   notebooks that depend on it rerun.
 
-Which generators reran is read from their cache stamps (build/snippets/<page>/.key
+Which generators reran is read from their cache stamps (build/snippets/<mode>/<page>/.key
 and build/notebooks/<mode>/<name>.key), compared before and after the build: a
 page's stamp changes exactly when its generator runs, and a notebook's stamp is
 rewritten whenever it runs. That depends on the caching rule, not on the wording
@@ -183,7 +183,7 @@ def mkdocs_build(python, copy, site_dir, env):
 def stamps(copy, run_mode):
     """{"page X" or "notebook X": (modification time, key)} for every cache stamp in the copy."""
     found = {}
-    for path in (copy / "build" / "snippets").glob("*/.key"):
+    for path in (copy / "build" / "snippets" / run_mode).glob("*/.key"):
         found[f"page {path.parent.name}"] = (path.stat().st_mtime_ns, path.read_text())
     for path in (copy / "build" / "notebooks" / run_mode).glob("*.key"):
         found[f"notebook {path.stem}"] = (path.stat().st_mtime_ns, path.read_text())

@@ -385,7 +385,7 @@ def test_the_full_model_page_says_which_tests_check_forward(built_site):
     sees a scaled forward; the causality and batch-of-one tests compare forward with itself, so they cannot."""
     from site_scripts import build
 
-    text = (build.SNIPPETS / "model" / "used.md").read_text()
+    text = (build.fragments_dir("quick") / "model" / "used.md").read_text()  # built_site's: a quick build
     forward = text[text.index("**`forward`**"):text.index("**`backward`**")]
     checking, using = forward.split("Uses it", 1)
     assert "| `test_kv_cache_logits_equal_full_recomputation` | `pytest tests/unit/test_generate.py::" in checking

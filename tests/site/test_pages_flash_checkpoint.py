@@ -62,7 +62,7 @@ def test_the_figure_is_a_png_served_beside_the_page_and_the_memory_text_follows_
     ratio = found["materialized", hi].attention_peak / found["flash", hi].attention_peak
     assert f"flash's is {ratio:.1f} times smaller" in text
     served = dict(build.figure_files())
-    assert "model/flash_attention/memory.png" in served or not (build.SNIPPETS / "flash_attention").exists()
+    assert "model/flash_attention/memory.png" in served or not (build.fragments_dir() / "flash_attention").exists()
 
 
 def test_a_cross_check_selection_that_matches_no_row_fails():

@@ -12,17 +12,18 @@ import textwrap
 import pytest
 from sitebuild import ROOT, html_of, mkdocs_build, nav_pages
 
-from site_scripts import anatomy, build, depends, notebooks, registry
+from site_scripts import anatomy, build, common, depends, notebooks, registry
 from site_scripts.equations import by_id
 from site_scripts.registry import PAGE_PATHS
 from site_scripts.markers import Marker, collect_markers
 from site_scripts.sections import listed_functions
 
 CONTEXT = {"repo_url": "https://github.com/transformer-explained/transformer"}  # what mkdocs.yml gives by default
+FRAGMENTS = build.fragments_dir("quick")  # the fragments of built_site, a quick build
 
 
 def fragments(name):
-    return sorted((build.SNIPPETS / name).glob("*.md"))
+    return sorted((FRAGMENTS / name).glob("*.md"))
 
 
 def test_every_page_is_in_the_registry_with_its_prose():
@@ -60,12 +61,13 @@ def test_every_experiment_page_is_built_with_its_figures(built_site):
             assert (built_site / md[:-3] / src).is_file(), (md, src)
 
 
-def test_every_included_fragment_is_generated_and_every_generated_one_is_used(built_site):
+def test_every_included_fragment_is_generated_and_every_generated_one_is_used(built_site, monkeypatch):
+    monkeypatch.setenv("SITE_QUICK", "1")  # built_site's mode, whose fragments made_fragments lists
     included = set()
     for page in (p for p in registry.PAGES if not p.notebook):  # each docs page with its anatomy written out
         text = anatomy.expand((ROOT / "docs" / page.path).read_text(), page.id, build.made_fragments(page.id))
         included |= set(re.findall(r'--8<-- "([^"]+)"', text))
-    generated = {p.relative_to(build.SNIPPETS).as_posix() for p in build.SNIPPETS.rglob("*.md")}
+    generated = {p.relative_to(FRAGMENTS).as_posix() for p in FRAGMENTS.rglob("*.md")}
     assert included <= generated, included - generated
     assert generated <= included, f"generated but shown on no page: {generated - included}"
 
@@ -78,7 +80,7 @@ def test_no_page_shows_a_failed_check(built_site):
 def test_connection_tables_point_at_the_code_shown(built_site):
     roles = set()
     for page in PAGE_PATHS:
-        path = build.SNIPPETS / page / "connection.md"
+        path = FRAGMENTS / page / "connection.md"
         if not path.exists():
             continue
         rows = re.findall(r"^\| [^|]* \| ([^|]*) \| \[`([\w/.]+):(\d+)`\]\([^)]*\) \| `(.*)` \|$", path.read_text(),
@@ -95,7 +97,7 @@ def test_connection_tables_point_at_the_code_shown(built_site):
 def test_listings_show_the_file_lines_they_claim(built_site):
     blocks = 0
     for page in PAGE_PATHS:
-        path = build.SNIPPETS / page / "implementation.md"
+        path = FRAGMENTS / page / "implementation.md"
         if not path.exists():
             continue
         text = path.read_text()
@@ -151,7 +153,7 @@ def test_every_function_is_listed_on_one_page_only():
 
 def test_every_tested_by_command_names_a_real_test(built_site):
     commands = set()
-    for path in build.SNIPPETS.rglob("*.md"):  # the "used" sections, the Bad inputs page's "checked by", ...
+    for path in FRAGMENTS.rglob("*.md"):  # the "used" sections, the Bad inputs page's "checked by", ...
         commands |= set(re.findall(r"`pytest (tests/[\w/.]+::\w+)`", path.read_text()))
     assert len(commands) > 20
     assert any("tests/unit/test_cli.py::" in c for c in commands)  # the Bad inputs page's commands are among them
@@ -164,11 +166,29 @@ def test_every_tested_by_command_names_a_real_test(built_site):
 
 def test_nothing_reruns_when_nothing_changed_and_reruns_are_byte_identical(built_site, monkeypatch):
     monkeypatch.setenv("SITE_QUICK", "1")  # the mode built_site was built in (the mutants page depends on it)
-    before = {p: p.read_bytes() for p in build.SNIPPETS.rglob("*.md")}
+    before = {p: p.read_bytes() for p in FRAGMENTS.rglob("*.md")}
     assert build.generate_all(CONTEXT) == []
     assert sorted(build.generate_all(CONTEXT, force=True)) == sorted(build.page_names())
-    after = {p: p.read_bytes() for p in build.SNIPPETS.rglob("*.md")}
+    after = {p: p.read_bytes() for p in FRAGMENTS.rglob("*.md")}
     assert after == before
+
+
+def test_each_mode_keeps_its_own_fragments_and_state(tmp_path, monkeypatch):
+    """The tests build quick, `scripts/site` full: a build of one mode must leave the other's fragments, keys and
+    stored state as they are, or every build after one of the other mode reruns every generator."""
+    monkeypatch.setattr(build, "SNIPPETS", tmp_path / "snippets")
+    monkeypatch.setattr(build, "ROOT", tmp_path)
+    monkeypatch.setattr(build, "fragments", lambda name, context: {"shown": f"made by the {common.mode()} build"})
+    for quick in ("1", "0"):
+        monkeypatch.setenv("SITE_QUICK", quick)
+        build.write_page("layernorm", CONTEXT, f"key {quick}")
+        build.write_if_changed(build.last_run(), f"state {quick}")
+    for quick, name in (("1", "quick"), ("0", "full")):
+        monkeypatch.setenv("SITE_QUICK", quick)
+        assert (build.fragments_dir() / "layernorm" / "shown.md").read_text() == f"made by the {name} build"
+        assert build.is_current(build.fragments_dir() / "layernorm" / ".key", f"key {quick}")
+        assert build.is_current(build.last_run(), f"state {quick}")
+    assert build.fragments_dir("quick") != build.fragments_dir("full")
 
 
 def test_the_inputs_state_moves_with_any_file_a_key_reads_and_with_nothing_else(tmp_path):
@@ -176,8 +196,9 @@ def test_the_inputs_state_moves_with_any_file_a_key_reads_and_with_nothing_else(
     for folder in build.KEYED_FOLDERS:
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "a.py").write_text("x = 1\n")
-    (tmp_path / "build" / "snippets" / "page").mkdir(parents=True)
-    (tmp_path / "build" / "snippets" / "page" / ".key").write_text("k")
+    page = tmp_path / build.fragments_dir().relative_to(build.ROOT) / "page"  # this mode's fragments of a page
+    page.mkdir(parents=True)
+    (page / ".key").write_text("k")
     (tmp_path / "build" / "cache").mkdir()
 
     def state(context=CONTEXT):
@@ -192,7 +213,7 @@ def test_the_inputs_state_moves_with_any_file_a_key_reads_and_with_nothing_else(
     (tmp_path / "tests" / "unit" / "test_new.py").write_text("")
     third = state()
     assert third != second
-    (tmp_path / "build" / "snippets" / "page" / ".key").unlink()  # a page's output removed
+    (page / ".key").unlink()  # a page's output removed
     fourth = state()
     assert fourth != third
     (tmp_path / "build" / "cache" / "mutants-quick.json").write_text("{}")  # a report brought up to date
@@ -237,7 +258,7 @@ def test_a_file_edited_while_the_pages_are_made_is_seen_by_the_next_build(built_
     monkeypatch.setattr(build, "source_state", lambda: next(reads, now))
     computed = []
     monkeypatch.setattr(build, "page_key", lambda name, context: computed.append(name) or
-                        (build.SNIPPETS / name / ".key").read_text())
+                        (FRAGMENTS / name / ".key").read_text())
     assert build.generate_all(CONTEXT) == []  # every key is current
     computed.clear()
     assert build.generate_all(CONTEXT) == []
