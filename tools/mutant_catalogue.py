@@ -171,8 +171,8 @@ MUTANTS = (
            "The token-table gradient is written with fancy-index assignment, which keeps one contribution per "
            "row: a token that occurs twice gets only one of its gradients.",
            (edit("transformer/embedding.py:embedding_backward",
-                 "np.add.at(dtok_emb, ids.reshape(-1), dx.reshape(-1, d))",
-                 "dtok_emb[ids.reshape(-1)] += dx.reshape(-1, d)"),)),
+                 "np.add.at(dtok_emb.reshape(-1), entries, dx.reshape(-1))",
+                 "dtok_emb.reshape(-1)[entries] += dx.reshape(-1)"),)),
     Mutant("position-grad-first-sequence-only",
            "The position-table gradient takes the first sequence of the batch instead of summing over all.",
            (edit("transformer/embedding.py:embedding_backward", "dx.reshape(-1, T, d).sum(axis=0)",

@@ -155,7 +155,9 @@ def causal_mask(T, dtype):
     ndarray of shape (T, T)
         The mask, read-only.
     """
-    mask = np.triu(np.full((T, T), -np.inf, dtype=dtype), k=1)
+    # Stored column by column, as `attention_forward` stores its scores: adding arrays laid out alike is one
+    # pass through memory in order (about 5x faster here than adding a row-major mask to them).
+    mask = np.asfortranarray(np.triu(np.full((T, T), -np.inf, dtype=dtype), k=1))
     mask.setflags(write=False)
     return mask
 
@@ -213,7 +215,10 @@ def attention_forward(x, p, num_heads, trace=None):
         What `attention_backward` needs (see `AttentionCache`).
     """
     q_scaled, k, v, qkv_cache = project_qkv(x, p, num_heads)
-    scores = q_scaled @ k.transpose(0, 1, 3, 2)  # eq:attn-scores  (B, H, T, T)
+    # The scores are computed transposed, (k q^T)^T: the same numbers, seen through a transposed view, so that
+    # each row of scores lies down a column in memory. numpy takes a row's max and sum (the softmax) about 3x
+    # faster that way: one vector loop over many rows at once instead of one short loop per row.
+    scores = (k @ q_scaled.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)  # eq:attn-scores  (B, H, T, T)
     scores += causal_mask(x.shape[1], np.dtype(scores.dtype))  # eq:attn-mask
     att, att_cache = softmax_forward(scores)  # eq:attn-softmax
     if trace is not None:
@@ -246,7 +251,7 @@ def attention_backward(dy, cache):
     scale = 1.0 / math.sqrt(k.shape[-1])
     dheads, dwo, dbo = linear_backward(dy, o_cache)  # eq:attn-grad-out
     dheads = split_heads(dheads, num_heads)  # eq:attn-grad-merge  (B, H, T, dh)
-    datt = dheads @ v.transpose(0, 1, 3, 2)  # eq:attn-grad-mix  (B, H, T, T)
+    datt = (v @ dheads.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)  # eq:attn-grad-mix  (B, H, T, T), laid out as att
     dv = att.transpose(0, 1, 3, 2) @ dheads  # eq:attn-grad-mix  (B, H, T, dh)
     # The masked entries have att = 0, so their dscores are exactly 0.
     dscores = softmax_backward(datt, att_cache)  # eq:attn-grad-softmax eq:attn-softmax-jacobian eq:attn-grad-masked

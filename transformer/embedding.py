@@ -54,7 +54,11 @@ def embedding_backward(dx, cache):
     dtok_emb = np.zeros(tok_shape, dtype=dx.dtype)
     # np.add.at accumulates: a token id that occurs k times receives k
     # contributions. Plain `dtok_emb[ids] += dx` would keep only the last one.
-    np.add.at(dtok_emb, ids.reshape(-1), dx.reshape(-1, d))  # eq:embed-grad eq:embed-grad-tok
+    # Each entry is given its own index into the flattened table (row v, column j
+    # at v*d + j): numpy's add.at is about 4x faster on single entries than on
+    # whole rows, and it adds the same terms in the same order.
+    entries = (ids.reshape(-1, 1) * d + np.arange(d)).reshape(-1)  # (B*T*d,): row ids[n], every column
+    np.add.at(dtok_emb.reshape(-1), entries, dx.reshape(-1))  # eq:embed-grad eq:embed-grad-tok
     T = ids.shape[-1]
     dpos_emb = np.zeros(pos_shape, dtype=dx.dtype)
     dpos_emb[:T] = dx.reshape(-1, T, d).sum(axis=0)  # eq:embed-grad-pos  each position is used once per sequence

@@ -200,7 +200,10 @@ def global_norm(grads) -> float:
     if largest == 0.0 or not math.isfinite(largest):
         return largest  # all zero, or a NaN (the max propagates it) or an infinity
     s = math.ldexp(1.0, math.frexp(largest)[1] - 1)  # eq:global-norm-scale  s <= largest < 2 s
-    total = sum(float(np.vdot(g / s, g / s)) for g in grads.values())  # eq:global-norm  each term <= 4
+    total = 0.0
+    for g in grads.values():
+        scaled = g * (1.0 / s)  # eq:global-norm  exactly g / s (1/s is a power of two too), made once
+        total += float(np.vdot(scaled, scaled))  # eq:global-norm  each term <= 4
     return s * math.sqrt(total)  # eq:global-norm
 
 
