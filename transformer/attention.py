@@ -156,7 +156,7 @@ def causal_mask(T, dtype):
         The mask, read-only.
     """
     # Stored column by column, as `attention_forward` stores its scores: adding arrays laid out alike is one
-    # pass through memory in order (about 5x faster here than adding a row-major mask to them).
+    # pass through memory in order, faster than adding a row-major mask to them (tools/bench_kernels.py).
     mask = np.asfortranarray(np.triu(np.full((T, T), -np.inf, dtype=dtype), k=1))
     mask.setflags(write=False)
     return mask
@@ -216,8 +216,8 @@ def attention_forward(x, p, num_heads, trace=None):
     """
     q_scaled, k, v, qkv_cache = project_qkv(x, p, num_heads)
     # The scores are computed transposed, (k q^T)^T: the same numbers, seen through a transposed view, so that
-    # each row of scores lies down a column in memory. numpy takes a row's max and sum (the softmax) about 3x
-    # faster that way: one vector loop over many rows at once instead of one short loop per row.
+    # each row of scores lies down a column in memory. numpy then takes the softmax's row maxima and sums with
+    # one vector loop over many rows at once instead of one short loop per row: faster (tools/bench_kernels.py).
     scores = (k @ q_scaled.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)  # eq:attn-scores  (B, H, T, T)
     scores += causal_mask(x.shape[1], np.dtype(scores.dtype))  # eq:attn-mask
     att, att_cache = softmax_forward(scores)  # eq:attn-softmax

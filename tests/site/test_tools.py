@@ -14,8 +14,8 @@ import pytest
 
 from site_scripts.common import ROOT, cached_json
 from site_scripts.sections import function_page
-from tools import (bench_rebuild, bench_step, bench_train_loop, mutant_catalogue, mutants, scale_backward_outputs,
-                   vendor)
+from tools import (bench_kernels, bench_rebuild, bench_step, bench_train_loop, mutant_catalogue, mutants,
+                   scale_backward_outputs, vendor)
 
 
 def test_every_backward_output_becomes_a_mutant_that_compiles():
@@ -78,6 +78,32 @@ def test_the_step_benchmark_reports_medians_ratio_range_and_floor():
     three = "\n".join(bench_step.summary("A", {"numpy": runs(30, 40, 50), "numpy-threads": runs(45, 60, 75),
                                                "torch": runs(60, 40, 100)}))
     assert "ratio numpy / torch: 0.67" in three and "ratio numpy-threads / torch: 1.00 (rounds 0.75 to 1.50)" in three
+
+
+def test_each_kernel_the_step_uses_computes_what_the_plain_way_computes():
+    """tools/bench_kernels.py times each layout choice of the step against the plain way; both must give the same
+    result: the same bits where only the layout or an exact power-of-two scaling differs, and float32 rounding
+    where the softmax's row sums add in another order."""
+    for name in ("A", "B"):
+        results = {what: (np.asarray(ours()), np.asarray(plain()))
+                   for what, ours, plain in bench_kernels.comparisons(name)}
+        assert set(results) == {"softmax of the scores", "causal mask added to the scores", "token table's gradient",
+                                "global norm"}
+        for what, (ours, plain) in results.items():
+            if what == "softmax of the scores":
+                np.testing.assert_allclose(ours, plain, rtol=1e-6, atol=1e-7)
+                assert ours.strides != np.ascontiguousarray(ours).strides  # the rows lie down columns
+            else:
+                assert np.array_equal(ours, plain), what
+    assert bench_kernels.gap_text(np.zeros(3), np.zeros(3)) == "same bits"
+    assert bench_kernels.gap_text(np.zeros(3), np.array([0.0, 2e-3, 0.0])) == "largest gap 2.0e-03"
+
+
+def test_the_kernel_benchmark_prints_one_row_per_comparison(capsys):
+    bench_kernels.main(["--repeats", "1", "--configs", "A"])
+    out = capsys.readouterr().out
+    assert "config A, one shard of 16 windows (T=64, d=64, H=4)" in out
+    assert out.count("x faster") == 4 and out.count("same bits") == 3
 
 
 # ---------------------------------------------------------------- tools/vendor.py: the site's JavaScript

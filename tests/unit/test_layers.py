@@ -15,7 +15,7 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
 from transformer.activations import gelu_backward, gelu_forward, relu_backward, relu_forward
-from transformer.attention import attention_backward, attention_forward
+from transformer.attention import attention_backward, attention_forward, causal_mask
 from transformer.block import BLOCK_KEYS, block_backward, block_forward, block_params
 from transformer.config import ModelConfig
 from transformer.embedding import embedding_backward, embedding_forward
@@ -334,6 +334,21 @@ def test_attention_probabilities_are_causal_and_rows_sum_to_one():
     assert (att[..., above] == 0.0).all()
     assert (att[..., ~above] > 0.0).all()
     assert_allclose(att.sum(axis=-1), np.ones((B, H, T)), rtol=0, atol=1e-12)
+
+
+
+def test_attention_stores_each_row_of_scores_down_a_column_and_the_mask_alike():
+    """The layout the softmax's row reductions are fast in (attention_forward's comment, tools/bench_kernels.py):
+    the probabilities of a query lie down a column of memory, its gradients too, and the mask is stored alike."""
+    rng = np.random.default_rng(16)
+    B, T, d, H = 2, 6, 8, 2
+    x = rng.standard_normal((B, T, d)).astype(np.float32)
+    p = {k: v.astype(np.float32) for k, v in random_attention_params(rng, d).items()}
+    y, cache = attention_forward(x, p, H)
+    assert cache.att.strides[-2] < cache.att.strides[-1]  # the next query's entry is the nearest in memory
+    dx, _ = attention_backward(rng.standard_normal(y.shape).astype(np.float32), cache)
+    assert dx.dtype == np.float32
+    assert causal_mask(T, np.dtype(np.float32)).flags.f_contiguous
 
 
 # -------------------------------------------------------------------- block

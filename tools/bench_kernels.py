@@ -1,0 +1,143 @@
+"""Benchmark: the layout choices of the training step's kernels, each against the plain way, on the arrays of
+one shard of `tools/bench_step.py`'s configs (one core, BLAS on one thread, as `transformer/parallel.py` runs a
+shard).
+
+Each row times the code as the package has it (`ours`) and the plain alternative its comment names, in
+alternation, and gives the median of each, their ratio and whether both give the same bits (else the largest
+gap). The comments in the code point here:
+
+- the softmax over scores seen through a transposed view (`attention_forward`) against scores stored row by row;
+- the causal mask stored column by column, like those scores, against a row-major mask;
+- the token table's gradient adding one entry per index (`embedding_backward`) against one row per index;
+- the global norm scaling each gradient once (`global_norm`) against dividing it twice.
+
+    python tools/bench_kernels.py [--repeats 300] [--configs A B]
+"""
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+if __package__ in (None, ""):  # run as `python tools/bench_kernels.py`: import from the project root
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from tools.bench_step import BATCH  # noqa: E402
+from transformer.attention import causal_mask  # noqa: E402
+from transformer.config import PRESETS  # noqa: E402
+from transformer.embedding import embedding_backward  # noqa: E402
+from transformer.memory import keep_freed_memory  # noqa: E402
+from transformer.model import init_params  # noqa: E402
+from transformer.optim import global_norm  # noqa: E402
+from transformer.softmax import softmax_forward  # noqa: E402
+
+SHARDS = 2  # the batch of bench_step's config is cut in two on 2 cores: one shard's arrays
+
+
+def shard_arrays(name, seed=0):
+    """The arrays one shard of config `name` works on: queries and keys (B, H, T, dh), the ids (B, T), the
+    embedding gradient (B, T, d) and a gradient for every parameter, float32."""
+    cfg = PRESETS[name]
+    B, T, d, H = BATCH[name] // SHARDS, cfg.context_len, cfg.emb_dim, cfg.num_heads
+    rng = np.random.default_rng(seed)
+    q, k = (rng.standard_normal((B, H, T, d // H), dtype=np.float32) for _ in range(2))
+    ids = rng.integers(0, cfg.vocab_size, (B, T))
+    dx = rng.standard_normal((B, T, d), dtype=np.float32)
+    grads = {n: rng.standard_normal(p.shape, dtype=np.float32) for n, p in init_params(cfg, 0, np.float32).items()}
+    return cfg, q, k, ids, dx, grads
+
+
+def token_grad_by_rows(dx, ids, vocab_size):
+    """The token table's gradient with one row index per position: the plain np.add.at."""
+    d = dx.shape[-1]
+    out = np.zeros((vocab_size, d), dtype=dx.dtype)
+    np.add.at(out, ids.reshape(-1), dx.reshape(-1, d))
+    return out
+
+
+def global_norm_dividing_twice(grads):
+    """`global_norm` as it was written before: each term divides its gradient by s twice."""
+    largest = max(float(np.max(np.abs(g))) for g in grads.values())
+    s = math.ldexp(1.0, math.frexp(largest)[1] - 1)
+    return s * math.sqrt(sum(float(np.vdot(g / s, g / s)) for g in grads.values()))
+
+
+def comparisons(name):
+    """[(what, ours, plain)] for config `name`: two functions of no argument that compute the same thing."""
+    cfg, q, k, ids, dx, grads = shard_arrays(name)
+    T = cfg.context_len
+    mask = causal_mask(T, np.dtype(np.float32))
+    row_major_mask = np.ascontiguousarray(mask)
+    by_columns = (k @ q.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2) + mask  # as attention_forward makes them
+    by_rows = np.ascontiguousarray(by_columns)  # the same scores, stored row by row
+    mine, theirs = by_columns.copy(order="K"), by_columns.copy(order="K")  # adding the mask again changes nothing
+    return [
+        ("softmax of the scores", lambda: softmax_forward(by_columns.copy(order="K"))[0],
+         lambda: softmax_forward(by_rows.copy())[0]),
+        ("causal mask added to the scores", lambda: np.add(mine, mask, out=mine),  # in place, as the code does
+         lambda: np.add(theirs, row_major_mask, out=theirs)),
+        ("token table's gradient", lambda: embedding_backward(dx, (ids, (cfg.vocab_size, cfg.emb_dim),
+                                                                    (T, cfg.emb_dim)))[0],
+         lambda: token_grad_by_rows(dx, ids, cfg.vocab_size)),
+        ("global norm", lambda: global_norm(grads), lambda: global_norm_dividing_twice(grads)),
+    ]
+
+
+def median_seconds(f, repeats):
+    """The median time of `repeats` calls of f, after one untimed call."""
+    f()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def gap_text(a, b):
+    """"same bits", or the largest gap between two results (arrays or floats)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if np.array_equal(a, b):
+        return "same bits"
+    return f"largest gap {float(np.max(np.abs(a - b))):.1e}"
+
+
+def rows(name, repeats):
+    """One line per comparison: medians (us) of ours and the plain way, their ratio, whether they agree."""
+    lines = []
+    for what, ours, plain in comparisons(name):
+        times = {"ours": [], "plain": []}
+        for _ in range(3):  # alternate, so that a slow moment of the machine falls on both
+            times["ours"].append(median_seconds(ours, repeats))
+            times["plain"].append(median_seconds(plain, repeats))
+        a, b = (statistics.median(times[w]) for w in ("ours", "plain"))
+        lines.append(f"  {what:<34} ours {a * 1e6:8.1f} us   plain {b * 1e6:8.1f} us   "
+                     f"{b / a:4.1f}x faster   {gap_text(ours(), plain())}")
+    return lines
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=300, help="timed calls per median")
+    parser.add_argument("--configs", nargs="+", default=["A", "B"], choices=sorted(BATCH))
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    from threadpoolctl import threadpool_limits
+
+    keep_freed_memory()
+    with threadpool_limits(1):
+        for name in args.configs:
+            cfg = PRESETS[name]
+            print(f"config {name}, one shard of {BATCH[name] // SHARDS} windows (T={cfg.context_len}, "
+                  f"d={cfg.emb_dim}, H={cfg.num_heads}), float32, one thread:")
+            for line in rows(name, args.repeats):
+                print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
