@@ -237,7 +237,8 @@ def inputs_state(context, pages, sources, root=ROOT):
     """One hash of the sources' stamps (`source_state`), of the build's own products that keys read or that
     must be there (the reports in build/cache, each page's stamp), of the versions, the mode, the context
     and the pages asked for."""
-    products = stamps(root, "build/cache", "*.json") + stamps(root, f"build/snippets/{mode()}", "*/.key")
+    fragments = fragments_dir().relative_to(ROOT).as_posix()  # this mode's
+    products = stamps(root, "build/cache", "*.json") + stamps(root, fragments, "*/.key")
     return hash_parts(*map(str, sources), *map(str, products), numpy_version(), torch_version(),
                       package_version("bitsandbytes"), mode(), json.dumps(context, sort_keys=True), pages)
 

@@ -20,7 +20,7 @@ if PROJECT not in sys.path:
 from site_scripts import (anatomy, build, equations, notebooks, print_edition, registry, render_cache,  # noqa: E402
                           schedule, sections)
 
-SNIPPETS = "build/snippets"  # mkdocs.yml's base path of the fragments, build.SNIPPETS
+SNIPPETS = build.SNIPPETS.relative_to(build.ROOT).as_posix()  # mkdocs.yml's base path of the fragments
 COMMAND = "build"  # or "serve", "gh-deploy": on_startup says which
 
 

@@ -9,12 +9,13 @@ gap). The comments in the code point here:
 - the softmax over scores seen through a transposed view (`attention_forward`) against scores stored row by row;
 - the causal mask stored column by column, like those scores, against a row-major mask;
 - the token table's gradient adding one entry per index (`embedding_backward`) against one row per index;
-- the global norm scaling each gradient once (`global_norm`) against dividing it twice.
+- the global norm computing g / s once per gradient (`global_norm`) against computing it twice.
 
     python tools/bench_kernels.py [--repeats 300] [--configs A B]
 """
 
 import argparse
+import contextlib
 import math
 import statistics
 import sys
@@ -59,8 +60,8 @@ def token_grad_by_rows(dx, ids, vocab_size):
     return out
 
 
-def global_norm_dividing_twice(grads):
-    """`global_norm` as it was written before: each term divides its gradient by s twice."""
+def global_norm_scaling_twice(grads):
+    """`global_norm` as it was written before: each term computes g / s twice, once per factor."""
     largest = max(float(np.max(np.abs(g))) for g in grads.values())
     s = math.ldexp(1.0, math.frexp(largest)[1] - 1)
     return s * math.sqrt(sum(float(np.vdot(g / s, g / s)) for g in grads.values()))
@@ -70,8 +71,8 @@ def comparisons(name):
     """[(what, ours, plain)] for config `name`: two functions of no argument that compute the same thing."""
     cfg, q, k, ids, dx, grads = shard_arrays(name)
     T = cfg.context_len
-    mask = causal_mask(T, np.dtype(np.float32))
-    row_major_mask = np.ascontiguousarray(mask)
+    mask = causal_mask(T, np.dtype(np.float32), column_major=True)  # as attention_forward adds it
+    row_major_mask = causal_mask(T, np.dtype(np.float32))
     by_columns = (k @ q.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2) + mask  # as attention_forward makes them
     by_rows = np.ascontiguousarray(by_columns)  # the same scores, stored row by row
     mine, theirs = by_columns.copy(order="K"), by_columns.copy(order="K")  # adding the mask again changes nothing
@@ -83,8 +84,19 @@ def comparisons(name):
         ("token table's gradient", lambda: embedding_backward(dx, (ids, (cfg.vocab_size, cfg.emb_dim),
                                                                     (T, cfg.emb_dim)))[0],
          lambda: token_grad_by_rows(dx, ids, cfg.vocab_size)),
-        ("global norm", lambda: global_norm(grads), lambda: global_norm_dividing_twice(grads)),
+        ("global norm", lambda: global_norm(grads), lambda: global_norm_scaling_twice(grads)),
     ]
+
+
+def one_blas_thread():
+    """BLAS on one thread for the block, as in a shard (threadpoolctl, of the `bench` extra); without
+    threadpoolctl, BLAS keeps its threads and a line says so."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        print("threadpoolctl is not installed (pip install -e '.[bench]'): BLAS keeps its own threads")
+        return contextlib.nullcontext()
+    return threadpool_limits(1)
 
 
 def median_seconds(f, repeats):
@@ -127,10 +139,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    from threadpoolctl import threadpool_limits
-
     keep_freed_memory()
-    with threadpool_limits(1):
+    with one_blas_thread():
         for name in args.configs:
             cfg = PRESETS[name]
             print(f"config {name}, one shard of {BATCH[name] // SHARDS} windows (T={cfg.context_len}, "

@@ -118,8 +118,8 @@ MUTANTS = (
     Mutant("attention-no-causal-mask",
            "The causal mask is not added to the scores, so each position also attends to later ones. Forward "
            "and backward stay consistent.",
-           (edit(f"{ATT}:attention_forward", "scores += causal_mask(x.shape[1], np.dtype(scores.dtype))",
-                 "scores += 0.0"),)),
+           (edit(f"{ATT}:attention_forward",
+                 "scores += causal_mask(x.shape[1], np.dtype(scores.dtype), column_major=True)", "scores += 0.0"),)),
     Mutant("attention-grad-no-scale",
            "The backward forgets the 1/sqrt(d_h) scale in dq; the forward still applies it.",
            (edit(f"{ATT}:attention_backward", "dq = (dscores @ k) * scale", "dq = dscores @ k"),)),
@@ -173,6 +173,11 @@ MUTANTS = (
            (edit("transformer/embedding.py:embedding_backward",
                  "np.add.at(dtok_emb.reshape(-1), entries, dx.reshape(-1))",
                  "dtok_emb.reshape(-1)[entries] += dx.reshape(-1)"),)),
+    Mutant("embedding-grad-index-wraps",
+           "The token table's flat index id * d + j is computed in the ids' own dtype: with uint8 ids it wraps "
+           "around past 255, and the gradient lands in the wrong rows.",
+           (edit("transformer/embedding.py:embedding_backward", "rows = ids.reshape(-1, 1).astype(np.intp)",
+                 "rows = ids.reshape(-1, 1)"),)),
     Mutant("position-grad-first-sequence-only",
            "The position-table gradient takes the first sequence of the batch instead of summing over all.",
            (edit("transformer/embedding.py:embedding_backward", "dx.reshape(-1, T, d).sum(axis=0)",
@@ -368,6 +373,10 @@ MUTANTS = (
            "The global norm squares the entries first: huge finite gradients overflow to an infinite norm, and "
            "clipping would zero them.",
            (edit("transformer/optim.py:global_norm", "s = math.ldexp(1.0, math.frexp(largest)[1] - 1)", "s = 1.0"),)),
+    Mutant("global-norm-multiplies-by-the-inverse",
+           "The global norm scales by 1/s instead of dividing by s: the same bits, until the gradients are "
+           "subnormal and 1/s overflows to inf in their dtype, and the norm is NaN.",
+           (edit("transformer/optim.py:global_norm", "scaled = g / s", "scaled = g * (1.0 / s)"),)),
     Mutant("global-norm-scale-not-multiplied-back",
            "The root of the scaled squares is returned without the factor s: the norm of gradients far from 1 "
            "is off by that power of two.",

@@ -136,7 +136,7 @@ def separate_qkv_backward(dqkv, qkv_cache: SeparateQKV):
 
 
 @lru_cache(maxsize=None)
-def causal_mask(T, dtype):
+def causal_mask(T, dtype, column_major=False):
     """Additive causal mask: 0 where query t may see key s (s <= t), -inf above the diagonal.
 
     It is built once per (T, dtype) and shared read-only, since every step adds the same mask. The
@@ -149,15 +149,18 @@ def causal_mask(T, dtype):
         The sequence length.
     dtype : numpy.dtype
         The dtype of the scores the mask is added to.
+    column_major : bool
+        Store it column by column, as `attention_forward` stores its scores: adding arrays laid out alike is
+        one pass through memory in order, faster than adding a row-major mask to them
+        (tools/bench_kernels.py). The values are the same either way.
 
     Returns
     -------
     ndarray of shape (T, T)
         The mask, read-only.
     """
-    # Stored column by column, as `attention_forward` stores its scores: adding arrays laid out alike is one
-    # pass through memory in order, faster than adding a row-major mask to them (tools/bench_kernels.py).
-    mask = np.asfortranarray(np.triu(np.full((T, T), -np.inf, dtype=dtype), k=1))
+    mask = np.triu(np.full((T, T), -np.inf, dtype=dtype), k=1)
+    mask = np.asfortranarray(mask) if column_major else mask
     mask.setflags(write=False)
     return mask
 
@@ -219,7 +222,7 @@ def attention_forward(x, p, num_heads, trace=None):
     # each row of scores lies down a column in memory. numpy then takes the softmax's row maxima and sums with
     # one vector loop over many rows at once instead of one short loop per row: faster (tools/bench_kernels.py).
     scores = (k @ q_scaled.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)  # eq:attn-scores  (B, H, T, T)
-    scores += causal_mask(x.shape[1], np.dtype(scores.dtype))  # eq:attn-mask
+    scores += causal_mask(x.shape[1], np.dtype(scores.dtype), column_major=True)  # eq:attn-mask
     att, att_cache = softmax_forward(scores)  # eq:attn-softmax
     if trace is not None:
         trace["attention"] = att

@@ -57,7 +57,8 @@ def embedding_backward(dx, cache):
     # Each entry is given its own index into the flattened table (row v, column j
     # at v*d + j): numpy's add.at is several times faster on single entries than
     # on whole rows (tools/bench_kernels.py), and adds the same terms in the same order.
-    entries = (ids.reshape(-1, 1) * d + np.arange(d)).reshape(-1)  # (B*T*d,): row ids[n], every column
+    rows = ids.reshape(-1, 1).astype(np.intp)  # as wide as an index: uint8 ids times d would wrap around
+    entries = (rows * d + np.arange(d)).reshape(-1)  # (B*T*d,): row ids[n], every column
     np.add.at(dtok_emb.reshape(-1), entries, dx.reshape(-1))  # eq:embed-grad eq:embed-grad-tok
     T = ids.shape[-1]
     dpos_emb = np.zeros(pos_shape, dtype=dx.dtype)

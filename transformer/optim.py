@@ -202,7 +202,7 @@ def global_norm(grads) -> float:
     s = math.ldexp(1.0, math.frexp(largest)[1] - 1)  # eq:global-norm-scale  s <= largest < 2 s
     total = 0.0
     for g in grads.values():
-        scaled = g * (1.0 / s)  # eq:global-norm  exactly g / s (1/s is a power of two too), made once
+        scaled = g / s  # eq:global-norm  exact (s is a power of two), made once for both factors of the product
         total += float(np.vdot(scaled, scaled))  # eq:global-norm  each term <= 4
     return s * math.sqrt(total)  # eq:global-norm
 

@@ -103,7 +103,7 @@ def test_the_kernel_benchmark_prints_one_row_per_comparison(capsys):
     bench_kernels.main(["--repeats", "1", "--configs", "A"])
     out = capsys.readouterr().out
     assert "config A, one shard of 16 windows (T=64, d=64, H=4)" in out
-    assert out.count("x faster") == 4 and out.count("same bits") == 3
+    assert out.count("x faster") == 4 and out.count("same bits") >= 3  # the softmax's may differ in the last bit
 
 
 # ---------------------------------------------------------------- tools/vendor.py: the site's JavaScript

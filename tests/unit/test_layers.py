@@ -80,6 +80,21 @@ def test_embedding_backward_matches_central_differences_for_both_tables():
     assert_grad_matches(dpos, f, pos, "dpos_emb")
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.int64])
+def test_embedding_backward_takes_ids_of_any_integer_dtype(dtype):
+    """The table's gradient indexes entry (id, j) at id * d + j: with uint8 ids that product must not wrap."""
+    rng = np.random.default_rng(2)
+    V, T, d = 200, 5, 64  # 199 * 64 > 255
+    ids = np.array([[199, 3, 199, 150, 0]])
+    dy = rng.standard_normal((1, T, d))
+    tok, pos = rng.standard_normal((V, d)), rng.standard_normal((T, d))
+    want = np.zeros((V, d))
+    for t, i in enumerate(ids[0]):
+        want[i] += dy[0, t]
+    _, cache = embedding_forward(ids.astype(dtype), tok, pos)
+    assert_allclose(embedding_backward(dy, cache)[0], want, rtol=1e-12, atol=1e-12)
+
+
 def test_repeated_ids_accumulate_embedding_gradient():
     """An id used k times receives k contributions (not just the last write)."""
     rng = np.random.default_rng(1)
@@ -336,19 +351,18 @@ def test_attention_probabilities_are_causal_and_rows_sum_to_one():
     assert_allclose(att.sum(axis=-1), np.ones((B, H, T)), rtol=0, atol=1e-12)
 
 
-
 def test_attention_stores_each_row_of_scores_down_a_column_and_the_mask_alike():
     """The layout the softmax's row reductions are fast in (attention_forward's comment, tools/bench_kernels.py):
-    the probabilities of a query lie down a column of memory, its gradients too, and the mask is stored alike."""
+    the probabilities of a query lie down a column of memory, and the mask it adds is stored alike."""
     rng = np.random.default_rng(16)
     B, T, d, H = 2, 6, 8, 2
     x = rng.standard_normal((B, T, d)).astype(np.float32)
     p = {k: v.astype(np.float32) for k, v in random_attention_params(rng, d).items()}
-    y, cache = attention_forward(x, p, H)
+    _, cache = attention_forward(x, p, H)
     assert cache.att.strides[-2] < cache.att.strides[-1]  # the next query's entry is the nearest in memory
-    dx, _ = attention_backward(rng.standard_normal(y.shape).astype(np.float32), cache)
-    assert dx.dtype == np.float32
-    assert causal_mask(T, np.dtype(np.float32)).flags.f_contiguous
+    column_major = causal_mask(T, np.dtype(np.float32), column_major=True)
+    assert column_major.flags.f_contiguous and causal_mask(T, np.dtype(np.float32)).flags.c_contiguous
+    assert np.array_equal(column_major, causal_mask(T, np.dtype(np.float32)))
 
 
 # -------------------------------------------------------------------- block

@@ -214,6 +214,16 @@ def test_global_norm_of_tiny_gradients_does_not_underflow_to_zero():
     assert global_norm({"a": np.zeros(3), "b": np.zeros((0, 2))}) == 0.0
 
 
+@pytest.mark.parametrize("dtype, tiny", [(np.float32, 1e-39), (np.float64, 1e-310)])
+def test_global_norm_of_subnormal_gradients_is_their_norm(dtype, tiny):
+    """Below 2^-126 (float32) or 2^-1022 (float64) the entries are subnormal and the scale s is too: 1/s would
+    overflow to inf in the gradients' dtype, so the norm must divide by s, not multiply by 1/s."""
+    from transformer.optim import global_norm
+
+    grads = {"a": np.array([tiny, 0.0, tiny], dtype=dtype), "b": np.array([-tiny], dtype=dtype)}
+    assert_allclose(global_norm(grads), math.sqrt(3) * float(dtype(tiny)), rtol=1e-6)
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_a_non_finite_gradient_has_a_non_finite_norm_and_is_not_clipped(bad):
     from transformer.optim import global_norm
