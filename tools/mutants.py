@@ -58,8 +58,10 @@ PACKAGE = "transformer"
 UNIT_TEST_ORDER = ("test_layers.py", "test_model.py", "test_optim.py", "test_data.py", "test_generate.py",
                    "test_checkpoint.py", "test_crosscheck.py", "test_train.py")
 TIMEOUT_S = 600  # per check: a mutant that makes a check hang counts as caught, after this long
+# One shard per batch (--threads 1): JOBS mutants run at once, one per core, so a run that cut its batches to
+# use every core would fight the others for them; and so its losses are the same on any machine.
 TRAINING = ["--preset", "A", "--steps", "200", "--lr", "1e-2", "--warmup", "20", "--eval-every", "200",
-            "--batch-size", "32", "--seed", "0", "--no-progress"]
+            "--batch-size", "32", "--seed", "0", "--threads", "1", "--no-progress"]
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,8 @@ def check_tests(copy, ctx):
     if result.returncode == 0:
         return False, result.summary or "passed"
     if result.failures:
-        return True, f"first failure: {result.failures[0]}"
+        reason = f" ({result.reasons[0]})" if result.reasons[0] else ""
+        return True, f"first failure: {result.failures[0]}{reason}"
     return True, f"pytest exit status {result.returncode} ({crash_line(result)})"
 
 

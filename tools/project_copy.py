@@ -61,6 +61,7 @@ class PytestRun:
     returncode: int
     failures: tuple  # node ids of the FAILED and ERROR lines of pytest's summary, in its order
     failed: tuple  # those of the FAILED lines alone
+    reasons: tuple  # for each of `failures`, what its line says after the node id (the exception), or ""
     summary: str  # pytest's last line counting what passed ("12 passed in 3.40s"), or ""
     stderr: str
 
@@ -68,14 +69,16 @@ class PytestRun:
 def run_pytest(copy, args=(UNIT_TESTS,), timeout=None, threads=None, launcher=None):
     """pytest -x on `args` in the copy (it stops at the first failure); None when it ran past `timeout`.
     With a `launcher` (tools/preloaded.py), pytest runs in a fork of it (see `run_in`)."""
+    # pytest cuts each summary line to the terminal's width, the exception first: room for it after a long id
     result = run_in(copy, [sys.executable, "-m", "pytest", *args, "-x", "-q", "-p", "no:cacheprovider"],
-                    timeout, threads, launcher=launcher)
+                    timeout, threads, env={"COLUMNS": "300"}, launcher=launcher)
     if result is None:
         return None
     lines = result.stdout.splitlines()
-    named = [(line.split(" ", 1)[0], line.split(" ", 1)[1].split(" - ")[0]) for line in lines
+    named = [(line.split(" ", 1)[0], *line.split(" ", 1)[1].partition(" - ")[::2]) for line in lines
              if line.startswith(("FAILED ", "ERROR "))]
     passed = [line for line in lines if " passed" in line]
-    return PytestRun(result.returncode, tuple(test for _, test in named),
-                     tuple(test for kind, test in named if kind == "FAILED"),
+    return PytestRun(result.returncode, tuple(test for _, test, _ in named),
+                     tuple(test for kind, test, _ in named if kind == "FAILED"),
+                     tuple(why.rstrip(": ") for _, _, why in named),
                      passed[-1].strip("= ") if passed else "", result.stderr)

@@ -5,6 +5,9 @@ the tests or the tool change, so the page always describes the code it is built 
 the test build) only the mutants of QUICK run, and the page says so.
 """
 
+import html
+import re
+
 from tools import mutants as tool
 
 from .. import sections
@@ -12,6 +15,12 @@ from ..common import ROOT, mode
 from ..schedule import jobs_from_env
 
 PAGE = "mutants"
+
+
+def plain(text):
+    """A check's own words (a test's exception, say) as Markdown that shows them as they are: no tags, no
+    emphasis, no math."""
+    return re.sub(r"([\\`*_\[\]$])", r"\\\1", html.escape(text, quote=False))
 
 
 def anchor(name):
@@ -99,7 +108,7 @@ def details_md(report, repo_url):
             text += f"*Why no check can see it:* {r['uncatchable']}\n\n"
         text += "".join(edit_md(e, repo_url) + "\n" for e in r["edits"])
         results = [(c, r["results"][c]) for c in titles]  # in the checks' order (the stored report sorts keys)
-        text += "\n".join(f"- {titles[c]}: {'**caught**' if res['caught'] else 'missed'}. {res['detail']} "
+        text += "\n".join(f"- {titles[c]}: {'**caught**' if res['caught'] else 'missed'}. {plain(res['detail'])} "
                           f"({res['seconds']:.0f} s)" for c, res in results) + "\n"
         parts.append(text)
     return "\n".join(parts)

@@ -70,6 +70,7 @@ def test_a_forked_pytest_run_reports_what_a_new_process_would(launcher, copy):
     new = run_pytest(copy, [str(test)], timeout=120, threads=1)
     assert forked.returncode == new.returncode == 1
     assert forked.failures == new.failures == ("tests/unit/test_launched.py::test_fails",)
+    assert forked.reasons == new.reasons == ("assert 1 == 2",)  # what the mutation run's detail quotes
 
 
 def test_checks_that_end_at_once_are_answered_at_once_one_after_another(launcher, copy):

@@ -414,6 +414,25 @@ def test_rebuild_benchmark_explains_an_extra_rerun_by_the_lines_the_edit_moved()
     assert reasons["notebook attention_maps"] == ["notebook shakespeare (depended on, reran)"]
 
 
+def test_a_checks_words_show_on_the_page_as_they_are():
+    """A test's exception is quoted in a mutant's details: rendered as the site renders Markdown, it must read
+    the same, not become a tag, emphasis or math. Watched failing with the detail put in as it is."""
+    import html
+
+    import markdown
+
+    from site_scripts.pages import mutants as page
+
+    detail = "first failure: t.py::test_a_b[x] (assert <function f at 0x1> == $1 * 2$ and `a` * [b](c))"
+    results = {c.name: {"caught": True, "detail": detail, "seconds": 1.0} for c in mutants.CHECKS}
+    record = mutants.mutant_record(mutants.MUTANTS[0], results)
+    report = {"mutants": [record], "checks": [c.__dict__ for c in mutants.CHECKS]}
+    md = markdown.Markdown(extensions=["pymdownx.arithmatex"],  # as mkdocs.yml has it
+                           extension_configs={"pymdownx.arithmatex": {"generic": True}})
+    shown = html.unescape(re.sub(r"<[^>]+>", "", md.convert(page.details_md(report, "https://x"))))
+    assert shown.count(detail) == len(mutants.CHECKS)
+
+
 def test_a_surviving_mutant_is_shown_as_a_gap_and_fails_the_tool(tmp_path, monkeypatch, capsys):
     """Negative control of the page and the tool's exit status: a report with a survivor."""
     from site_scripts.pages import mutants as page
