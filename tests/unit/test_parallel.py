@@ -235,7 +235,10 @@ def test_while_one_thread_steps_another_gets_threads_and_the_same_numbers(worker
 
 
 PARENT = """
-import sys, time, numpy as np
+import signal, sys, time, numpy as np
+# Ctrl-C raises KeyboardInterrupt, as in a terminal's foreground process: one started by a background job of a
+# script (`cmd &`, nohup) inherits Ctrl-C ignored, and Python then keeps ignoring it.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, sys.argv[2])
 from test_parallel import slow_compute
 from transformer.config import ModelConfig
