@@ -12,6 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "build" / "cache"
 QUICK_ENV = "SITE_QUICK"  # SITE_QUICK=1: the quick build, with the long runs shortened (the tests use it)
+MODES = ("quick", "full")  # a report of one mode is stored as build/cache/<name>-<mode>.json
 
 
 def mode():

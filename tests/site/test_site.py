@@ -216,8 +216,14 @@ def test_the_inputs_state_moves_with_any_file_a_key_reads_and_with_nothing_else(
     (page / ".key").unlink()  # a page's output removed
     fourth = state()
     assert fourth != third
-    (tmp_path / "build" / "cache" / "mutants-quick.json").write_text("{}")  # a report brought up to date
+    (tmp_path / "build" / "cache" / f"mutants-{common.mode()}.json").write_text("{}")  # a report brought up to date
     assert state() != fourth
+    fifth = state()
+    other = next(m for m in common.MODES if m != common.mode())
+    (tmp_path / "build" / "cache" / f"mutants-{other}.json").write_text("{}")  # the other mode's: no page reads it
+    assert state() == fifth
+    (tmp_path / "build" / "cache" / "crosscheck.json").write_text("{}")  # a report of both modes
+    assert state() != fifth
     assert state({"repo_url": "https://example.org/fork"}) != state()
     (tmp_path / "transformer" / "__pycache__").mkdir()  # bytecode changes no key
     before = state()
