@@ -75,10 +75,13 @@ def run_pytest(copy, args=(UNIT_TESTS,), timeout=None, threads=None, launcher=No
     if result is None:
         return None
     lines = result.stdout.splitlines()
-    named = [(line.split(" ", 1)[0], *line.split(" ", 1)[1].partition(" - ")[::2]) for line in lines
-             if line.startswith(("FAILED ", "ERROR "))]
+    named = []  # (FAILED or ERROR, the test's node id, what the line says after " - ")
+    for line in lines:
+        if line.startswith(("FAILED ", "ERROR ")):
+            kind, rest = line.split(" ", 1)
+            test, _, why = rest.partition(" - ")
+            named.append((kind, test, why.rstrip(": ")))
     passed = [line for line in lines if " passed" in line]
     return PytestRun(result.returncode, tuple(test for _, test, _ in named),
-                     tuple(test for kind, test, _ in named if kind == "FAILED"),
-                     tuple(why.rstrip(": ") for _, _, why in named),
+                     tuple(test for kind, test, _ in named if kind == "FAILED"), tuple(why for _, _, why in named),
                      passed[-1].strip("= ") if passed else "", result.stderr)
