@@ -62,7 +62,7 @@ def checks_md(report):
         alone = [r for r in caught if r["caught_by"] == [c["name"]]]
         rows.append([f"**{c['title']}**", c["what"], f"{len(caught)} of {len(records)}",
                      ", ".join(f"[{r['name']}](#{anchor(r['name'])})" for r in alone) or "none",
-                     f"{report['baseline'][c['name']]['detail']}"])
+                     plain(report['baseline'][c['name']]['detail'])])
     return sections.md_table(["Check", "What it compares", "Caught", "Caught by it alone",
                               "On the unchanged code"], rows)
 
