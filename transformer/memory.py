@@ -11,7 +11,6 @@ result, only where freed memory waits for its next use.
 """
 
 import ctypes
-import ctypes.util
 
 import numpy as np
 
@@ -25,13 +24,11 @@ def keep_freed_memory(threshold_bytes=1 << 30) -> bool:
     Returns True when the allocator accepted the setting, False where there
     is no glibc (macOS, Windows, musl), where it is a harmless no-op.
     """
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+        # The symbols this process has loaded, the C library's among them; ctypes.util.find_library("c")
+        # would start a process (ldconfig) in every process that calls this.
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # no mallopt: not glibc
         return False
     ok_mmap = mallopt(_M_MMAP_THRESHOLD, threshold_bytes)
     ok_trim = mallopt(_M_TRIM_THRESHOLD, threshold_bytes)
