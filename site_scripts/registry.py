@@ -213,8 +213,8 @@ PAGES = (
     # unit tests or the run itself can change its report.
     Page("mutants", "verification/mutants.md", "Are the checks good enough?", "Verification",
          reads=("transformer", "pyproject.toml", "tests/unit", "tools/mutants.py", "tools/mutant_catalogue.py",
-                "tools/project_copy.py", "tools/preloaded.py", "scripts/fetch_corpus.py", "site_scripts/depends.py",
-                "mode"),
+                "tools/project_copy.py", "tools/preloaded.py", "tools/reached.py", "scripts/fetch_corpus.py",
+                "site_scripts/depends.py", "mode"),
          alone="its mutation run uses every core itself"),
     Page("notation", "reference/notation.md", "Notation", "Reference", generated=False),
     Page("api", "reference/api.md", "API", "Reference", generated=False),
@@ -225,7 +225,7 @@ PAGES = (
     Page("architecture", "reference/architecture.md", "How the site is built", "Reference",
          reads=("site_scripts/pages", "transformer", "pyproject.toml", "tests/unit", "tools/checked_by.py",
                 "tools/checked_by_plugin.py", "tools/perturbations.py", "tools/project_copy.py",
-                "tools/preloaded.py", "mode")),
+                "tools/preloaded.py", "tools/reached.py", "mode")),
 )
 
 BY_ID = {page.id: page for page in PAGES}

@@ -42,7 +42,8 @@ from tools.project_copy import UNIT_TESTS, project_copy, run_in  # noqa: E402
 
 PLUGIN = ("tools/__init__.py", "tools/perturbations.py", "tools/checked_by_plugin.py")  # copied beside the package
 REPORT_INPUTS = ("transformer", "pyproject.toml", UNIT_TESTS, "tools/checked_by.py", "tools/checked_by_plugin.py",
-                 "tools/perturbations.py", "tools/project_copy.py", "tools/preloaded.py")
+                 "tools/perturbations.py", "tools/project_copy.py", "tools/preloaded.py",
+                 "tools/reached.py")  # the launcher imports it
 # The quick run (SITE_QUICK=1, the tests' build): a few units of different kinds, traced over the test files that
 # hold their own tests. The pages say which units it measured.
 QUICK = ("model:forward", "layernorm:layer_norm_backward", "data:CharTokenizer", "nf4:pack", "optim:lr_at")

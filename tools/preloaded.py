@@ -100,14 +100,15 @@ class Launcher:
         self.process.stdin.close()
         self.process.wait()
 
-    def run(self, copy, module, args, timeout=None, env=None):
+    def run(self, copy, module, args, timeout=None, env=None, record=None):
         """`python -m module *args` in the copy: a CompletedProcess with its exit status and text output, or
         None when it ran past `timeout` seconds (the launcher kills it, and every process it started). `env`
-        adds environment variables."""
+        adds environment variables. `record`: a path where the check writes which of the copy's functions it
+        called (tools/reached.py)."""
         with tempfile.TemporaryDirectory(prefix="check-") as tmp:
             out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
             request = {"copy": str(copy), "module": module, "args": list(args), "out": str(out), "err": str(err),
-                       "env": env or {}, "timeout": timeout}
+                       "env": env or {}, "timeout": timeout, "record": record and str(record)}
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
             line = self.process.stdout.readline()  # one line per request, when the check is over
@@ -133,6 +134,7 @@ def serve():
     line: the child's exit status, or that it ran past its time and was killed."""
     for module in PRELOAD:
         __import__(module)
+    import reached  # noqa: F401  tools/reached.py, beside this script: for the children that record their calls
     for line in sys.stdin:
         request = json.loads(line)
         timeout = request.pop("timeout")
@@ -178,9 +180,10 @@ def exit_without_teardown(status):
         os._exit(status)
 
 
-def child(copy, module, args, out, err, env):
+def child(copy, module, args, out, err, env, record):
     """In a fork of the launcher: become `python -m module *args` run in the copy, stdout and stderr into the
-    files `out` and `err`. Returns the exit status (see `exit_without_teardown` for what follows)."""
+    files `out` and `err`; with a `record` path, note every function of the copy's package that it calls there
+    (tools/reached.py). Returns the exit status (see `exit_without_teardown` for what follows)."""
     os.setsid()  # a process group of its own, which a timeout kills whole
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -198,6 +201,8 @@ def child(copy, module, args, out, err, env):
     random.seed()  # seeded from the system, as in a new process, not left in the launcher's state
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
+    if record:
+        sys.modules["reached"].start_recording(copy, record)  # written at exit, after the check
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as e:  # what `python -m` makes of it

@@ -109,9 +109,26 @@ def details_md(report, repo_url):
         text += "".join(edit_md(e, repo_url) + "\n" for e in r["edits"])
         results = [(c, r["results"][c]) for c in titles]  # in the checks' order (the stored report sorts keys)
         text += "\n".join(f"- {titles[c]}: {'**caught**' if res['caught'] else 'missed'}. {plain(res['detail'])} "
-                          f"({res['seconds']:.0f} s)" for c, res in results) + "\n"
+                          + (not_run_md(res) if res.get("never_called") else f"({res['seconds']:.0f} s)")
+                          for c, res in results) + "\n"
         parts.append(text)
     return "\n".join(parts)
+
+
+def not_run_md(result):
+    """What a result taken from the unchanged code's run says about why the check did not run again."""
+    where = ", ".join(f"`{name}` in `{path}`" for path, _, name in
+                      (item.partition(":") for item in result["never_called"].split(", ")))
+    return (f"(the unchanged code's result: its run of this check never called {where}, which holds every edit "
+            "of this mutant, so it was not run again)")
+
+
+def not_run_counts(report):
+    """(check runs on mutants that took the unchanged code's result, all check runs on mutants, the unchanged
+    code's seconds for those runs)."""
+    results = [(name, res) for r in report["mutants"] for name, res in r["results"].items()]
+    taken = [name for name, res in results if res.get("never_called")]
+    return len(taken), len(results), sum(report["baseline"][name]["seconds"] for name in taken)
 
 
 def invisible_md(report):
@@ -138,8 +155,11 @@ def gaps_md(report):
 
 def run_md(report, total):
     training = " ".join(report["training_args"])
+    taken, runs, seconds = not_run_counts(report)
     return (f"This run took {report['seconds']} s with {report['jobs']} mutants at a time, each check in its own "
-            f"process with one thread. The training check ran `python -m transformer train {training}` and "
+            f"process with one thread. Of the {runs} checks of mutants, {taken} took the unchanged code's result "
+            f"without running, since their command never called the code the mutant changes (about {seconds:.0f} "
+            "s of checks, at the unchanged code's times). The training check ran `python -m transformer train {training}` and "
             f"compared the final validation loss with that of a bigram model counted from the same training "
             f"split: {report['bigram_loss']:.4f} nats.\n\n"
             "```bash\n"
