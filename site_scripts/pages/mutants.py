@@ -158,8 +158,9 @@ def run_md(report, total):
     taken, runs, seconds = not_run_counts(report)
     return (f"This run took {report['seconds']} s with {report['jobs']} mutants at a time, each check in its own "
             f"process with one thread. Of the {runs} checks of mutants, {taken} took the unchanged code's result "
-            f"without running, since their command never called the code the mutant changes (about {seconds:.0f} "
-            "s of checks, at the unchanged code's times). The training check ran `python -m transformer train {training}` and "
+            f"without running, since their command never called the code the mutant changes (about {seconds:.0f} s "
+            "of checks, at the unchanged code's times). "
+            f"The training check ran `python -m transformer train {training}` and "
             f"compared the final validation loss with that of a bigram model counted from the same training "
             f"split: {report['bigram_loss']:.4f} nats.\n\n"
             "```bash\n"

@@ -153,3 +153,24 @@ def test_the_catalogues_edits_are_placed_in_the_unchanged_source():
         for (path, source, first, last), e in zip(spans, m.edits, strict=True):
             assert source == (ROOT / path).read_text()
             assert e.old in "\n".join(source.splitlines()[first - 1:last]), (m.name, first, last)
+
+
+def test_the_page_marks_each_result_taken_from_the_unchanged_code_and_counts_them():
+    from site_scripts.pages import mutants as page
+
+    base = {c.name: {"caught": False, "detail": f"{c.name} passed", "seconds": 10.0} for c in mutants.CHECKS}
+    ran = {**base, "tests": {"caught": True, "detail": "first failure: t", "seconds": 2.0}}
+    taken = {**ran, "training": {**base["training"], "seconds": 0.0, "never_called": "transformer/nf4.py:pack"}}
+    by_name = {m.name: m for m in mutants.MUTANTS}
+    records = [mutants.mutant_record(by_name["nf4-nibble-order-swapped"], taken),
+               mutants.mutant_record(by_name["layernorm-dg-without-xhat"], ran)]
+    report = {"mutants": records, "checks": [c.__dict__ for c in mutants.CHECKS], "baseline": base, "seconds": 1,
+              "jobs": 1, "training_args": mutants.TRAINING, "bigram_loss": 2.5}
+    details = page.details_md(report, "https://x")
+    marked = [line for line in details.splitlines() if "the unchanged code's result" in line]
+    assert marked == ["- Training run: missed. training passed (the unchanged code's result: its run of this check "
+                      "never called `pack` in `transformer/nf4.py`, which holds every edit of this mutant, so it "
+                      "was not run again)"]
+    assert f"Of the {2 * len(mutants.CHECKS)} checks of mutants, 1 took the unchanged code's result" in \
+        page.run_md(report, 81)
+    assert "about 10 s of checks" in page.run_md(report, 81)
