@@ -320,9 +320,10 @@ def run_one(mutant, ctx, waiting):
 
     The unchanged code (mutant None) records which functions each check's commands call, and hands each check's
     result and record to the mutants through ctx["baseline"] as soon as it has them; it runs the unit tests,
-    which record nothing and take longest, last. A mutant waits for the unchanged code's result of each check,
-    and takes it instead of running the check when every edit lies in a function that run never called
-    (tools/reached.py): the check would run the very same code."""
+    which record nothing and take longest, last. A mutant takes the unchanged code's result of a check instead
+    of running it when every edit lies in a function that run never called (tools/reached.py): the check would
+    run the very same code. It does not wait for that result: a mutant that comes to a check before the
+    unchanged code has finished it (the first of the run) runs the check, as a run of one job never does."""
     results, baseline = {}, ctx["baseline"]
     order = CHECKS if mutant else sorted(CHECKS, key=lambda c: c.name == "tests")
     spans = edit_spans(mutant) if mutant else None
@@ -330,7 +331,7 @@ def run_one(mutant, ctx, waiting):
         mutated = mutated_modules(mutant) if mutant else ()
         try:
             for check in order:
-                if mutant is not None:
+                if mutant is not None and baseline[check.name].done():
                     base = baseline[check.name].result()
                     never = None if base["caught"] or spans is None else unreached(spans, base["reached"])
                     if never:

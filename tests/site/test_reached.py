@@ -135,8 +135,8 @@ def test_the_run_takes_the_unchanged_result_where_the_command_never_calls_the_mu
     monkeypatch.setattr(mutants, "CHECKS", tuple(c for c in mutants.CHECKS if c.name == "gradcheck"))
     monkeypatch.setattr(mutants, "ensure_corpus", lambda: None)  # no training check: no corpus needed
     monkeypatch.setattr(mutants, "bigram_loss", lambda: 0.0)
-    report = mutants.run_all([by_name["nf4-nibble-order-swapped"], by_name["layernorm-dg-without-xhat"]], jobs=2,
-                             log=lambda line: None)
+    report = mutants.run_all([by_name["nf4-nibble-order-swapped"], by_name["layernorm-dg-without-xhat"]], jobs=1,
+                             log=lambda line: None)  # one job: the unchanged code's results are in first
     nf4_result, ln_result = (r["results"]["gradcheck"] for r in report["mutants"])
     assert nf4_result["never_called"] == "transformer/nf4.py:pack" and nf4_result["seconds"] == 0.0
     assert nf4_result["detail"] == report["baseline"]["gradcheck"]["detail"] and not nf4_result["caught"]
@@ -174,3 +174,19 @@ def test_the_page_marks_each_result_taken_from_the_unchanged_code_and_counts_the
     assert f"Of the {2 * len(mutants.CHECKS)} checks of mutants, 1 took the unchanged code's result" in \
         page.run_md(report, 81)
     assert "about 10 s of checks" in page.run_md(report, 81)
+
+
+@needs_fork
+def test_a_mutant_that_comes_before_the_unchanged_result_runs_the_check(monkeypatch):
+    """The first mutants of a run do not wait for the unchanged code's record: they run the check."""
+    from concurrent.futures import Future
+
+    from tools.preloaded import launchers
+
+    by_name = {m.name: m for m in mutants.MUTANTS}
+    monkeypatch.setattr(mutants, "CHECKS", tuple(c for c in mutants.CHECKS if c.name == "gradcheck"))
+    pending = {"gradcheck": Future()}
+    with launchers(1) as waiting:
+        results = mutants.run_one(by_name["nf4-nibble-order-swapped"], {"baseline": pending}, waiting)
+    assert "never_called" not in results["gradcheck"] and results["gradcheck"]["seconds"] > 0
+    assert not results["gradcheck"]["caught"]
