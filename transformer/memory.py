@@ -28,7 +28,7 @@ def keep_freed_memory(threshold_bytes=1 << 30) -> bool:
         # The symbols this process has loaded, the C library's among them; ctypes.util.find_library("c")
         # would start a process (ldconfig) in every process that calls this.
         mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # no mallopt: not glibc
+    except (OSError, AttributeError, TypeError):  # no mallopt (not glibc), or no CDLL(None) (Windows)
         return False
     ok_mmap = mallopt(_M_MMAP_THRESHOLD, threshold_bytes)
     ok_trim = mallopt(_M_TRIM_THRESHOLD, threshold_bytes)
