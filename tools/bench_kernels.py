@@ -9,7 +9,10 @@ gap). The comments in the code point here:
 - the softmax over scores seen through a transposed view (`attention_forward`) against scores stored row by row;
 - the causal mask stored column by column, like those scores, against a row-major mask;
 - the token table's gradient adding one entry per index (`embedding_backward`) against one row per index;
-- the global norm computing g / s once per gradient (`global_norm`) against computing it twice.
+- the global norm computing g / s once per gradient (`global_norm`) against computing it twice;
+- a bias's gradient, the sum of the rows of dY, as the product 1ᵀ dY (`linear_backward`, `layer_norm_backward`)
+  against dY.sum(axis=0);
+- LayerNorm's row means from einsum's row sums (`layer_norm_forward`, `layer_norm_backward`) against x.mean.
 
     python tools/bench_kernels.py [--repeats 300] [--configs A B]
 """
@@ -70,7 +73,8 @@ def global_norm_scaling_twice(grads):
 def comparisons(name):
     """[(what, ours, plain)] for config `name`: two functions of no argument that compute the same thing."""
     cfg, q, k, ids, dx, grads = shard_arrays(name)
-    T = cfg.context_len
+    T, d = cfg.context_len, cfg.emb_dim
+    rows = dx.reshape(-1, d)  # (B*T, d): the gradient of a layer's output, one row per position
     mask = causal_mask(T, np.dtype(np.float32), column_major=True)  # as attention_forward adds it
     row_major_mask = causal_mask(T, np.dtype(np.float32))
     by_columns = (k @ q.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2) + mask  # as attention_forward makes them
@@ -85,6 +89,10 @@ def comparisons(name):
                                                                     (T, cfg.emb_dim)))[0],
          lambda: token_grad_by_rows(dx, ids, cfg.vocab_size)),
         ("global norm", lambda: global_norm(grads), lambda: global_norm_scaling_twice(grads)),
+        ("a bias's gradient, 1ᵀ dY", lambda: np.ones(len(rows), dtype=rows.dtype) @ rows,
+         lambda: rows.sum(axis=0)),
+        ("LayerNorm's row means", lambda: np.einsum("...i->...", dx)[..., None] / d,
+         lambda: dx.mean(axis=-1, keepdims=True)),
     ]
 
 

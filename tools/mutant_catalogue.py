@@ -82,7 +82,13 @@ MUTANTS = (
     # Linear layer.
     Mutant("linear-db-mean-not-sum",
            "The bias gradient averages over the rows instead of summing them.",
-           (edit("transformer/linear.py:linear_backward", "db = dy2.sum(axis=0)", "db = dy2.mean(axis=0)"),)),
+           (edit("transformer/linear.py:linear_backward", "db = np.ones(len(dy2), dtype=dy2.dtype) @ dy2",
+                 "db = np.ones(len(dy2), dtype=dy2.dtype) @ dy2 / len(dy2)"),)),
+    Mutant("linear-db-silently-float64",
+           "The column of ones that sums the bias gradient's rows is float64 (np.ones' default), so a float32 "
+           "model gets float64 bias gradients: the same numbers to float32 rounding, a silent upcast.",
+           (edit("transformer/linear.py:linear_backward", "np.ones(len(dy2), dtype=dy2.dtype) @ dy2",
+                 "np.ones(len(dy2)) @ dy2"),)),
     # Activations.
     Mutant("relu-mask-omitted",
            "ReLU's backward lets every gradient through, as if it were the identity.",

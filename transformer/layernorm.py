@@ -36,7 +36,8 @@ def layer_norm_forward(x, g, b, eps):
         - g, shape (d,): the gain, since dxhat = dy * g.
     """
     d = x.shape[-1]
-    mean = x.mean(axis=-1, keepdims=True)  # eq:ln-mean
+    # The row sums by einsum: faster than x.mean on rows this short, equal to float32 rounding (tools/bench_kernels.py).
+    mean = np.einsum("...i->...", x)[..., None] / d  # eq:ln-mean
     xhat = x - mean
     var = np.einsum("...i,...i->...", xhat, xhat)[..., None] / d  # eq:ln-var
     rstd = 1.0 / np.sqrt(var + eps)  # eq:ln-norm
@@ -73,7 +74,7 @@ def layer_norm_backward(dy, cache):
     xhat, rstd, g = cache
     d = xhat.shape[-1]
     dxhat = dy * g  # eq:ln-dxhat
-    mean_dxhat = dxhat.mean(axis=-1, keepdims=True)  # eq:ln-dxhat
+    mean_dxhat = np.einsum("...i->...", dxhat)[..., None] / d  # eq:ln-dxhat
     mean_dxhat_xhat = np.einsum("...i,...i->...", dxhat, xhat)[..., None] / d  # eq:ln-dxhat
     dx = dxhat  # eq:ln-grad eq:ln-terms eq:ln-paths  term 1: x_i -> xhat_i directly
     dx -= mean_dxhat  # eq:ln-grad eq:ln-terms eq:ln-paths eq:ln-dmean  term 2: through the mean
@@ -81,5 +82,5 @@ def layer_norm_backward(dy, cache):
     dx *= rstd  # eq:ln-grad eq:ln-terms eq:ln-paths
     dy2, xhat2 = dy.reshape(-1, d), xhat.reshape(-1, d)
     dg = np.einsum("ni,ni->i", dy2, xhat2)  # eq:ln-grad-params eq:ln-dgain  sum over every row of dy * xhat
-    db = dy2.sum(axis=0)  # eq:ln-grad-params eq:ln-dshift
+    db = np.ones(len(dy2), dtype=dy2.dtype) @ dy2  # eq:ln-grad-params eq:ln-dshift  1ᵀ dY, as in linear_backward
     return dx, dg, db

@@ -83,13 +83,30 @@ def test_the_step_benchmark_reports_medians_ratio_range_and_floor():
 def test_each_kernel_the_step_uses_computes_what_the_plain_way_computes():
     """tools/bench_kernels.py times each layout choice of the step against the plain way; both must give the same
     result: the same bits where only the layout or an exact power-of-two scaling differs, and float32 rounding
-    where the softmax's row sums add in another order."""
+    where a sum adds in another order: the softmax's row sums, a bias's gradient (1ᵀ dY, BLAS) and LayerNorm's
+    row means (einsum). For the last two, both ways stay within the classic bound of a float32 sum of n terms,
+    n * eps * sum |x|, of the exact sum, and ours errs by at most 4 times numpy's own sum."""
     for name in ("A", "B"):
         results = {what: (np.asarray(ours()), np.asarray(plain()))
                    for what, ours, plain in bench_kernels.comparisons(name)}
         assert set(results) == {"softmax of the scores", "causal mask added to the scores", "token table's gradient",
-                                "global norm"}
+                                "global norm", "a bias's gradient, 1ᵀ dY", "LayerNorm's row means"}
+        _, _, _, _, dx, _ = bench_kernels.shard_arrays(name)
+        rows = dx.reshape(-1, dx.shape[-1]).astype(np.float64)
+        sums = {"a bias's gradient, 1ᵀ dY": (rows.sum(axis=0), len(rows) * np.abs(rows).sum(axis=0)),
+                "LayerNorm's row means": (dx.astype(np.float64).mean(axis=-1, keepdims=True),
+                                          np.abs(dx.astype(np.float64)).sum(axis=-1, keepdims=True))}
+        for what, (exact, bound) in sums.items():
+            ours, plain = results[what]
+            eps = np.finfo(np.float32).eps
+            assert ours.shape == plain.shape == exact.shape and ours.dtype == np.float32, what
+            assert (np.abs(ours - exact) <= eps * bound).all() and (np.abs(plain - exact) <= eps * bound).all(), what
+            # and, far tighter than that bound: no worse than numpy's own sum's error, within a factor of 4
+            tiny = eps * np.abs(exact).max()
+            assert np.abs(ours - exact).max() <= 4 * np.abs(plain - exact).max() + tiny, what
         for what, (ours, plain) in results.items():
+            if what in sums:
+                continue
             if what == "softmax of the scores":
                 np.testing.assert_allclose(ours, plain, rtol=1e-6, atol=1e-7)
                 assert ours.strides != np.ascontiguousarray(ours).strides  # the rows lie down columns
@@ -103,7 +120,7 @@ def test_the_kernel_benchmark_prints_one_row_per_comparison(capsys):
     bench_kernels.main(["--repeats", "1", "--configs", "A"])
     out = capsys.readouterr().out
     assert "config A, one shard of 16 windows (T=64, d=64, H=4)" in out
-    assert out.count("x faster") == 4 and out.count("same bits") >= 3  # the softmax's may differ in the last bit
+    assert out.count("x faster") == 6 and out.count("same bits") >= 3  # the softmax's may differ in the last bit
 
 
 # ---------------------------------------------------------------- tools/vendor.py: the site's JavaScript
