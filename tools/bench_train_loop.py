@@ -1,6 +1,6 @@
 """Benchmark: the training loop of `scripts/demo` against the same recipe in plain PyTorch eager, per step.
 
-The recipe is the demo's: config A on Tiny Shakespeare, batches of 32 windows, AdamW at a peak rate of 3e-3
+The recipe is the demo's: config A on Tiny Shakespeare, batches of 32 windows, AdamW at a peak rate of 6e-3
 with 200 warm-up steps and cosine decay, the global-norm clip at 1.0, float32. The NumPy side is `python -m
 transformer train` itself, with the demo's settings and fewer steps; each step record of its metrics.jsonl
 gives the step's time (drawing the batch, loss and gradients, clip, AdamW). The PyTorch side is
@@ -28,7 +28,8 @@ if __package__ in (None, ""):  # run as `python tools/bench_train_loop.py`: impo
 from site_scripts.common import ROOT, positive_int  # noqa: E402
 from tools.mutants import CORPUS, ensure_corpus  # noqa: E402  (fetched and verified by scripts/fetch_corpus.py)
 
-RECIPE = ["--preset", "A", "--batch-size", "32", "--lr", "3e-3", "--warmup", "200"]  # scripts/demo's
+SETTINGS = {"batch_size": 32, "lr": 6e-3, "warmup": 200}  # scripts/demo's, with its --preset A
+RECIPE = ["--preset", "A", *(f"--{k.replace('_', '-')}={v:g}" for k, v in SETTINGS.items())]
 WARMUP = 10  # steps left out of the medians: the first steps page in memory and fill caches
 
 
@@ -44,7 +45,7 @@ def numpy_loop(steps):
     from transformer.config import PRESETS
 
     stepped = [r for r in records if "tokens_per_s" in r]
-    tokens = 32 * PRESETS["A"].context_len  # B T: train_step's tokens_per_s is the batch's tokens over its time
+    tokens = SETTINGS["batch_size"] * PRESETS["A"].context_len  # B T: train_step's tokens_per_s is the batch's tokens over its time
     return [tokens / r["tokens_per_s"] for r in stepped], stepped[0]["loss"]
 
 
@@ -60,7 +61,7 @@ def torch_loop(steps):
     from transformer.train import TrainConfig, new_run
 
     ensure_corpus()
-    tc = TrainConfig(steps=steps, batch_size=32, lr=3e-3, warmup=200)
+    tc = TrainConfig(steps=steps, **SETTINGS)
     text = load_corpus(CORPUS)
     run = new_run(text, PRESETS["A"], tc)
     seq_len = run.model_cfg.context_len

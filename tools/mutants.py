@@ -17,7 +17,7 @@ functions they call (tools/reached.py): a mutant that changes only functions a
 command never called would run the same code, so that check takes the unchanged
 code's result, marked "never_called", instead of running again.
 
-    python tools/mutants.py              # every mutant; ~9 min on 2 idle cores
+    python tools/mutants.py              # every mutant; ~8 min on 2 idle cores
     python tools/mutants.py --quick      # the three of QUICK
     python tools/mutants.py --only NAME [NAME ...]   [--list] [-j JOBS] [--json PATH]
 
