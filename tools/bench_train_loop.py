@@ -45,7 +45,8 @@ def numpy_loop(steps):
     from transformer.config import PRESETS
 
     stepped = [r for r in records if "tokens_per_s" in r]
-    tokens = SETTINGS["batch_size"] * PRESETS["A"].context_len  # B T: train_step's tokens_per_s is the batch's tokens over its time
+    # B T: train_step's tokens_per_s is the batch's tokens over the step's time
+    tokens = SETTINGS["batch_size"] * PRESETS["A"].context_len
     return [tokens / r["tokens_per_s"] for r in stepped], stepped[0]["loss"]
 
 

@@ -36,7 +36,7 @@ def layer_norm_forward(x, g, b, eps):
         - g, shape (d,): the gain, since dxhat = dy * g.
     """
     d = x.shape[-1]
-    # The row sums by einsum: faster than x.mean on rows this short, equal to float32 rounding (tools/bench_kernels.py).
+    # The row sums by einsum: faster than x.mean on rows this short, equal up to rounding (tools/bench_kernels.py).
     mean = np.einsum("...i->...", x)[..., None] / d  # eq:ln-mean
     xhat = x - mean
     var = np.einsum("...i,...i->...", xhat, xhat)[..., None] / d  # eq:ln-var
