@@ -79,6 +79,14 @@ MUTANTS = (
            "LayerNorm adds 10 eps instead of eps to the variance. The backward reads 1/sigma from the cache, so "
            "forward and backward agree with each other and only disagree with the true LayerNorm.",
            (edit(f"{LN}:layer_norm_forward", "np.sqrt(var + eps)", "np.sqrt(var + 10 * eps)"),)),
+    Mutant("layernorm-mean-over-d-minus-1",
+           "LayerNorm divides each row's sum by d - 1 instead of d, so the rows it normalises are not centred.",
+           (edit(f"{LN}:layer_norm_forward", 'np.einsum("...i->...", x)[..., None] / d',
+                 'np.einsum("...i->...", x)[..., None] / (d - 1)'),)),
+    Mutant("layernorm-db-silently-float64",
+           "The column of ones that sums the shift's gradient is float64 (np.ones' default): a float32 model gets "
+           "float64 shift gradients, a silent upcast.",
+           (edit(f"{LN}:layer_norm_backward", "np.ones(len(dy2), dtype=dy2.dtype) @ dy2", "np.ones(len(dy2)) @ dy2"),)),
     # Linear layer.
     Mutant("linear-db-mean-not-sum",
            "The bias gradient averages over the rows instead of summing them.",
