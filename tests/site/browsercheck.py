@@ -105,9 +105,13 @@ LANDED = """() => {
 }"""
 
 
-# True once the page has not scrolled for 200 ms (polled at every frame).
+# True once nothing on the page has scrolled for 200 ms: neither the page (polled at every frame)
+# nor any element in it, such as a code block brought into view sideways (a listener, put in place
+# by the first call on a page, hears every scroll event).
 STILL = """() => {
   const now = performance.now();
+  if (window.__stillSince === undefined)
+    document.addEventListener("scroll", () => { window.__stillSince = performance.now(); }, true);
   if (window.__lastScrollY !== scrollY) { window.__lastScrollY = scrollY; window.__stillSince = now; }
   return now - window.__stillSince > 200;
 }"""

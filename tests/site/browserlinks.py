@@ -5,7 +5,7 @@ import html
 import re
 from urllib.parse import urljoin, urlsplit
 
-from browsercheck import OPEN_SHADOW_ROOTS, follow, playwright_error, settle
+from browsercheck import OPEN_SHADOW_ROOTS, STILL, follow, playwright_error, settle
 
 
 def marks(line_text, eq_id):
@@ -46,7 +46,10 @@ def open_annotation(annotation):
     tooltip when it opens), or None when none shows. The keyboard's way, as the mouse's misses
     now and then: the marker pulses, so it is never still enough for a click, and a click on a
     link of a tooltip that is still moving into place is sometimes lost. The tooltip left open
-    before is closed first."""
+    before is closed first. The focus scrolls the marker into view, and the links are returned
+    only once nothing scrolls any more: at each scroll of the page or of its code block, Material
+    puts an open tooltip back in its place, and a link so moved loses the keyboard's focus (a key
+    pressed on it then goes nowhere)."""
     annotation.page.evaluate("() => document.activeElement?.blur()")
     annotation.page.wait_for_function("() => !document.querySelector('.md-tooltip--active')")
     annotation.locator(".md-annotation__index").focus()
@@ -55,6 +58,7 @@ def open_annotation(annotation):
         links.first.wait_for(state="visible", timeout=10_000)  # slow under load; a missing link still fails
     except playwright_error():  # a timeout
         return None
+    annotation.page.wait_for_function(STILL, timeout=5_000)
     return links
 
 
