@@ -357,6 +357,21 @@ MUTANTS = (
     Mutant("finetune-learns-the-context-positions",
            "learn_from is ignored: the loss counts every position of the window.",
            (edit("transformer/finetune.py:adapter_loss_and_grads", "    if learn_from:", "    if False:"),)),
+    Mutant("qlora-base-ignores-block-size2",
+           "quantize_base drops the caller's block_size2: every weight's scales are double-quantized in groups of "
+           "256, whatever was asked.",
+           (edit("transformer/finetune.py:quantize_base", "quantize(p, block_size, block_size2=block_size2)",
+                 "quantize(p, block_size)"),)),
+    Mutant("qlora-bytes-count-nf4-as-float32",
+           "weight_bytes counts an NF4 weight at the size of its float32 decoding, so the memory tables claim no "
+           "saving for the base.",
+           (edit("transformer/finetune.py:weight_bytes", "sum(p.nbytes for p in base.values())",
+                 "sum(4 * int(np.prod(p.shape)) if isinstance(p, NF4Weight) else p.nbytes for p in base.values())"),)),
+    Mutant("qlora-base-rounds-the-rest-to-float32",
+           "quantize_base hands the arrays it does not quantize (embeddings, LayerNorms, biases) back in float32: "
+           "a float64 model loses precision outside the NF4 weights.",
+           (edit("transformer/finetune.py:quantize_base", "else p  # eq:qlora-base",
+                 "else p.astype(np.float32)  # eq:qlora-base"),)),
     # The autograd engine: the three classic slips of a tape.
     Mutant("autograd-broadcast-not-undone",
            "unbroadcast only sums the leading axes numpy added, not the size-1 axes it stretched: a (B, T, 1) "

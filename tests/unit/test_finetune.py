@@ -6,12 +6,12 @@ import pytest
 
 from transformer.config import PRESETS
 from transformer.finetune import (adapter_loss_and_grads, dense_base, frozen_params, params_sha256,
-                                  quantize_base)
+                                  quantize_base, weight_bytes)
 from transformer.gradcheck import REL_TOL, numerical_grad, relative_gap
 from transformer.linear import linear_backward, linear_forward
 from transformer.lora import TARGETS, Frozen, FrozenCache, LoRAConfig, init_adapters, merge
 from transformer.model import backward, forward, loss_and_grads, param_shapes
-from transformer.nf4 import NF4Weight
+from transformer.nf4 import NF4Weight, quantize
 from transformer.optim import global_norm
 from transformer.softmax import cross_entropy_forward
 
@@ -118,6 +118,44 @@ def test_an_nf4_base_runs_as_its_decoded_weights_and_is_smaller():
     # ... and differs from the float64 model by the quantization error only.
     loss_f, _ = adapter_loss_and_grads(params, adapters, ids, targets, CFG, ALL)
     assert loss_q != loss_f and abs(loss_q - loss_f) < 0.05
+
+
+def test_quantize_base_stores_each_linear_weight_as_quantize_does_and_keeps_every_other_array():
+    """What quantize_base adds to quantize (which test_nf4.py checks bit for bit against bitsandbytes): the
+    choice of the weights it quantizes and the block sizes it passes on. Every other array comes back equal
+    (the embeddings, LayerNorms and biases stay float), and each linear weight is the NF4Weight that quantize
+    makes of it with the same block sizes, field for field."""
+    params = model()
+    base = quantize_base(params, block_size=32, block_size2=128)
+    assert list(base) == list(params)
+    for name, p in params.items():
+        if name.rsplit(".", 1)[-1] in TARGETS.values():
+            want = quantize(p, 32, block_size2=128)
+            got = base[name]
+            assert isinstance(got, NF4Weight), name
+            assert (got.shape, got.block_size, got.block_size2) == (want.shape, 32, 128), name
+            for field in ("packed", "absmax", "absmax_codes", "absmax2", "offset"):
+                np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=f"{name}.{field}")
+        else:
+            assert base[name].dtype == p.dtype and np.array_equal(base[name], p), name
+
+
+def test_weight_bytes_counts_four_bits_a_weight_one_byte_a_block_and_the_second_level_scales():
+    """QLoRA's storage of n weights in blocks of 64, their scales in groups of 256: n / 2 bytes of codes, one
+    byte per block's scale, one float32 per group and one float32 offset; every other array at its own size."""
+    params = model()
+    assert weight_bytes(params) == sum(p.nbytes for p in params.values())
+    expected = 0
+    for name, p in params.items():
+        if name.rsplit(".", 1)[-1] in TARGETS.values():
+            blocks = -(-p.size // 64)
+            expected += p.size // 2 + blocks + 4 * -(-blocks // 256) + 4
+        else:
+            expected += p.nbytes
+    assert weight_bytes(quantize_base(params)) == expected
+    # 19,200 weights: 300 blocks, so two groups of scales
+    big = {"b0.wq": np.random.default_rng(0).standard_normal((120, 160))}
+    assert weight_bytes(quantize_base(big)) == 9600 + 300 + 2 * 4 + 4
 
 
 def test_the_time_range_loss_learns_nothing_from_the_context_positions():
