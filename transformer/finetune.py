@@ -2,7 +2,7 @@
 
 ```text
 base (frozen)      every parameter of a trained checkpoint; with quantize="nf4" (QLoRA) the weights of
-                   the linear layers are stored in NF4, and embeddings, biases and LayerNorms stay float32
+                   the linear layers are stored in NF4, and embeddings, biases and LayerNorms stay as they were
 adapters (trained) `<weight>.lora_a` (in, r) and `<weight>.lora_b` (r, out) of each targeted weight
 forward            the model's own, run on the base with each linear weight wrapped in `Frozen`
 backward           the model's own; a frozen layer forms dx (and its adapters' gradients), never dW

@@ -105,14 +105,17 @@ LANDED = """() => {
 }"""
 
 
-# True once nothing on the page has scrolled for 200 ms: neither the page (polled at every frame)
-# nor any element in it, such as a code block brought into view sideways (a listener, put in place
-# by the first call on a page, hears every scroll event).
-STILL = """() => {
+# True once nothing on the page has scrolled for 200 ms: neither the page (polled at every frame) nor any
+# element in it, such as a code block brought into view sideways (a listener hears every scroll event; it is put
+# in place by the first call in a window, which outlives Material's instant navigation). Called with true, it
+# starts the 200 ms anew: a scroll that an action is about to cause is heard only at the next frame.
+STILL = """(restart) => {
   const now = performance.now();
-  if (window.__stillSince === undefined)
+  if (!window.__stillHeard) {
+    window.__stillHeard = true;
     document.addEventListener("scroll", () => { window.__stillSince = performance.now(); }, true);
-  if (window.__lastScrollY !== scrollY) { window.__lastScrollY = scrollY; window.__stillSince = now; }
+  }
+  if (restart || window.__lastScrollY !== scrollY) { window.__lastScrollY = scrollY; window.__stillSince = now; }
   return now - window.__stillSince > 200;
 }"""
 

@@ -47,11 +47,13 @@ def open_annotation(annotation):
     now and then: the marker pulses, so it is never still enough for a click, and a click on a
     link of a tooltip that is still moving into place is sometimes lost. The tooltip left open
     before is closed first. The focus scrolls the marker into view, and the links are returned
-    only once nothing scrolls any more: at each scroll of the page or of its code block, Material
-    puts an open tooltip back in its place, and a link so moved loses the keyboard's focus (a key
-    pressed on it then goes nowhere)."""
+    only once nothing has scrolled for 200 ms since: at each scroll of the page or of its code
+    block, Material puts an open tooltip back in its place, and a link so moved loses the
+    keyboard's focus (a key pressed on it then goes nowhere). Raises playwright's timeout error
+    if the page keeps scrolling for 5 s."""
     annotation.page.evaluate("() => document.activeElement?.blur()")
     annotation.page.wait_for_function("() => !document.querySelector('.md-tooltip--active')")
+    annotation.page.evaluate(STILL, True)  # the quiet time starts at the focus
     annotation.locator(".md-annotation__index").focus()
     links = annotation.locator(".md-tooltip a[href*='#eq-']")
     try:

@@ -7,7 +7,7 @@ copies of a page with one link planted wrong. Run with `scripts/test -m browser`
 import re
 
 import pytest
-from browsercheck import fault_path, plant_faults, playwright_error, serve, settle
+from browsercheck import STILL, fault_path, plant_faults, playwright_error, serve, settle
 from browserlinks import annotation_link_problems, diagram_link_problems, equation_link_problems, mermaid_clicks
 from sitebuild import html_of, page_dir
 
@@ -38,12 +38,17 @@ def test_code_line_annotations_lead_to_the_equations_the_line_computes(page, sit
     assert not problems, report(md, problems)
 
 
-# A loaded machine can deliver the scroll that focusing an annotation causes late, after the test has
-# moved the focus to a link in the tooltip (CI once failed so on model/layernorm.md); here every
-# such focus is followed 50 ms later by a scroll of one pixel, which made 4 of that page's links
-# miss before open_annotation waited for the scrolling to end.
+# A loaded machine can deliver the scroll that focusing an annotation's marker causes (the page's, or its code
+# block's, sideways) late, after the test has moved the focus to a link in the tooltip: CI once failed so on
+# model/layernorm.md. Here every such focus is followed, 50 ms later, by a sideways scroll of one pixel of the
+# code block; before open_annotation waited for the scrolling to end, that made 3 to 6 of the page's links miss.
 LATE_SCROLL = """addEventListener("focusin", e => {
-  if (e.target.matches?.(".md-annotation__index")) setTimeout(() => scrollBy(0, 1), 50);
+  const code = e.target.matches?.(".md-annotation__index") && e.target.closest("code");
+  if (code) setTimeout(() => {
+    const before = code.scrollLeft;
+    code.scrollLeft += before > 0 ? -1 : 1;
+    window.__planted = (window.__planted || 0) + (code.scrollLeft !== before);
+  }, 50);
 }, true);"""
 
 
@@ -51,6 +56,31 @@ def test_annotation_links_are_followed_when_a_scroll_comes_late(page, site_url):
     page.add_init_script(LATE_SCROLL)
     problems = annotation_link_problems(page, site_url + page_dir("model/layernorm.md"))
     assert not problems, report("model/layernorm.md with late scrolls", problems)
+    assert page.evaluate("window.__planted") > 0, "no late scroll was planted: no code block scrolls sideways"
+
+
+# Scrolls a code block that is wider than its box sideways, every 50 ms, twelve times; notes when it is done.
+SCROLL_SIDEWAYS = """() => {
+  const code = [...document.querySelectorAll("code")].find(c => c.scrollWidth > c.clientWidth + 10);
+  if (!code) return false;
+  let n = 0;
+  const timer = setInterval(() => {
+    code.scrollLeft = n % 2 ? 0 : 10;
+    if (++n === 12) { clearInterval(timer); window.__scrolledUntil = performance.now(); }
+  }, 50);
+  return true;
+}"""
+
+
+def test_still_waits_until_a_code_block_has_stopped_scrolling_sideways(page, site_url):
+    """STILL hears an element's scrolls, not only the page's: the page itself never moves here."""
+    assert not settle(page, site_url + page_dir("model/layernorm.md"))
+    page.evaluate(STILL, True)
+    assert page.evaluate(SCROLL_SIDEWAYS), "model/layernorm.md has no code block wider than its box"
+    page.wait_for_function(STILL, timeout=5_000)
+    quiet = page.evaluate("performance.now() - (window.__scrolledUntil ?? Infinity)")  # -Infinity: still scrolling
+    assert quiet >= 200, ("STILL returned while the code block was still scrolling" if quiet < 0 else
+                          f"STILL returned {quiet:.0f} ms after the code block's last scroll")
 
 
 def test_gradient_flow_diagram_boxes_lead_to_code_lines_that_make_their_call(page, site_url):

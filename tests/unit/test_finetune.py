@@ -121,37 +121,41 @@ def test_an_nf4_base_runs_as_its_decoded_weights_and_is_smaller():
 
 
 def test_quantize_base_stores_each_linear_weight_as_quantize_does_and_keeps_every_other_array():
-    """What quantize_base adds to quantize (which test_nf4.py checks bit for bit against bitsandbytes): the
-    choice of the weights it quantizes and the block sizes it passes on. Every other array comes back equal
-    (the embeddings, LayerNorms and biases stay float), and each linear weight is the NF4Weight that quantize
-    makes of it with the same block sizes, field for field."""
-    params = model()
-    base = quantize_base(params, block_size=32, block_size2=128)
-    assert list(base) == list(params)
-    for name, p in params.items():
-        if name.rsplit(".", 1)[-1] in TARGETS.values():
-            want = quantize(p, 32, block_size2=128)
-            got = base[name]
-            assert isinstance(got, NF4Weight), name
-            assert (got.shape, got.block_size, got.block_size2) == (want.shape, 32, 128), name
-            for field in ("packed", "absmax", "absmax_codes", "absmax2", "offset"):
-                np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=f"{name}.{field}")
-        else:
-            assert base[name].dtype == p.dtype and np.array_equal(base[name], p), name
+    """What quantize_base adds to quantize (which test_nf4.py checks against the tables, by hand and against
+    bitsandbytes where it is installed): the choice of the weights it quantizes and the block sizes it passes
+    on. Every other array comes back equal (the embeddings, LayerNorms and biases keep their dtype), and each
+    linear weight is the NF4Weight that quantize makes of it with the same block sizes, field for field. The
+    large weight has 600 blocks of 32, so its 128-scale groups (5) differ from the default's 256 (3)."""
+    big = {"b0.wq": np.random.default_rng(0).standard_normal((120, 160)), "lnf_g": np.ones(160)}
+    for params in (model(), big):
+        base = quantize_base(params, block_size=32, block_size2=128)
+        assert list(base) == list(params)
+        for name, p in params.items():
+            if name.rsplit(".", 1)[-1] in TARGETS.values():
+                want, got = quantize(p, 32, block_size2=128), base[name]
+                assert isinstance(got, NF4Weight), name
+                assert (got.shape, got.block_size, got.block_size2) == (p.shape, 32, 128), name
+                for field in ("packed", "absmax", "absmax_codes", "absmax2", "offset"):
+                    np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=f"{name}.{field}")
+            else:
+                assert base[name].dtype == p.dtype and np.array_equal(base[name], p), name
+    assert base["b0.wq"].absmax2.size == 5
 
 
 def test_weight_bytes_counts_four_bits_a_weight_one_byte_a_block_and_the_second_level_scales():
-    """QLoRA's storage of n weights in blocks of 64, their scales in groups of 256: n / 2 bytes of codes, one
-    byte per block's scale, one float32 per group and one float32 offset; every other array at its own size."""
+    """QLoRA's storage of n weights in blocks of 64, their scales in groups of 256: n / 2 bytes of codes (rounded
+    up), one byte per block's scale, one float32 per group and one float32 offset; every other array at its own
+    size (float64 here: 8 bytes a number)."""
     params = model()
-    assert weight_bytes(params) == sum(p.nbytes for p in params.values())
+    assert all(p.dtype == np.float64 for p in params.values())
+    assert weight_bytes(params) == 8 * sum(p.size for p in params.values())
     expected = 0
     for name, p in params.items():
         if name.rsplit(".", 1)[-1] in TARGETS.values():
             blocks = -(-p.size // 64)
-            expected += p.size // 2 + blocks + 4 * -(-blocks // 256) + 4
+            expected += -(-p.size // 2) + blocks + 4 * -(-blocks // 256) + 4
         else:
-            expected += p.nbytes
+            expected += 8 * p.size
     assert weight_bytes(quantize_base(params)) == expected
     # 19,200 weights: 300 blocks, so two groups of scales
     big = {"b0.wq": np.random.default_rng(0).standard_normal((120, 160))}
