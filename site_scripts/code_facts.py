@@ -27,16 +27,97 @@ def _name_of(node):
     return None
 
 
+@dataclass(frozen=True)
+class Call(Place):
+    """A call site, and the function of the package it calls, as the file's imports say ("module:name", the
+    module that defines it): "" where the code does not say (a method, a function passed in as an argument,
+    a builtin)."""
+    unit: str = ""
+
+
+def _imported(node, module, package):
+    """{local name: (module, name)} bound by one import statement of the package's `module`: name None
+    where the local name is a module (`from . import model`); {} for an import from outside the package."""
+    if isinstance(node, ast.Import):
+        return {alias.asname: (alias.name.removeprefix(f"{package}."), None) for alias in node.names
+                if alias.asname and alias.name.startswith(f"{package}.")}
+    source = node.module or ""
+    if node.level == 0:  # `from transformer.model import forward`, `from transformer import model`
+        if source != package and not source.startswith(f"{package}."):
+            return {}
+        source = source.removeprefix(package).removeprefix(".")
+    elif node.level > 1 or "." in module:
+        return {}  # beyond the package's one level
+    if not source:
+        return {alias.asname or alias.name: (alias.name, None) for alias in node.names}
+    return {alias.asname or alias.name: (source, alias.name) for alias in node.names}
+
+
+def _in_scope(nodes):
+    """Every node among `nodes` and inside them, not looking inside the functions and classes they define:
+    one scope's statements (those inside an if, a try or a loop too)."""
+    for node in nodes:
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            yield from _in_scope(ast.iter_child_nodes(node))
+
+
+def _imports_in(nodes, module, package):
+    """The bindings of one scope's import statements among `nodes`."""
+    found = {}
+    for node in _in_scope(nodes):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update(_imported(node, module, package))
+    return found
+
+
+def _local_names(fn):
+    """The names a function binds itself, other than by importing: its parameters and what it assigns."""
+    args = fn.args
+    params = [*args.posonlyargs, *args.args, *args.kwonlyargs, *filter(None, (args.vararg, args.kwarg))]
+    stored = (n.id for n in _in_scope(fn.body) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+    return {a.arg for a in params} | set(stored)
+
+
 @lru_cache(maxsize=256)
-def _call_index(text):
-    """{called name: {line: innermost enclosing function}} for one source file."""
+def _module_names(text, module, package):
+    """(top-level functions and classes, {name: (module, name)} of the module-level imports) of one file."""
+    tree = ast.parse(text)
+    defined = {node.name for node in tree.body
+               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    return frozenset(defined), _imports_in(tree.body, module, package)
+
+
+def _callee(func, names):
+    """(module, name) that a call's function expression names through `names`, else None."""
+    if isinstance(func, ast.Name) and names.get(func.id, (None, None))[1]:
+        return names[func.id]
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        module, name = names.get(func.value.id, (None, ""))
+        if module and name is None:  # `model.forward(...)` with `from . import model`
+            return module, func.attr
+    return None
+
+
+@lru_cache(maxsize=256)
+def _call_index(text, module="", package="transformer"):
+    """{called name: {line: (innermost enclosing function, (module, name) it calls or None)}} for one file,
+    each call resolved through the names in scope there: the module's top-level functions and imports, then
+    each enclosing function's own imports; a parameter or a local variable of the same name hides them."""
+    tree = ast.parse(text)
+    defined, imports = _module_names(text, module, package)
     index = {}
-    for fn in ast.walk(ast.parse(text)):
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for node in ast.walk(fn):
-                if isinstance(node, ast.Call) and _name_of(node.func):
-                    # ast.walk visits outer functions first; the innermost one wins.
-                    index.setdefault(_name_of(node.func), {})[node.lineno] = fn.name
+
+    def visit(node, function, names):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function, shadowed = node.name, _local_names(node)
+            names = {**{k: v for k, v in names.items() if k not in shadowed}, **_imports_in(node.body, module, package)}
+        if isinstance(node, ast.Call) and function and _name_of(node.func):
+            index.setdefault(_name_of(node.func), {})[node.lineno] = (function, _callee(node.func, names))
+        for child in ast.iter_child_nodes(node):
+            visit(child, function, names)
+
+    visit(tree, None, {**{name: (module, name) for name in defined}, **imports})
     return index
 
 
@@ -56,13 +137,28 @@ def _test_index(text):
 
 
 def all_calls(root=ROOT, folder="transformer"):
-    """{called name: [Place of each call]} over the folder's .py files."""
+    """{called name: [Call of each call]} over the folder's .py files (a package: the folder's name is its
+    name). A call of a function that a module only imports from another (a re-export) is resolved to the
+    module that defines it."""
+    files = {path.stem: read_text(path) for path in sorted((Path(root) / folder).glob("*.py"))}
+    names = {module: _module_names(text, module, folder) for module, text in files.items()}
+
+    def defining(module, name):
+        for _ in range(len(names)):
+            defined, imports = names.get(module, (frozenset(), {}))
+            if name in defined or name not in imports or imports[name][1] is None:
+                break
+            module, name = imports[name]
+        return module
+
     found = {}
-    for path in sorted((Path(root) / folder).glob("*.py")):
-        rel = path.relative_to(root).as_posix()
-        for name, lines in _call_index(read_text(path)).items():
-            found.setdefault(name, []).extend(Place(rel, line, fn) for line, fn in lines.items())
-    return {name: sorted(places, key=lambda p: (p.path, p.line)) for name, places in found.items()}
+    for module, text in files.items():
+        rel = f"{folder}/{module}.py"
+        for name, lines in _call_index(text, module, folder).items():
+            found.setdefault(name, []).extend(
+                Call(rel, line, fn, f"{defining(*callee)}:{callee[1]}" if callee else "")
+                for line, (fn, callee) in lines.items())
+    return {name: sorted(calls, key=lambda c: (c.path, c.line)) for name, calls in found.items()}
 
 
 @lru_cache(maxsize=256)
@@ -131,11 +227,25 @@ def facts_by_name(root=ROOT):
 def _facts_by_name(root, _stamps):
     calls, tests = all_calls(root), all_test_mentions(root)
     through = _tables_index(root, stamps(root, "transformer", "*.py"))
-    return {n: f"{calls.get(n, [])} {through.get(n, [])} {tests.get(n, [])}" for n in {*calls, *tests, *through}}
+    resolved = {}  # the calls that resolve to a function of this name, under its own name or another
+    for call in (call for calls in calls.values() for call in calls if call.unit):
+        resolved.setdefault(call.unit.partition(":")[2], []).append(call)
+    return {n: f"{calls.get(n, [])} {resolved.get(n, [])} {through.get(n, [])} {tests.get(n, [])}"
+            for n in {*calls, *resolved, *tests, *through}}
 
 
-def called_by(name, root=ROOT, folder="transformer"):
-    """Every call of `name` in the folder's .py files, with its innermost enclosing function."""
+def called_by(unit, root=ROOT, folder="transformer"):
+    """Every call of the function `unit` ("module:name") in the folder's .py files, with its innermost enclosing
+    function: the calls that the imports in scope (or the module's own definition) tie to that module's
+    function. A function of the same name elsewhere (`autograd_model.forward` beside `model.forward`) does not
+    count, nor does a call of a function passed in as an argument."""
+    calls = (call for calls in all_calls(root, folder).values() for call in calls if call.unit == unit)
+    return sorted(calls, key=lambda c: (c.path, c.line))  # under its own name or another (`import ... as`)
+
+
+def calls_named(name, root=ROOT, folder="transformer"):
+    """Every call in the folder's .py files whose function expression ends in `name` (`f(...)`, `obj.f(...)`),
+    whatever it resolves to: methods too."""
     return all_calls(root, folder).get(name, [])
 
 

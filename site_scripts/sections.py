@@ -309,10 +309,13 @@ def gap_text(gap):
 
 def used_md(page, units):
     """Called by, found by reading the code; checked by, measured (site_scripts/checked.py)."""
-    out = [checked.lead_md(page_link(page, "architecture", "checked-by"))]
+    out = [checked.lead_md(page_link(page, "architecture", "checked-by")),
+           "\"Called by\" is read from the code: the calls in `transformer/` that the imports in scope tie to this "
+           "very function, under its own name or another. A function of the same name in another module, a method, "
+           "or a call of a function passed in as an argument is not counted.\n"]
     for unit in units:
         name = unit.split(":")[1]
-        places = [f"`{p.function}` (`{p.path}:{p.line}`)" for p in called_by(name)]
+        places = [f"`{p.function}` (`{p.path}:{p.line}`)" for p in called_by(unit)]
         for table, users in called_through(name):
             via = ", ".join(f"`{u.function}` (`{u.path}:{u.line}`)" for u in users) or "no function"
             places.append(f"{via}, through the table `{table.function}` (`{table.path}:{table.line}`)")

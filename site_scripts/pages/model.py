@@ -199,7 +199,7 @@ def softmax_where_md():
     lse = line_with(cross_entropy_forward, "log_sum_exp = ")
     probs = line_with(cross_entropy_backward, "probs = np.exp(")
     sampler = line_with(sample_rows, "softmax_forward(")
-    others = [c for c in code_facts.called_by("softmax_forward") if c.function != sample_rows.__name__]
+    others = [c for c in code_facts.called_by("softmax:softmax_forward") if c.function != sample_rows.__name__]
     if {c.function for c in others} != {"attention_forward", "decode_block"}:
         raise RuntimeError(f"softmax_forward is called by {others}: say what each call turns into probabilities")
     low, high, total = (sections.fixed(v) for v in (z[0].min(), z[0].max(), z[0].sum()))
@@ -270,7 +270,7 @@ def cache_md():
         built = "; ".join(f"[{n}]({here('forward', n)})" + (f" `{c}`" if c else "") for n, c in made)
         read = "; ".join(f"[{n}]({here('backward', n)}) `{code}`" for n, code in read_at(bwd, name))
         rows.append([f"`{name}`", holds, built, contents(value, source, made[-1][1]), read])
-    calls = code_facts.called_by("forward")
+    calls = code_facts.called_by("model:forward")
     return (f"`forward` returns its cache as one tuple ([line {line}]({here('forward', line)})); `backward` unpacks "
             "it in the same order. The fields are read from that line, what each holds from `forward`'s docstring, "
             "and the contents from the tiny example, named as the function that built them names its cache:\n\n"
@@ -296,7 +296,7 @@ def contents(value, source, builder):
 def kept(call):
     """Whether a call of forward keeps the cache, read from its line."""
     line = (sections.ROOT / call.path).read_text().splitlines()[call.line - 1]
-    if ", _ = forward(" in line or re.search(r"forward\(.*\)\[0\]", line):
+    if re.search(r", _ = \w*forward\(", line) or re.search(r"\w*forward\(.*\)\[0\]", line):  # hand_forward too
         return "throws it away"
     return "keeps it for `backward`"
 
@@ -330,7 +330,7 @@ def update_md():
     """How the gradients of one batch become one parameter update, read from train_step."""
     tc, cfg = TrainConfig(), PRESETS["default"]
     steps = (train_step.__name__, finite_loss_and_grads.__name__)  # the second refuses what is not finite
-    calls = {name: next(p for p in code_facts.called_by(name) if p.function in steps)
+    calls = {name: next(p for p in code_facts.calls_named(name) if p.function in steps)
              for name in ("loss_and_grads", "clip_grads", "adamw_update")}
     link = {n: f"[`train.py:{p.line}`]({sections.function_link(PAGE, p.path, p.function, p.line)})"
             for n, p in calls.items()}

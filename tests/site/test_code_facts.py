@@ -15,12 +15,59 @@ def test_named_function_spans_the_whole_definition():
 
 
 def test_called_by_finds_every_call_site_with_its_function():
-    places = called_by("layer_norm_backward")
+    places = called_by("layernorm:layer_norm_backward")
     assert {(p.path, p.function) for p in places} == {("transformer/block.py", "block_backward"),
                                                       ("transformer/model.py", "backward")}
     for p in places:
         assert "layer_norm_backward(" in (ROOT / p.path).read_text().splitlines()[p.line - 1]
     assert len([p for p in places if p.function == "block_backward"]) == 2  # LN1 and LN2
+
+
+def test_called_by_tells_apart_functions_of_the_same_name_by_the_imports():
+    """model.forward and autograd_model.forward: autograd_memory.py imports both, the second as hand_forward."""
+    def lines(unit):
+        return {(p.path, p.line) for p in called_by(unit)}
+
+    source = (ROOT / "transformer/autograd_memory.py").read_text().splitlines()
+    hand = {("transformer/autograd_memory.py", i) for i, text in enumerate(source, 1) if "= hand_forward(" in text}
+    graph = {("transformer/autograd_memory.py", i) for i, text in enumerate(source, 1)
+             if "(forward(" in text or " = forward(" in text}
+    assert hand and graph
+    assert hand <= lines("model:forward") and not hand & lines("autograd_model:forward")
+    assert graph <= lines("autograd_model:forward") and not graph & lines("model:forward")
+    # torch's loss.backward() is a method: neither model.backward nor the autograd engine's backward
+    method = {("transformer/crosscheck.py", i) for i, text in
+              enumerate((ROOT / "transformer/crosscheck.py").read_text().splitlines(), 1) if "loss.backward()" in text}
+    assert method and not method & (lines("model:backward") | lines("autograd:backward"))
+
+
+PACKAGE = {
+    "a.py": "def f():\n    pass\n\ndef g():\n    f()\n",
+    "b.py": "from .a import f\n",  # f re-exported
+    "c.py": ("from . import a\nfrom .b import f as af\nfrom transformer.a import g\n\n"
+             "def f():\n    pass\n\n"
+             "def uses(h, obj):\n    a.f()\n    af()\n    f()\n    g()\n    h()\n    obj.f()\n\n"
+             "def lazy():\n    from .a import f\n\n    def inner():\n        f()\n    return inner\n\n"
+             "def shadows(g):\n    g()\n    af = print\n    af()\n\n"
+             "def nested():\n    def inner():\n        from .a import f as fa\n    fa()\n"),
+}
+
+
+def test_called_by_resolves_imports_aliases_re_exports_and_local_imports(tmp_path):
+    (tmp_path / "transformer").mkdir()
+    for name, text in PACKAGE.items():
+        (tmp_path / "transformer" / name).write_text(text)
+
+    def calls(unit):
+        return [(p.path.rpartition("/")[2], p.line, p.function) for p in called_by(unit, root=tmp_path)]
+
+    assert calls("a:f") == [("a.py", 5, "g"), ("c.py", 9, "uses"), ("c.py", 10, "uses"), ("c.py", 20, "inner")]
+    assert calls("c:f") == [("c.py", 11, "uses")]  # its own module's f; obj.f() (line 14) is a method: nobody's
+    assert calls("a:g") == [("c.py", 12, "uses")]  # the parameter g (line 24) hides the imported g
+    assert [p.unit for p in code_facts.calls_named("af", root=tmp_path)] == ["a:f", ""]  # line 26: the variable
+    assert calls("b:f") == []  # b only re-exports a's f
+    assert [p.line for p in code_facts.calls_named("f", root=tmp_path)] == [5, 9, 11, 14, 20]  # not af()
+    assert [(p.line, p.unit) for p in code_facts.calls_named("fa", root=tmp_path)] == [(31, "")]  # inner's own import
 
 
 def test_the_tests_that_name_a_function_are_found_as_runnable_ids():
