@@ -271,13 +271,14 @@ def cache_md():
         read = "; ".join(f"[{n}]({here('backward', n)}) `{code}`" for n, code in read_at(bwd, name))
         rows.append([f"`{name}`", holds, built, contents(value, source, made[-1][1]), read])
     calls = code_facts.called_by("model:forward")
+    backward_callers = {(c.path, c.function) for c in code_facts.called_by("model:backward")}
     return (f"`forward` returns its cache as one tuple ([line {line}]({here('forward', line)})); `backward` unpacks "
             "it in the same order. The fields are read from that line, what each holds from `forward`'s docstring, "
             "and the contents from the tiny example, named as the function that built them names its cache:\n\n"
             + md_table(["Field", "Holds", "Built at", "On the tiny example", "Read by backward at"], rows)
             + "\nEach function's page says what its own cache holds and why. Of the "
               f"{len(calls)} calls of `forward` in `transformer/`, "
-            + "; ".join(f"`{c.function}` (`{c.path}:{c.line}`) {kept(c)}" for c in calls) + ".\n")
+            + "; ".join(f"`{c.function}` (`{c.path}:{c.line}`) {kept(c, backward_callers)}" for c in calls) + ".\n")
 
 
 def contents(value, source, builder):
@@ -293,12 +294,15 @@ def contents(value, source, builder):
                      for n, v in zip(names, value, strict=True))
 
 
-def kept(call):
-    """Whether a call of forward keeps the cache, read from its line."""
+def kept(call, backward_callers):
+    """What a call of forward does with the cache: read from its line, and from whether the function that makes
+    the call also calls `backward` (backward_callers: (path, function) of each call of model.backward)."""
     line = (sections.ROOT / call.path).read_text().splitlines()[call.line - 1]
     if re.search(r", _ = \w*forward\(", line) or re.search(r"\w*forward\(.*\)\[0\]", line):  # hand_forward too
         return "throws it away"
-    return "keeps it for `backward`"
+    if (call.path, call.function) in backward_callers:
+        return "keeps it for `backward`"
+    return "keeps it, and calls no `backward`"
 
 
 # ---------------------------------------------------------------- the keys and the update
