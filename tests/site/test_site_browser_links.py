@@ -41,7 +41,7 @@ def test_code_line_annotations_lead_to_the_equations_the_line_computes(page, sit
 # A loaded machine can deliver the scroll that focusing an annotation's marker causes (the page's, or its code
 # block's, sideways) late, after the test has moved the focus to a link in the tooltip: CI once failed so on
 # model/layernorm.md. Here every such focus is followed, 50 ms later, by a sideways scroll of one pixel of the
-# code block; before open_annotation waited for the scrolling to end, that made 3 to 6 of the page's links miss.
+# code block; before open_annotation waited for the scrolling to end, that made 2 to 5 of the page's links miss.
 LATE_SCROLL = """addEventListener("focusin", e => {
   const code = e.target.matches?.(".md-annotation__index") && e.target.closest("code");
   if (code) setTimeout(() => {
