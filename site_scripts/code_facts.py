@@ -100,7 +100,7 @@ def _callee(func, names):
 
 
 @lru_cache(maxsize=256)
-def _call_index(text, module="", package="transformer"):
+def _call_index(text, module, package):
     """{called name: {line: (innermost enclosing function, (module, name) it calls or None)}} for one file,
     each call resolved through the names in scope there: the module's top-level functions and imports, then
     each enclosing function's own imports; a parameter or a local variable of the same name hides them."""
