@@ -23,9 +23,17 @@ threads instead); the torch worker is plain torch with its default threads.
     python tools/bench_step.py [--steps 40] [--rounds 3] [--configs A B] [--frameworks numpy torch]
     python tools/bench_step.py --frameworks numpy numpy-threads torch   # shards in processes and in threads
     python tools/bench_step.py --in-process ...   # both in one process, for profiling one of them
+    python tools/bench_step.py --phases [--configs B]   # where the NumPy step's time goes, part by part
 
 In one process each framework's spinning threads and heap slow the other, so
 the in-process ratios are not what a user sees; they are kept for profiling.
+
+`--phases` times the parts of the NumPy step one by one, in fresh workers too:
+the batch's loss and gradients (its shards at once), the clip, AdamW; and the
+first shard's `loss_and_grads` alone, the work this process does itself in the
+first part. What the first part adds to it is the price of computing shards at
+once: handing the parameters over, waiting for the slower shard, adding the
+gradients, and two cores sharing the caches and memory.
 """
 
 import argparse
@@ -42,7 +50,7 @@ from transformer.config import PRESETS
 from transformer.memory import keep_freed_memory
 from transformer.model import init_params, loss_and_grads
 from transformer.optim import AdamWConfig, adamw_init, adamw_update, clip_grads, is_decayed
-from transformer.parallel import sharded
+from transformer.parallel import shard_rows, sharded
 
 BATCH = {"A": 32, "B": 12}
 CLIP = 1.0  # the global-norm clip of both sides, train's default
@@ -83,20 +91,31 @@ def setup(name):
     return cfg, params, ids, targets
 
 
+def numpy_parts(name, threads=0, processes=None):
+    """`numpy_step`'s step, which returns the seconds of each of its parts, and a function that computes the
+    first shard's loss and gradients alone, as this process does in a step."""
+    cfg, params, ids, targets = setup(name)
+    opt, state = AdamWConfig(), adamw_init(params)
+    shards = sharded(threads, processes)
+    first = slice(*shard_rows(len(ids), shards.threads)[0])
+
+    def step():
+        t0 = time.perf_counter()
+        _, grads = shards(loss_and_grads, params, ids, targets, cfg)
+        t1 = time.perf_counter()
+        grads, _ = clip_grads(grads, CLIP)
+        t2 = time.perf_counter()
+        adamw_update(params, grads, state, opt.lr, opt)
+        return {"shards": t1 - t0, "clip": t2 - t1, "AdamW": time.perf_counter() - t2}
+
+    return step, lambda: loss_and_grads(params, ids[first], targets[first], cfg)
+
+
 def numpy_step(name, threads=0, processes=None):
     """The step `python -m transformer train` takes: the batch's loss and gradients in `threads` shards at
     once (transformer/parallel.py; 0: one per core), every shard but the first in a worker process where
     that is supported (processes=False: in threads), the global-norm clip, AdamW."""
-    cfg, params, ids, targets = setup(name)
-    opt, state = AdamWConfig(), adamw_init(params)
-    shards = sharded(threads, processes)
-
-    def step():
-        _, grads = shards(loss_and_grads, params, ids, targets, cfg)
-        grads, _ = clip_grads(grads, CLIP)
-        adamw_update(params, grads, state, opt.lr, opt)
-
-    return step
+    return numpy_parts(name, threads, processes)[0]
 
 
 def torch_adamw(tparams, opt):
@@ -128,6 +147,33 @@ def torch_step(name):
         optimizer.step()
 
     return step
+
+
+def phases_worker(name, steps):
+    """Run in a fresh process: the parts of `steps` NumPy steps, then `steps` first shards alone; one JSON line."""
+    keep_freed_memory()
+    step, first_shard = numpy_parts(name)
+    for _ in range(WARMUP):
+        step()
+    parts = [step() for _ in range(steps)]
+    alone = [_seconds(first_shard) for _ in range(steps)]
+    print(json.dumps({"parts": {k: [p[k] for p in parts] for k in parts[0]}, "first shard alone": alone}))
+
+
+def phases_summary(name, runs):
+    """The lines printed for one config's `--phases` rounds: each part's median and share of their sum."""
+    parts = {k: statistics.median(t for r in runs for t in r["parts"][k]) for k in runs[0]["parts"]}
+    total = sum(parts.values())
+    alone = statistics.median(t for r in runs for t in r["first shard alone"])
+    count, steps = len(runs), len(runs[0]["first shard alone"])
+    lines = [f"config {name}, the NumPy step part by part (medians over {count} rounds of {steps} steps, "
+             f"{total * 1e3:.1f} ms together):"]
+    for k, t in parts.items():
+        lines.append(f"  {k:<7} {t * 1e3:6.2f} ms  {t / total:4.0%}")
+    lines.append(f"  the first shard alone, the other core idle: {alone * 1e3:.2f} ms; the "
+                 f"shards' {parts['shards'] * 1e3:.2f} ms add {(parts['shards'] - alone) * 1e3:.2f} ms to it (handing "
+                 "the parameters over, waiting for the slower shard, adding the gradients, two cores sharing memory)")
+    return lines
 
 
 STEPS = {"numpy": numpy_step, "numpy-threads": lambda name: numpy_step(name, processes=False),
@@ -167,6 +213,7 @@ def worker(framework, name, steps, default_malloc=False):
 
 
 def run_worker(framework, name, steps, default_malloc=False):
+    """One fresh worker process for `framework` (or "phases"); its JSON line."""
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", framework, "--configs", name,
                "--steps", str(steps)] + (["--default-malloc"] if default_malloc else [])
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -235,14 +282,22 @@ def main():
     parser.add_argument("--default-malloc", action="store_true",
                         help="leave glibc's malloc thresholds alone in the numpy worker (see transformer/memory.py)")
     parser.add_argument("--in-process", action="store_true", help="both frameworks in this process")
-    parser.add_argument("--worker", choices=sorted(STEPS), help=argparse.SUPPRESS)
+    parser.add_argument("--phases", action="store_true",
+                        help="time the parts of the NumPy step instead (shards, clip, AdamW), in fresh workers")
+    parser.add_argument("--worker", choices=sorted(STEPS) + ["phases"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.steps < 1 or args.rounds < 1:
         parser.error("--steps and --rounds must be at least 1")
+    if args.worker == "phases":
+        return phases_worker(args.configs[0], args.steps)
     if args.worker:
         return worker(args.worker, args.configs[0], args.steps, args.default_malloc)
     print(f"numpy {np.__version__}, {sys.executable}")
     for name in args.configs:
+        if args.phases:
+            runs = [run_worker("phases", name, args.steps) for _ in range(args.rounds)]
+            print("\n".join(phases_summary(name, runs)), flush=True)
+            continue
         if args.in_process:
             in_process(name, args.steps, args.frameworks)
             continue

@@ -80,6 +80,26 @@ def test_the_step_benchmark_reports_medians_ratio_range_and_floor():
     assert "ratio numpy / torch: 0.67" in three and "ratio numpy-threads / torch: 1.00 (rounds 0.75 to 1.50)" in three
 
 
+
+
+def test_the_step_benchmark_reports_each_part_of_the_step_with_its_share():
+    def run(shards, clip, adamw, alone):
+        return {"parts": {"shards": [shards / 1e3] * 3, "clip": [clip / 1e3] * 3, "AdamW": [adamw / 1e3] * 3},
+                "first shard alone": [alone / 1e3] * 3}
+
+    text = "\n".join(bench_step.phases_summary("B", [run(30, 1, 9, 26), run(31, 1, 8, 27), run(29, 2, 10, 25)]))
+    assert "medians over 3 rounds of 3 steps, 40.0 ms together" in text  # 30 + 1 + 9
+    assert "shards   30.00 ms   75%" in text and "clip      1.00 ms    2%" in text and "AdamW     9.00 ms   22%" in text
+    assert "the first shard alone, the other core idle: 26.00 ms; the shards' 30.00 ms add 4.00 ms to it" in text
+
+
+def test_the_step_benchmark_times_the_parts_of_the_step_in_fresh_workers(tmp_path):
+    """`--phases` prints the three parts of numpy_step's step, each timed (numpy_step is that step without the
+    timings)."""
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_step.py"), "--phases", "--configs", "A",
+                           "--steps", "2", "--rounds", "1"], capture_output=True, text=True, cwd=tmp_path, check=True)
+    parts = re.findall(r"^  (shards|clip|AdamW) +(\d+\.\d+) ms", done.stdout, flags=re.M)
+    assert [name for name, _ in parts] == ["shards", "clip", "AdamW"] and all(float(ms) > 0 for _, ms in parts)
 def test_each_kernel_the_step_uses_computes_what_the_plain_way_computes():
     """tools/bench_kernels.py times each layout choice of the step against the plain way; both must give the same
     result: the same bits where only the layout or an exact power-of-two scaling differs, and float32 rounding
