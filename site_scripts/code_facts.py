@@ -101,24 +101,31 @@ def _callee(func, names):
 
 @lru_cache(maxsize=256)
 def _call_index(text, module, package):
-    """{called name: {line: (innermost enclosing function, (module, name) it calls or None)}} for one file,
-    each call resolved through the names in scope there: the module's top-level functions and imports, then
-    each enclosing function's own imports; a parameter or a local variable of the same name hides them."""
+    """({called name: {line: (innermost enclosing function, (module, name) it calls or None)}}, [(line, innermost
+    enclosing function, (module, name)) of each name used there without being called]) for one file, each name
+    resolved through the names in scope there: the module's top-level functions and imports, then each
+    enclosing function's own imports; a parameter or a local variable of the same name hides them. A function
+    named without a call is handed on as a value (an argument, a variable, a return value): whoever receives
+    it calls it."""
     tree = ast.parse(text)
     defined, imports = _module_names(text, module, package)
-    index = {}
+    calls, named = {}, []
 
-    def visit(node, function, names):
+    def visit(node, function, names, called=False):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             function, shadowed = node.name, _local_names(node)
             names = {**{k: v for k, v in names.items() if k not in shadowed}, **_imports_in(node.body, module, package)}
         if isinstance(node, ast.Call) and function and _name_of(node.func):
-            index.setdefault(_name_of(node.func), {})[node.lineno] = (function, _callee(node.func, names))
+            calls.setdefault(_name_of(node.func), {})[node.lineno] = (function, _callee(node.func, names))
+        elif function and not called and isinstance(getattr(node, "ctx", None), ast.Load):
+            target = _callee(node, names)
+            if target:
+                named.append((node.lineno, function, target))
         for child in ast.iter_child_nodes(node):
-            visit(child, function, names)
+            visit(child, function, names, called=isinstance(node, ast.Call) and child is node.func)
 
     visit(tree, None, {**{name: (module, name) for name in defined}, **imports})
-    return index
+    return calls, named
 
 
 @lru_cache(maxsize=256)
@@ -140,8 +147,15 @@ def all_calls(root=ROOT, folder="transformer"):
     """{called name: [Call of each call]} over the folder's .py files (a package: the folder's name is its
     name). A call of a function that a module only imports from another (a re-export) is resolved to the
     module that defines it."""
+    return {name: sorted(calls, key=lambda c: (c.path, c.line)) for name, calls in _all_uses(root, folder)[0].items()}
+
+
+def _all_uses(root, folder):
+    """(all_calls, [Call of each place that names a function without calling it]); a class or a constant
+    named without a call (`isinstance(w, NF4Weight)`) is not handed on to be called, and is left out."""
     files = {path.stem: read_text(path) for path in sorted((Path(root) / folder).glob("*.py"))}
     names = {module: _module_names(text, module, folder) for module, text in files.items()}
+    functions = {f"{module}:{f}" for module, text in files.items() for f in _functions_of(text)}
 
     def defining(module, name):
         for _ in range(len(names)):
@@ -151,14 +165,22 @@ def all_calls(root=ROOT, folder="transformer"):
             module, name = imports[name]
         return module
 
-    found = {}
+    calls, named = {}, []
     for module, text in files.items():
         rel = f"{folder}/{module}.py"
-        for name, lines in _call_index(text, module, folder).items():
-            found.setdefault(name, []).extend(
-                Call(rel, line, fn, f"{defining(*callee)}:{callee[1]}" if callee else "")
-                for line, (fn, callee) in lines.items())
-    return {name: sorted(calls, key=lambda c: (c.path, c.line)) for name, calls in found.items()}
+        index, names_of = _call_index(text, module, folder)
+        for name, lines in index.items():
+            calls.setdefault(name, []).extend(Call(rel, line, fn, f"{defining(*callee)}:{callee[1]}" if callee else "")
+                                              for line, (fn, callee) in lines.items())
+        named += [Call(rel, line, fn, f"{defining(*target)}:{target[1]}") for line, fn, target in names_of]
+    return calls, [place for place in named if place.unit in functions]
+
+
+@lru_cache(maxsize=256)
+def _functions_of(text):
+    """The names of a file's top-level functions."""
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+    return frozenset(node.name for node in ast.parse(text).body if isinstance(node, functions))
 
 
 @lru_cache(maxsize=256)
@@ -238,7 +260,7 @@ def called_by(unit, root=ROOT, folder="transformer"):
     """Every call of the function `unit` ("module:name") in the folder's .py files, with its innermost enclosing
     function: the calls that the imports in scope (or the module's own definition) tie to that module's
     function. A function of the same name elsewhere (`autograd_model.forward` beside `model.forward`) does not
-    count, nor does a call of a function passed in as an argument."""
+    count, nor does a call of a function passed in as an argument (`passed_by` finds where it is named)."""
     calls = (call for calls in all_calls(root, folder).values() for call in calls if call.unit == unit)
     return sorted(calls, key=lambda c: (c.path, c.line))  # under its own name or another (`import ... as`)
 
@@ -247,6 +269,13 @@ def calls_named(name, root=ROOT, folder="transformer"):
     """Every call in the folder's .py files whose function expression ends in `name` (`f(...)`, `obj.f(...)`),
     whatever it resolves to: methods too."""
     return all_calls(root, folder).get(name, [])
+
+
+def passed_by(unit, root=ROOT, folder="transformer"):
+    """Every place in the folder's .py files that names the function `unit` ("module:name") inside a function
+    without calling it, resolved as `called_by` resolves calls: where it is handed on as a value (an argument,
+    a variable), to be called by whoever receives it."""
+    return sorted((place for place in _all_uses(root, folder)[1] if place.unit == unit), key=lambda c: (c.path, c.line))
 
 
 def test_mentions(name, root=ROOT, folder="tests"):

@@ -14,6 +14,7 @@ from .code_facts import (
     called_through,
     enclosing_function,
     named_function,
+    passed_by,
     test_mentions,
     top_level_function,
 )
@@ -311,15 +312,18 @@ def used_md(page, units):
     """Called by, found by reading the code; checked by, measured (site_scripts/checked.py)."""
     out = [checked.lead_md(page_link(page, "architecture", "checked-by")),
            "\"Called by\" is read from the code: the calls in `transformer/` that the imports in scope tie to this "
-           "very function, under its own name or another. A function of the same name in another module, a method, "
-           "or a call of a function passed in as an argument is not counted.\n"]
+           "very function, under its own name or another. A function of the same name in another module or a method "
+           "is not counted. Where a function is named without being called, handed on as a value (to a variable, "
+           "or as an argument of another function, which calls it), the place that names it is listed apart.\n"]
     for unit in units:
         name = unit.split(":")[1]
         places = [f"`{p.function}` (`{p.path}:{p.line}`)" for p in called_by(unit)]
         for table, users in called_through(name):
             via = ", ".join(f"`{u.function}` (`{u.path}:{u.line}`)" for u in users) or "no function"
             places.append(f"{via}, through the table `{table.function}` (`{table.path}:{table.line}`)")
-        out.append(f"**`{name}`** is called by {'; '.join(places) or 'no function in transformer/'}.\n")
+        handed = "; ".join(f"`{p.function}` (`{p.path}:{p.line}`)" for p in passed_by(unit))
+        handed = f" It is handed on as a value by {handed}." if handed else ""
+        out.append(f"**`{name}`** is called by {'; '.join(places) or 'no function in transformer/'}.{handed}\n")
         out.append(checked.checked_md(unit, test_mentions(name, folder="tests/unit")))
     return "\n".join(out)
 

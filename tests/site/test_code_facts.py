@@ -50,6 +50,9 @@ PACKAGE = {
              "def lazy():\n    from .a import f\n\n    def inner():\n        f()\n    return inner\n\n"
              "def shadows(g):\n    g()\n    af = print\n    af()\n\n"
              "def nested():\n    def inner():\n        from .a import f as fa\n    fa()\n"),
+    "d.py": ("from . import a\nfrom .a import f\nfrom .c import f as cf\n\nclass K:\n    pass\n\n"
+             "def hands(run):\n    run(a.f)\n    k = cf\n    run(f)\n    isinstance(k, K)\n    return a.g\n\n"
+             "def shadowed(f):\n    run(f)\n"),
 }
 
 
@@ -68,6 +71,40 @@ def test_called_by_resolves_imports_aliases_re_exports_and_local_imports(tmp_pat
     assert calls("b:f") == []  # b only re-exports a's f
     assert [p.line for p in code_facts.calls_named("f", root=tmp_path)] == [5, 9, 11, 14, 20]  # not af()
     assert [(p.line, p.unit) for p in code_facts.calls_named("fa", root=tmp_path)] == [(31, "")]  # inner's own import
+
+
+def test_a_function_handed_on_as_a_value_is_found_where_it_is_named(tmp_path):
+    """d.py passes a.f on (lines 9 and 11), stores c.f in a variable (10) and returns a.g (13); the class K in
+    isinstance (12) is not handed on to be called, and the parameter f of `shadowed` (16) is nobody's."""
+    (tmp_path / "transformer").mkdir()
+    for name, text in PACKAGE.items():
+        (tmp_path / "transformer" / name).write_text(text)
+
+    def named(unit):
+        return [(p.path.rpartition("/")[2], p.line, p.function) for p in code_facts.passed_by(unit, root=tmp_path)]
+
+    assert named("a:f") == [("d.py", 9, "hands"), ("d.py", 11, "hands")]  # not its calls in a.py and c.py
+    assert named("c:f") == [("d.py", 10, "hands")]
+    assert named("a:g") == [("d.py", 13, "hands")]
+    assert named("d:K") == []
+
+
+def test_the_package_hands_on_the_attention_backward_and_the_models_loss_and_grads():
+    """block_backward picks attention's backward into a variable and calls that; the training run hands
+    model.loss_and_grads (or the autograd engine's, named on the same line under another name) to its shards.
+    Neither is a call of the function by its name."""
+    def lines(path, text):
+        return {(path, i) for i, line in enumerate((ROOT / path).read_text().splitlines(), 1) if text in line}
+
+    def named(unit):
+        return {(p.path, p.line) for p in code_facts.passed_by(unit)}
+
+    picked = lines("transformer/block.py", "attn_backward = flash_attention_backward if")
+    both = named("attention:attention_backward") & named("flash_attention:flash_attention_backward")
+    assert picked and picked <= both
+    handed = lines("transformer/train.py", "else loss_and_grads")
+    assert handed and handed <= named("model:loss_and_grads") & named("autograd_model:loss_and_grads")
+    assert not named("nf4:NF4Weight")  # a class named in isinstance checks
 
 
 def test_the_tests_that_name_a_function_are_found_as_runnable_ids():
