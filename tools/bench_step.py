@@ -149,9 +149,10 @@ def torch_step(name):
     return step
 
 
-def phases_worker(name, steps):
+def phases_worker(name, steps, default_malloc=False):
     """Run in a fresh process: the parts of `steps` NumPy steps, then `steps` first shards alone; one JSON line."""
-    keep_freed_memory()
+    if not default_malloc:
+        keep_freed_memory()
     step, first_shard = numpy_parts(name)
     for _ in range(WARMUP):
         step()
@@ -170,7 +171,7 @@ def phases_summary(name, runs):
              f"{total * 1e3:.1f} ms together):"]
     for k, t in parts.items():
         lines.append(f"  {k:<7} {t * 1e3:6.2f} ms  {t / total:4.0%}")
-    lines.append(f"  the first shard alone, the other core idle: {alone * 1e3:.2f} ms; the "
+    lines.append(f"  the first shard alone, the other cores idle: {alone * 1e3:.2f} ms; the "
                  f"shards' {parts['shards'] * 1e3:.2f} ms add {(parts['shards'] - alone) * 1e3:.2f} ms to it (handing "
                  "the parameters over, waiting for the slower shard, adding the gradients, two cores sharing memory)")
     return lines
@@ -289,13 +290,13 @@ def main():
     if args.steps < 1 or args.rounds < 1:
         parser.error("--steps and --rounds must be at least 1")
     if args.worker == "phases":
-        return phases_worker(args.configs[0], args.steps)
+        return phases_worker(args.configs[0], args.steps, args.default_malloc)
     if args.worker:
         return worker(args.worker, args.configs[0], args.steps, args.default_malloc)
     print(f"numpy {np.__version__}, {sys.executable}")
     for name in args.configs:
         if args.phases:
-            runs = [run_worker("phases", name, args.steps) for _ in range(args.rounds)]
+            runs = [run_worker("phases", name, args.steps, args.default_malloc) for _ in range(args.rounds)]
             print("\n".join(phases_summary(name, runs)), flush=True)
             continue
         if args.in_process:

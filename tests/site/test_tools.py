@@ -90,7 +90,7 @@ def test_the_step_benchmark_reports_each_part_of_the_step_with_its_share():
     text = "\n".join(bench_step.phases_summary("B", [run(30, 1, 9, 26), run(31, 1, 8, 27), run(29, 2, 10, 25)]))
     assert "medians over 3 rounds of 3 steps, 40.0 ms together" in text  # 30 + 1 + 9
     assert "shards   30.00 ms   75%" in text and "clip      1.00 ms    2%" in text and "AdamW     9.00 ms   22%" in text
-    assert "the first shard alone, the other core idle: 26.00 ms; the shards' 30.00 ms add 4.00 ms to it" in text
+    assert "the first shard alone, the other cores idle: 26.00 ms; the shards' 30.00 ms add 4.00 ms to it" in text
 
 
 def test_the_step_benchmark_times_the_parts_of_the_step_in_fresh_workers(tmp_path):
