@@ -80,8 +80,6 @@ def test_the_step_benchmark_reports_medians_ratio_range_and_floor():
     assert "ratio numpy / torch: 0.67" in three and "ratio numpy-threads / torch: 1.00 (rounds 0.75 to 1.50)" in three
 
 
-
-
 def test_the_step_benchmark_reports_each_part_of_the_step_with_its_share():
     def run(shards, clip, adamw, alone):
         return {"parts": {"shards": [shards / 1e3] * 3, "clip": [clip / 1e3] * 3, "AdamW": [adamw / 1e3] * 3},
@@ -100,6 +98,8 @@ def test_the_step_benchmark_times_the_parts_of_the_step_in_fresh_workers(tmp_pat
                            "--steps", "2", "--rounds", "1"], capture_output=True, text=True, cwd=tmp_path, check=True)
     parts = re.findall(r"^  (shards|clip|AdamW) +(\d+\.\d+) ms", done.stdout, flags=re.M)
     assert [name for name, _ in parts] == ["shards", "clip", "AdamW"] and all(float(ms) > 0 for _, ms in parts)
+
+
 def test_each_kernel_the_step_uses_computes_what_the_plain_way_computes():
     """tools/bench_kernels.py times each layout choice of the step against the plain way; both must give the same
     result: the same bits where only the layout or an exact power-of-two scaling differs, and float32 rounding
