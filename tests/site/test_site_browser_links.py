@@ -2,7 +2,9 @@
 line's annotation lead between an equation and the lines marked with it, the boxes of the
 gradient-flow diagram lead to the lines making their calls, the search lists the LayerNorm page first,
 and the palette toggle switches to dark and back. The link checks' negative controls run on
-copies of a page with one link planted wrong. Run with `scripts/test -m browser`."""
+copies of a page with one link planted wrong, and two checks test the harness itself: an annotation's links
+are followed even when a scroll comes late (one planted after each marker's focus), and STILL waits for a
+code block that still scrolls sideways. Run with `scripts/test -m browser`."""
 
 import re
 
