@@ -308,6 +308,11 @@ def gap_text(gap):
 
 # ---------------------------------------------------------------- where it is used, status, provenance
 
+def place_md(place):
+    """A place in the code as the pages name it: `function` (`path:line`)."""
+    return f"`{place.function}` (`{place.path}:{place.line}`)"
+
+
 def used_md(page, units):
     """Called by, found by reading the code; checked by, measured (site_scripts/checked.py)."""
     out = [checked.lead_md(page_link(page, "architecture", "checked-by")),
@@ -317,11 +322,11 @@ def used_md(page, units):
            "or as an argument of another function, which calls it), the place that names it is listed apart.\n"]
     for unit in units:
         name = unit.split(":")[1]
-        places = [f"`{p.function}` (`{p.path}:{p.line}`)" for p in called_by(unit)]
+        places = [place_md(p) for p in called_by(unit)]
         for table, users in called_through(name):
-            via = ", ".join(f"`{u.function}` (`{u.path}:{u.line}`)" for u in users) or "no function"
-            places.append(f"{via}, through the table `{table.function}` (`{table.path}:{table.line}`)")
-        handed = "; ".join(f"`{p.function}` (`{p.path}:{p.line}`)" for p in passed_by(unit))
+            via = ", ".join(place_md(u) for u in users) or "no function"
+            places.append(f"{via}, through the table {place_md(table)}")
+        handed = "; ".join(place_md(p) for p in passed_by(unit))
         handed = f" It is handed on as a value by {handed}." if handed else ""
         out.append(f"**`{name}`** is called by {'; '.join(places) or 'no function in transformer/'}.{handed}\n")
         out.append(checked.checked_md(unit, test_mentions(name, folder="tests/unit")))
