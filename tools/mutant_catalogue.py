@@ -143,7 +143,8 @@ MUTANTS = (
            (edit(f"{ATT}:attention_backward", "dv = att.transpose(0, 1, 3, 2) @ dheads", "dv = att @ dheads"),)),
     Mutant("attention-key-bias-grad-zeroed",
            "The key bias gets a gradient of exactly zero instead of the computed one.",
-           (edit(f"{ATT}:project_qkv_backward", '"bk": dbk', '"bk": np.zeros_like(dbk)'),),
+           (edit(f"{ATT}:qkv_backward", "    return dx, grads",
+                 '    grads["bk"] = np.zeros_like(grads["bk"])\n    return dx, grads'),),
            uncatchable="The true gradient of the key bias is zero: q.bk adds the same number to every score of "
                        "a query's row, and softmax ignores a constant added to a row. The computed dbk is zero "
                        "up to rounding (about 1e-17), so replacing it by an exact zero changes nothing a "
@@ -201,8 +202,8 @@ MUTANTS = (
            "The output head's bias gradient is summed over the positions (axis 1) and then taken from the "
            "first sequence, instead of summed over the batch and the positions.",
            (edit("transformer/model.py:backward",
-                 'dx, grads["head_w"], grads["head_b"] = linear_backward(dlogits, head_cache)',
-                 'dx, grads["head_w"], grads["head_b"] = linear_backward(dlogits, head_cache)\n'
+                 'dx, grads["head_w"], grads["head_b"] = linear_backward(dlogits, cache.head_cache)',
+                 'dx, grads["head_w"], grads["head_b"] = linear_backward(dlogits, cache.head_cache)\n'
                  '    grads["head_b"] = dlogits.sum(axis=1)[0]'),)),
     Mutant("xavier-fan-in-only",
            "Initialisation draws from +-sqrt(6/fan_in) instead of +-sqrt(6/(fan_in + fan_out)).",

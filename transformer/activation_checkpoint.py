@@ -56,7 +56,7 @@ def checkpointed_block_forward(x, p, cfg, trace=None):
     return y, BlockReplay(x, p, cfg)  # eq:ckpt-keep
 
 
-def checkpointed_block_backward(dy, replay):
+def checkpointed_block_backward(dy, replay, trace=None):
     """Replay the block from its kept input, then run `block_backward` on the fresh cache.
 
     Parameters
@@ -65,6 +65,8 @@ def checkpointed_block_backward(dy, replay):
         Gradient with respect to the block's output.
     replay : BlockReplay
         What `checkpointed_block_forward` kept.
+    trace : dict, optional
+        Passed to `block_backward`.
 
     Returns
     -------
@@ -74,4 +76,4 @@ def checkpointed_block_backward(dy, replay):
         Gradient of each block parameter; the same as `block_backward` gives without checkpointing.
     """
     _, cache = block_forward(replay.x, replay.p, replay.cfg)  # eq:ckpt-replay
-    return block_backward(dy, cache)  # eq:ckpt-replay
+    return block_backward(dy, cache, trace)  # eq:ckpt-replay

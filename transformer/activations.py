@@ -6,6 +6,7 @@ valid. The tests check it for every function of ACTIVATION_FUNCTIONS.
 """
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -63,6 +64,21 @@ def relu_backward(dy, cache):
     return dx
 
 
+class GeluCache(NamedTuple):
+    """What `gelu_forward` keeps for `gelu_backward`.
+
+    Attributes
+    ----------
+    x : ndarray
+        The input: the density term x phi(x) is recomputed from it.
+    phi_cdf : ndarray
+        Phi(x), shaped like x: computed once in the forward and reused by the backward.
+    """
+
+    x: np.ndarray
+    phi_cdf: np.ndarray
+
+
 def gelu_forward(x):
     """Exact GELU, `x * Phi(x)`, where Phi is the standard normal CDF computed with erf.
 
@@ -75,15 +91,12 @@ def gelu_forward(x):
     -------
     y : ndarray of shape (...)
         The output, shaped like x; NaN where x is NaN (erf propagates it).
-    cache : (x, phi_cdf)
-        What `gelu_backward` needs:
-
-        - x, the input: the density term x phi(x) is recomputed from it;
-        - phi_cdf, Phi(x) shaped like x: computed once here and reused by the backward.
+    cache : GeluCache
+        What `gelu_backward` needs.
     """
     phi_cdf = 0.5 * (1.0 + _erf(x * _INV_SQRT2)).astype(x.dtype, copy=False)  # eq:gelu
     y = x * phi_cdf  # eq:gelu
-    cache = (x, phi_cdf)
+    cache = GeluCache(x, phi_cdf)
     return y, cache
 
 
@@ -94,7 +107,7 @@ def gelu_backward(dy, cache):
     ----------
     dy : ndarray of shape (...)
         Gradient with respect to the output.
-    cache : tuple
+    cache : GeluCache
         The cache from `gelu_forward`.
 
     Returns

@@ -2,8 +2,9 @@
 
 NaN semantics: a NaN in a window's input stays inside that window, forward and backward, and reaches every
 position of it: the causal mask is added to the scores, and NaN + (-inf) is NaN, so a NaN key poisons even the
-rows that may not see it (flash attention, which never computes above the diagonal, keeps earlier positions
-finite in the forward).
+rows that may not see it. (Flash attention skips the tiles of keys that lie wholly above the diagonal, so in its
+forward a NaN key reaches only the queries of its own tile of keys and later ones; within a tile it is added to
+the mask like here.)
 """
 
 import math
@@ -52,14 +53,14 @@ def merge_heads(x):
     return x.transpose(0, 2, 1, 3).reshape(B, T, H * dh)
 
 
-class SeparateQKV(NamedTuple):
-    """The caches of the q, k and v projections when they run one by one (frozen weights)."""
-    q: tuple
-    k: tuple
-    v: tuple
+class QKVCache(NamedTuple):
+    """What `qkv_forward` keeps for `qkv_backward`: the caches of its three `linear_forward` calls."""
+    q_cache: tuple
+    k_cache: tuple
+    v_cache: tuple
 
 
-def project_qkv(x, p, num_heads):
+def qkv_forward(x, p, num_heads):
     """The queries, keys and values of every head: the first step of attention, shared by
     `attention_forward` and `flash_attention_forward`.
 
@@ -74,38 +75,28 @@ def project_qkv(x, p, num_heads):
 
     Returns
     -------
-    q_scaled, k, v : ndarray of shape (B, H, T, dh)
+    (q_scaled, k, v) : ndarray of shape (B, H, T, dh) each
         The queries (already times 1/sqrt(dh)), the keys and the values.
-    qkv_cache : tuple
-        The cache of the fused projection's `linear_forward`: (x, the (d, 3d) weights); with frozen
-        weights, a `SeparateQKV` of the three projections' caches.
+    cache : QKVCache
+        The caches of the three projections.
     """
-    if all(isinstance(p[w], np.ndarray) for w in ("wq", "wk", "wv")):
-        # q, k and v are three projections of the same input, so one matmul with
-        # the weights side by side, (d, 3d), computes all three at once.
-        w_qkv = np.concatenate([p["wq"], p["wk"], p["wv"]], axis=1)  # (d, 3d)
-        b_qkv = np.concatenate([p["bq"], p["bk"], p["bv"]])  # (3d,)
-        qkv, qkv_cache = linear_forward(x, w_qkv, b_qkv)  # eq:attn-qkv  (B, T, 3d)
-        q, k, v = (split_heads(a, num_heads) for a in np.split(qkv, 3, axis=-1))  # (B, H, T, dh)
-    else:  # frozen weights (fine-tuning) are not joined: each projection is its own layer
-        outputs = [linear_forward(x, p[f"w{name}"], p[f"b{name}"]) for name in "qkv"]
-        q, k, v = (split_heads(y, num_heads) for y, _ in outputs)
-        qkv_cache = SeparateQKV(*(cache for _, cache in outputs))
+    projections = [linear_forward(x, p[f"w{name}"], p[f"b{name}"]) for name in "qkv"]  # eq:attn-qkv  (B, T, d)
+    q, k, v = (split_heads(y, num_heads) for y, _ in projections)  # (B, H, T, dh)
     # Scaling q (B, H, T, dh) instead of the scores (B, H, T, T) is the same
     # product on a smaller array whenever T > dh.
     q_scaled = q * (1.0 / math.sqrt(q.shape[-1]))  # eq:attn-scores
-    return q_scaled, k, v, qkv_cache
+    return (q_scaled, k, v), QKVCache(*(cache for _, cache in projections))
 
 
-def project_qkv_backward(dq, dk, dv, qkv_cache):
-    """Gradients of `project_qkv` with respect to its input and its six parameters.
+def qkv_backward(dqkv, cache):
+    """Gradients of `qkv_forward` with respect to its input and its six parameters.
 
     Parameters
     ----------
-    dq, dk, dv : ndarray of shape (B, H, T, dh)
+    dqkv : (dq, dk, dv), ndarray of shape (B, H, T, dh) each
         Gradients with respect to the (unscaled) queries, the keys and the values.
-    qkv_cache : tuple
-        The cache `project_qkv` returned.
+    cache : QKVCache
+        The cache `qkv_forward` returned.
 
     Returns
     -------
@@ -114,24 +105,12 @@ def project_qkv_backward(dq, dk, dv, qkv_cache):
     grads : dict
         The gradients of wq, bq, wk, bk, wv and bv.
     """
-    if isinstance(qkv_cache, SeparateQKV):  # fine-tuning: see project_qkv
-        return separate_qkv_backward((dq, dk, dv), qkv_cache)
-    dqkv = np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)  # eq:attn-grad-split (B, T, 3d)
-    # x fed all three projections: the one matmul sums their contributions to dx.
-    dx, dw_qkv, db_qkv = linear_backward(dqkv, qkv_cache)  # eq:attn-grad-input eq:attn-grad-params
-    dwq, dwk, dwv = np.split(dw_qkv, 3, axis=1)  # eq:attn-grad-params
-    dbq, dbk, dbv = np.split(db_qkv, 3)  # eq:attn-grad-params eq:attn-grad-key-bias
-    grads = {"wq": dwq, "bq": dbq, "wk": dwk, "bk": dbk, "wv": dwv, "bv": dbv}
-    return dx, grads
-
-
-def separate_qkv_backward(dqkv, qkv_cache: SeparateQKV):
-    """`project_qkv_backward` for projections run one by one: x fed all three, so dx is the sum."""
     dx = 0
     grads = {}
-    for name, d, cache in zip("qkv", dqkv, qkv_cache):
-        dx_part, grads[f"w{name}"], grads[f"b{name}"] = linear_backward(merge_heads(d), cache)
-        dx = dx + dx_part
+    for name, d_heads, proj_cache in zip("qkv", dqkv, cache, strict=True):
+        d_proj = merge_heads(d_heads)  # eq:attn-grad-split  (B, T, d)
+        dx_part, grads[f"w{name}"], grads[f"b{name}"] = linear_backward(d_proj, proj_cache)  # eq:attn-grad-params eq:attn-grad-key-bias
+        dx = dx + dx_part  # eq:attn-grad-input  x fed all three projections: their gradients add up
     return dx, grads
 
 
@@ -180,8 +159,8 @@ class AttentionCache(NamedTuple):
         The attention probabilities: dv = att^T dheads.
     att_cache : ndarray
         The cache of `softmax_forward` (the same probabilities), for dscores.
-    qkv_cache : tuple
-        The cache of the fused q/k/v `linear_forward` (x and the (d, 3d) weights).
+    qkv_cache : QKVCache
+        The caches of the q, k and v projections' `linear_forward`.
     o_cache : tuple
         The cache of the output projection's `linear_forward` (the merged heads and wo).
     """
@@ -217,7 +196,7 @@ def attention_forward(x, p, num_heads, trace=None):
     cache : AttentionCache
         What `attention_backward` needs (see `AttentionCache`).
     """
-    q_scaled, k, v, qkv_cache = project_qkv(x, p, num_heads)
+    (q_scaled, k, v), qkv_cache = qkv_forward(x, p, num_heads)
     # The scores are computed transposed, (k q^T)^T: the same numbers, seen through a transposed view, so that
     # each row of scores lies down a column in memory. numpy then takes the softmax's row maxima and sums with
     # one vector loop over many rows at once instead of one short loop per row: faster (tools/bench_kernels.py).
@@ -260,6 +239,6 @@ def attention_backward(dy, cache):
     dscores = softmax_backward(datt, att_cache)  # eq:attn-grad-softmax eq:attn-softmax-jacobian eq:attn-grad-masked
     dq = (dscores @ k) * scale  # eq:attn-grad-qk  (B, H, T, dh)
     dk = dscores.transpose(0, 1, 3, 2) @ q_scaled  # eq:attn-grad-qk  (B, H, T, dh)
-    dx, qkv_grads = project_qkv_backward(dq, dk, dv, qkv_cache)
+    dx, qkv_grads = qkv_backward((dq, dk, dv), qkv_cache)
     grads = {**qkv_grads, "wo": dwo, "bo": dbo}
     return dx, grads

@@ -10,7 +10,7 @@ y = h + FFN(LN2(h)),   FFN(u) = act(u W1 + b1) W2 + b2
 from typing import NamedTuple
 
 from .activations import ACTIVATION_FUNCTIONS
-from .attention import AttentionCache, attention_backward, attention_forward
+from .attention import attention_backward, attention_forward
 from .flash_attention import FlashCache, flash_attention_backward, flash_attention_forward
 from .layernorm import layer_norm_backward, layer_norm_forward
 from .linear import linear_backward, linear_forward
@@ -38,29 +38,29 @@ def block_params(params, layer):
 
 
 class BlockCache(NamedTuple):
-    """What `block_forward` keeps for `block_backward`; a tuple, so it also unpacks by position.
+    """What `block_forward` keeps for `block_backward`: the cache of each step, in the order the forward ran them.
 
     Attributes
     ----------
     activation : str
         "relu" or "gelu": which backward undoes the feed-forward non-linearity.
-    ln1_cache : tuple
+    ln1_cache : LayerNormCache
         The cache of LN1's `layer_norm_forward`.
     attn_cache : AttentionCache or FlashCache
         The cache of `attention_forward`, or of `flash_attention_forward` when cfg.attention is "flash".
-    ln2_cache : tuple
+    ln2_cache : LayerNormCache
         The cache of LN2's `layer_norm_forward`.
-    ff1_cache : tuple
+    ff1_cache : LinearCache
         The cache of the first feed-forward `linear_forward`, (d, F).
-    act_cache : ndarray or tuple
+    act_cache : ndarray or GeluCache
         The cache of the activation's forward.
-    ff2_cache : tuple
+    ff2_cache : LinearCache
         The cache of the second feed-forward `linear_forward`, (F, d).
     """
 
     activation: str
     ln1_cache: tuple
-    attn_cache: AttentionCache
+    attn_cache: tuple
     ln2_cache: tuple
     ff1_cache: tuple
     act_cache: object
@@ -111,7 +111,7 @@ def block_forward(x, p, cfg, trace=None):
     return y, cache
 
 
-def block_backward(dy, cache):
+def block_backward(dy, cache, trace=None):
     """Gradients of one block with respect to its input and its parameters.
 
     Parameters
@@ -120,6 +120,11 @@ def block_backward(dy, cache):
         Gradient with respect to the block's output.
     cache : BlockCache
         The cache from `block_forward`.
+    trace : dict, optional
+        If given, the gradients the block hands from step to step are stored in it, in the order they are made:
+        dout (dy itself), dhidden (into the activation's output, from W_2), dpre (into the activation's input),
+        dln2 (into LN2's output, from W_1), dmid (into the stream between the two halves), dln1 (into LN1's
+        output, from attention) and din (dx).
 
     Returns
     -------
@@ -128,20 +133,21 @@ def block_backward(dy, cache):
     grads : dict
         Gradient of each parameter, with the keys `block_params` returns.
     """
-    activation, ln1_cache, attn_cache, ln2_cache, ff1_cache, act_cache, ff2_cache = cache
-    _, act_backward = ACTIVATION_FUNCTIONS[activation]
+    _, act_backward = ACTIVATION_FUNCTIONS[cache.activation]
     # y = h + FFN(LN2(h)): the residual passes dy to h unchanged, and the
     # feed-forward branch adds its own gradient on top.
-    du, dff2_w, dff2_b = linear_backward(dy, ff2_cache)  # eq:block-grad-ff2
-    du = act_backward(du, act_cache)  # eq:block-grad-act
-    du, dff1_w, dff1_b = linear_backward(du, ff1_cache)  # eq:block-grad-ff1
-    dh_ffn, dln2_g, dln2_b = layer_norm_backward(du, ln2_cache)  # eq:block-grad-ln2
+    dhidden, dff2_w, dff2_b = linear_backward(dy, cache.ff2_cache)  # eq:block-grad-ff2
+    dpre = act_backward(dhidden, cache.act_cache)  # eq:block-grad-act
+    dln2, dff1_w, dff1_b = linear_backward(dpre, cache.ff1_cache)  # eq:block-grad-ff1
+    dh_ffn, dln2_g, dln2_b = layer_norm_backward(dln2, cache.ln2_cache)  # eq:block-grad-ln2
     dh = dy + dh_ffn  # eq:block-residual-grad
     # h = x + Attention(LN1(x)): the same pattern once more.
-    attn_backward = flash_attention_backward if isinstance(attn_cache, FlashCache) else attention_backward
-    da, attn_grads = attn_backward(dh, attn_cache)  # eq:block-grad-attn
-    dx_attn, dln1_g, dln1_b = layer_norm_backward(da, ln1_cache)  # eq:block-grad-ln1
+    attn_backward = flash_attention_backward if isinstance(cache.attn_cache, FlashCache) else attention_backward
+    dln1, attn_grads = attn_backward(dh, cache.attn_cache)  # eq:block-grad-attn
+    dx_attn, dln1_g, dln1_b = layer_norm_backward(dln1, cache.ln1_cache)  # eq:block-grad-ln1
     dx = dh + dx_attn  # eq:block-residual-grad eq:block-grad-identity
+    if trace is not None:
+        trace.update(dout=dy, dhidden=dhidden, dpre=dpre, dln2=dln2, dmid=dh, dln1=dln1, din=dx)
     grads = {"ln1_g": dln1_g, "ln1_b": dln1_b, **attn_grads,
              "ln2_g": dln2_g, "ln2_b": dln2_b,
              "ff1_w": dff1_w, "ff1_b": dff1_b, "ff2_w": dff2_w, "ff2_b": dff2_b}

@@ -1,6 +1,26 @@
 """Token and position embedding: a lookup into two tables, added together."""
 
+from typing import NamedTuple
+
 import numpy as np
+
+
+class EmbeddingCache(NamedTuple):
+    """What `embedding_forward` keeps for `embedding_backward`: which rows were read, and the tables' shapes.
+
+    Attributes
+    ----------
+    ids : ndarray of shape (B, T)
+        Which table rows were read, so which receive gradient.
+    tok_shape : tuple
+        (n_V, d), the shape of tok_emb, to allocate its gradient (the table itself is not kept).
+    pos_shape : tuple
+        (T_max, d), the shape of pos_emb, likewise.
+    """
+
+    ids: np.ndarray
+    tok_shape: tuple
+    pos_shape: tuple
 
 
 def embedding_forward(ids, tok_emb, pos_emb):
@@ -19,16 +39,12 @@ def embedding_forward(ids, tok_emb, pos_emb):
     -------
     x : ndarray of shape (B, T, d)
         The embedded sequence.
-    cache : (ids, tok_shape, pos_shape)
-        What `embedding_backward` needs:
-
-        - ids, shape (B, T): which table rows were read, so which receive gradient;
-        - tok_shape, (n_V, d): the shape of tok_emb, to allocate its gradient (the table itself is not kept);
-        - pos_shape, (T_max, d): the shape of pos_emb, likewise.
+    cache : EmbeddingCache
+        What `embedding_backward` needs.
     """
     T = ids.shape[-1]
     x = tok_emb[ids] + pos_emb[:T]  # eq:embed eq:embed-onehot  (B, T, d)
-    cache = (ids, tok_emb.shape, pos_emb.shape)
+    cache = EmbeddingCache(ids, tok_emb.shape, pos_emb.shape)
     return x, cache
 
 
@@ -39,7 +55,7 @@ def embedding_backward(dx, cache):
     ----------
     dx : ndarray of shape (B, T, d)
         Gradient of the loss with respect to the embedding output.
-    cache : tuple
+    cache : EmbeddingCache
         The cache from `embedding_forward`.
 
     Returns

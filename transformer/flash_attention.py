@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .attention import merge_heads, project_qkv, project_qkv_backward, split_heads
+from .attention import merge_heads, qkv_backward, qkv_forward, split_heads
 from .linear import linear_backward, linear_forward
 from .softmax import check_not_fully_masked
 
@@ -160,8 +160,8 @@ class FlashCache(NamedTuple):
         l, each row's sum of exp(score - m).
     tile : int
         Keys per tile.
-    qkv_cache : tuple
-        The cache of `project_qkv`'s fused `linear_forward` (x and the (d, 3d) weights).
+    qkv_cache : QKVCache
+        The cache of `qkv_forward`: its three projections' `linear_forward` caches.
     o_cache : tuple
         The cache of the output projection's `linear_forward`: the merged heads, O, and wo. O is read back
         from it, so it is kept once.
@@ -198,7 +198,7 @@ def flash_attention_forward(x, p, num_heads, tile=8):
     cache : FlashCache
         What `flash_attention_backward` needs (see `FlashCache`).
     """
-    q_scaled, k, v, qkv_cache = project_qkv(x, p, num_heads)
+    (q_scaled, k, v), qkv_cache = qkv_forward(x, p, num_heads)
     heads, row_max, row_sum = flash_core_forward(q_scaled, k, v, tile)
     y, o_cache = linear_forward(merge_heads(heads), p["wo"], p["bo"])  # eq:flash-out
     return y, FlashCache(q_scaled, k, v, row_max, row_sum, tile, qkv_cache, o_cache)
@@ -224,10 +224,10 @@ def flash_attention_backward(dy, cache):
     q_scaled, k, v, row_max, row_sum, tile, qkv_cache, o_cache = cache
     num_heads = k.shape[1]
     dheads, dwo, dbo = linear_backward(dy, o_cache)  # eq:flash-grad-out
-    heads = split_heads(o_cache[0], num_heads)  # O, from the output projection's own input
+    heads = split_heads(o_cache.x, num_heads)  # O, from the output projection's own input
     dq_scaled, dk, dv = flash_core_backward(split_heads(dheads, num_heads), q_scaled, k, v, heads,
                                             row_max, row_sum, tile)
     dq = dq_scaled * (1.0 / math.sqrt(k.shape[-1]))  # q_scaled = q / sqrt(dh)
-    dx, qkv_grads = project_qkv_backward(dq, dk, dv, qkv_cache)
+    dx, qkv_grads = qkv_backward((dq, dk, dv), qkv_cache)
     grads = {**qkv_grads, "wo": dwo, "bo": dbo}
     return dx, grads

@@ -187,7 +187,7 @@ def prefill(params, ids, cache, cfg):
     ids = check_ids(np.asarray(ids)[None], cfg, what="prompt ids")  # (1, n)
     cache.reserve(ids.shape[1])
     logits, model_cache = forward(params, ids, cfg.with_(checkpoint_blocks=False))  # eq:kv-prefill
-    for layer, block_cache in enumerate(model_cache[2]):
+    for layer, block_cache in enumerate(model_cache.block_caches):
         attn = block_cache.attn_cache  # AttentionCache or FlashCache: both hold k and v, (1, H, n, dh)
         cache.write(layer, 0, attn.k[0], attn.v[0])  # eq:kv-prefill
     cache.length = ids.shape[1]

@@ -4,7 +4,27 @@ NaN semantics: a NaN in a row makes that whole row NaN (its mean and variance ar
 backward; the other rows are untouched.
 """
 
+from typing import NamedTuple
+
 import numpy as np
+
+
+class LayerNormCache(NamedTuple):
+    """What `layer_norm_forward` keeps for `layer_norm_backward`: the normalised rows and 1/sigma are all it needs.
+
+    Attributes
+    ----------
+    xhat : ndarray of shape (..., d)
+        The normalised rows (x - mean) / sigma.
+    rstd : ndarray of shape (..., 1)
+        r = 1 / sigma = 1 / sqrt(var + eps) of each row.
+    g : ndarray of shape (d,)
+        The gain, since dxhat = dy * g.
+    """
+
+    xhat: np.ndarray
+    rstd: np.ndarray
+    g: np.ndarray
 
 
 def layer_norm_forward(x, g, b, eps):
@@ -28,12 +48,8 @@ def layer_norm_forward(x, g, b, eps):
     -------
     y : ndarray of shape (..., d)
         The normalised, scaled and shifted rows.
-    cache : (xhat, rstd, g)
-        What `layer_norm_backward` needs:
-
-        - xhat, shape (..., d): the normalised rows (x - mean) / sigma;
-        - rstd, shape (..., 1): 1 / sigma = 1 / sqrt(var + eps) of each row;
-        - g, shape (d,): the gain, since dxhat = dy * g.
+    cache : LayerNormCache
+        What `layer_norm_backward` needs.
     """
     d = x.shape[-1]
     # The row sums by einsum: faster than x.mean on rows this short, equal up to rounding (tools/bench_kernels.py).
@@ -44,8 +60,7 @@ def layer_norm_forward(x, g, b, eps):
     xhat *= rstd  # eq:ln-norm  (now xhat = (x - mean) / sigma)
     y = xhat * g  # eq:ln-affine
     y += b  # eq:ln-affine
-    # The cache keeps the normalised rows and 1/sigma: all the backward needs.
-    cache = (xhat, rstd, g)
+    cache = LayerNormCache(xhat, rstd, g)
     return y, cache
 
 
@@ -59,7 +74,7 @@ def layer_norm_backward(dy, cache):
     ----------
     dy : ndarray of shape (..., d)
         Gradient with respect to the output.
-    cache : tuple
+    cache : LayerNormCache
         The cache from `layer_norm_forward`.
 
     Returns

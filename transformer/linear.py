@@ -1,12 +1,29 @@
 """Linear (affine) layer: y = x W + b, weights stored (in, out).
 
-Fine-tuning freezes the weights: a weight wrapped in `lora.Frozen` (dense or NF4, with or without LoRA
-adapters) is computed by `lora.frozen_linear_forward` instead, and its backward forms no weight gradient.
+A weight that is not an array computes its own layer: `linear_forward` hands it the input
+(`w.linear_forward(x, b)`), and `linear_backward` hands the cache it made its gradient
+(`cache.linear_backward(dy)`). That is how fine-tuning's frozen weights (transformer/lora.py: dense or NF4,
+with or without adapters) run inside the unchanged model; this layer knows nothing else about them.
 """
+
+from typing import NamedTuple
 
 import numpy as np
 
-from .lora import Frozen, FrozenCache, frozen_linear_backward, frozen_linear_forward
+
+class LinearCache(NamedTuple):
+    """What `linear_forward` keeps for `linear_backward`.
+
+    Attributes
+    ----------
+    x : ndarray of shape (..., in)
+        The input: dW = x^T dy.
+    w : ndarray of shape (in, out)
+        The weights: dx = dy W^T.
+    """
+
+    x: np.ndarray
+    w: np.ndarray
 
 
 def linear_forward(x, w, b):
@@ -25,19 +42,16 @@ def linear_forward(x, w, b):
     -------
     y : ndarray of shape (..., out)
         The output, with the leading axes of x.
-    cache : (x, w)
-        What `linear_backward` needs:
-
-        - x, the input, shape (..., in): dW = x^T dy;
-        - w, the weights, shape (in, out): dx = dy W^T.
+    cache : LinearCache
+        What `linear_backward` needs.
     """
-    if isinstance(w, Frozen):  # fine-tuning: W and b are frozen
-        return frozen_linear_forward(x, w, b)
+    if not isinstance(w, np.ndarray):  # a weight that computes its own layer (see the module docstring)
+        return w.linear_forward(x, b)
     # One 2-D matmul over all rows (every position of every sequence) is
     # faster in numpy than a stacked (B, T, in) @ (in, out) product.
     y = x.reshape(-1, x.shape[-1]) @ w  # eq:linear eq:linear-entry
     y += b  # eq:linear eq:linear-entry
-    cache = (x, w)
+    cache = LinearCache(x, w)
     return y.reshape(*x.shape[:-1], w.shape[1]), cache
 
 
@@ -48,20 +62,20 @@ def linear_backward(dy, cache):
     ----------
     dy : ndarray of shape (..., out)
         Gradient with respect to the output.
-    cache : tuple
-        The cache from `linear_forward`.
+    cache : LinearCache
+        The cache from `linear_forward` (or the cache a weight that computes its own layer made).
 
     Returns
     -------
     dx : ndarray of shape (..., in)
         Gradient with respect to x.
     dw : ndarray of shape (in, out)
-        Gradient with respect to w; for a `Frozen` weight, its adapters' gradients (dA, dB), or None.
+        Gradient with respect to w (what a weight that computes its own layer returns in its place).
     db : ndarray of shape (out,)
-        Gradient with respect to b; None for a frozen bias.
+        Gradient with respect to b.
     """
-    if isinstance(cache, FrozenCache):  # dx and the adapters' gradients (None without adapters); no db
-        return (*frozen_linear_backward(dy, cache), None)
+    if not isinstance(cache, LinearCache):  # made by a weight that computes its own layer
+        return cache.linear_backward(dy)
     x, w = cache
     # Flatten the leading dimensions: every row (every position of every
     # sequence) adds its outer product x_row^T dy_row into dw in one matmul.

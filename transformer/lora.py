@@ -82,7 +82,8 @@ def init_adapters(param_shapes, lora: LoRAConfig, seed=0, dtype=np.float64):
 class Frozen:
     """A weight fine-tuning leaves alone, and the LoRA adapters trained beside it, if its layer has any.
 
-    `linear_forward` hands a Frozen weight to `frozen_linear_forward`; the bias beside it is frozen too.
+    It wraps the base layer: `linear.linear_forward` hands a weight that is not an array its input, so a Frozen
+    weight runs `frozen_linear_forward` in its place; the bias beside it is frozen too.
 
     Attributes
     ----------
@@ -104,6 +105,10 @@ class Frozen:
     def shape(self):
         return tuple(self.base.shape)
 
+    def linear_forward(self, x, b):
+        """What `linear.linear_forward` runs for this weight: `frozen_linear_forward`."""
+        return frozen_linear_forward(x, self, b)
+
 
 class FrozenCache(NamedTuple):
     """What `frozen_linear_forward` keeps: the input only where adapters need it (dA = x^T dxa), and the
@@ -111,6 +116,11 @@ class FrozenCache(NamedTuple):
     x: np.ndarray | None
     weight: Frozen
     xa: np.ndarray | None
+
+    def linear_backward(self, dy):
+        """What `linear.linear_backward` runs for this cache: dx and the adapters' gradients (dA, dB) in the
+        place of dW (None without adapters), and None for the frozen bias."""
+        return (*frozen_linear_backward(dy, self), None)
 
 
 def rows_matmul(x, w):

@@ -8,6 +8,8 @@ mean cross-entropy over all B*T positions               loss
 ```
 """
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .activation_checkpoint import BlockReplay, checkpointed_block_backward, checkpointed_block_forward
@@ -174,6 +176,30 @@ def check_params(params, cfg: ModelConfig):
         raise ConfigError(f"parameters not in this config: {', '.join(extra)}")
 
 
+class ModelCache(NamedTuple):
+    """What `forward` keeps for `backward`.
+
+    Attributes
+    ----------
+    single : bool
+        True when the ids were 1-D, so dlogits gets its batch axis back.
+    emb_cache : EmbeddingCache
+        The cache of `embedding_forward`.
+    block_caches : list
+        One `BlockCache` per block (checkpointed: a `BlockReplay`).
+    lnf_cache : LayerNormCache
+        The cache of the final `layer_norm_forward`.
+    head_cache : LinearCache
+        The cache of the output head's `linear_forward`.
+    """
+
+    single: bool
+    emb_cache: tuple
+    block_caches: list
+    lnf_cache: tuple
+    head_cache: tuple
+
+
 def forward(params, ids, cfg: ModelConfig, trace=None):
     """Run the model from token ids to logits.
 
@@ -193,14 +219,8 @@ def forward(params, ids, cfg: ModelConfig, trace=None):
     -------
     logits : ndarray of shape (T, n_V) or (B, T, n_V)
         Batched exactly when ids are.
-    cache : (single, emb_cache, block_caches, lnf_cache, head_cache)
-        What `backward` needs:
-
-        - single: True when ids were 1-D, so dlogits gets its batch axis back;
-        - emb_cache: the cache of `embedding_forward`;
-        - block_caches: a list of L `BlockCache` (or, checkpointed, `BlockReplay`), one per block;
-        - lnf_cache: the cache of the final `layer_norm_forward`;
-        - head_cache: the cache of the output head's `linear_forward`.
+    cache : ModelCache
+        What `backward` needs.
 
     Raises
     ------
@@ -229,42 +249,52 @@ def forward(params, ids, cfg: ModelConfig, trace=None):
     logits, head_cache = linear_forward(x, params["head_w"], params["head_b"])  # eq:head
     if trace is not None:
         trace.update({"lnf": x, "logits": logits})
-    cache = (single, emb_cache, block_caches, lnf_cache, head_cache)
+    cache = ModelCache(single, emb_cache, block_caches, lnf_cache, head_cache)
     return (logits[0] if single else logits), cache
 
 
-def backward(dlogits, cache, embeddings=True):
+def backward(dlogits, cache, embeddings=True, trace=None):
     """Backpropagate a gradient of the logits to every parameter.
 
     Parameters
     ----------
     dlogits : ndarray
         Gradient with respect to the logits, shaped like them.
-    cache : tuple
+    cache : ModelCache
         The cache from `forward`.
     embeddings : bool
         Compute the embedding tables' gradients; fine-tuning, which freezes them, passes False.
+    trace : dict, optional
+        If given, the gradient each step hands to the next is stored in it, always batched (B, ...), as `forward`
+        stores its tensors: dlogits, dlnf (into LN_f's output, from the head), each block's from the last
+        (`b{l}.dout`, `b{l}.dhidden`, ..., `b{l}.din`: see `block_backward`), and dembedding (into the
+        embedding's output).
 
     Returns
     -------
     grads : dict
-        Gradient of each parameter, with the keys of params. A frozen weight (`lora.Frozen`, in
-        fine-tuning) has its adapters' gradients (dA, dB) or None instead, and its bias None.
+        Gradient of each parameter, with the keys of params. A weight that computes its own layer (in
+        fine-tuning, `lora.Frozen`) has what its backward gives instead: its adapters' gradients or None.
     """
-    single, emb_cache, block_caches, lnf_cache, head_cache = cache
-    if single:
+    if cache.single:
         dlogits = dlogits[None]
-    grads = {}
-    dx, grads["head_w"], grads["head_b"] = linear_backward(dlogits, head_cache)  # eq:head-grads eq:head-index
-    dx, grads["lnf_g"], grads["lnf_b"] = layer_norm_backward(dx, lnf_cache)  # eq:model-lnf-grad
-    for layer in reversed(range(len(block_caches))):  # eq:model-blocks-grad eq:model-reverse
-        if isinstance(block_caches[layer], BlockReplay):  # a checkpointed block
-            dx, block_grads = checkpointed_block_backward(dx, block_caches[layer])  # eq:model-blocks-grad eq:model-vjp
+    steps, grads = {"dlogits": dlogits}, {}
+    dx, grads["head_w"], grads["head_b"] = linear_backward(dlogits, cache.head_cache)  # eq:head-grads eq:head-index
+    steps["dlnf"] = dx
+    dx, grads["lnf_g"], grads["lnf_b"] = layer_norm_backward(dx, cache.lnf_cache)  # eq:model-lnf-grad
+    for layer in reversed(range(len(cache.block_caches))):  # eq:model-blocks-grad eq:model-reverse
+        block_cache, block_trace = cache.block_caches[layer], None if trace is None else {}
+        if isinstance(block_cache, BlockReplay):  # a checkpointed block
+            dx, block_grads = checkpointed_block_backward(dx, block_cache, block_trace)  # eq:model-blocks-grad eq:model-vjp
         else:
-            dx, block_grads = block_backward(dx, block_caches[layer])  # eq:model-blocks-grad eq:model-vjp
+            dx, block_grads = block_backward(dx, block_cache, block_trace)  # eq:model-blocks-grad eq:model-vjp
         grads.update({f"b{layer}.{name}": g for name, g in block_grads.items()})  # eq:model-param-once
+        steps.update({f"b{layer}.{name}": g for name, g in (block_trace or {}).items()})
+    steps["dembedding"] = dx
     if embeddings:
-        grads["tok_emb"], grads["pos_emb"] = embedding_backward(dx, emb_cache)  # eq:model-embed-grad eq:model-many-uses
+        grads["tok_emb"], grads["pos_emb"] = embedding_backward(dx, cache.emb_cache)  # eq:model-embed-grad eq:model-many-uses
+    if trace is not None:
+        trace.update(steps)
     return grads
 
 

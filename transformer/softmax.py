@@ -5,6 +5,8 @@ forward and backward; nothing turns it back into a number. A row whose every sco
 everywhere) has no softmax at all: it raises MaskedRowError instead of returning NaN.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .config import is_int
@@ -87,6 +89,27 @@ def softmax_backward(dp, cache):
     return dx
 
 
+class CrossEntropyCache(NamedTuple):
+    """What `cross_entropy_forward` keeps for `cross_entropy_backward`.
+
+    Attributes
+    ----------
+    z : ndarray of shape (N, n_V)
+        The logits of the N = B*T positions, shifted by their row maximum.
+    log_sum_exp : ndarray of shape (N,)
+        log sum_j exp(z_j) of each row, so softmax = exp(z - log_sum_exp).
+    t : ndarray of shape (N,)
+        The targets, flattened like the rows of z.
+    shape : tuple
+        The shape of the logits, given back to their gradient.
+    """
+
+    z: np.ndarray
+    log_sum_exp: np.ndarray
+    t: np.ndarray
+    shape: tuple
+
+
 def cross_entropy_forward(logits, targets):
     """Mean over all positions of `-log softmax(logits)[target]`.
 
@@ -104,13 +127,8 @@ def cross_entropy_forward(logits, targets):
     -------
     loss : float
         The mean cross-entropy, a scalar.
-    cache : (z, log_sum_exp, t, shape)
-        What `cross_entropy_backward` needs:
-
-        - z, shape (N, n_V): the logits of the N = B*T positions, shifted by their row maximum;
-        - log_sum_exp, shape (N,): log sum_j exp(z_j) of each row, so softmax = exp(z - log_sum_exp);
-        - t, shape (N,): the targets, flattened like the rows of z;
-        - shape: the shape of logits, given back to the gradient.
+    cache : CrossEntropyCache
+        What `cross_entropy_backward` needs.
 
     Raises
     ------
@@ -126,7 +144,7 @@ def cross_entropy_forward(logits, targets):
     log_sum_exp = np.log(np.exp(z).sum(axis=-1))  # eq:xent eq:xent-row eq:softmax-log
     log_probs_target = z[np.arange(t.size), t] - log_sum_exp  # eq:xent eq:xent-row eq:softmax-log
     loss = -log_probs_target.mean()  # eq:xent
-    cache = (z, log_sum_exp, t, logits.shape)
+    cache = CrossEntropyCache(z, log_sum_exp, t, logits.shape)
     return float(loss), cache
 
 
@@ -139,7 +157,7 @@ def cross_entropy_backward(dloss, cache):
     ----------
     dloss : float
         Gradient with respect to the loss (1.0 when the loss is the final output).
-    cache : tuple
+    cache : CrossEntropyCache
         The cache from `cross_entropy_forward`.
 
     Returns
@@ -153,6 +171,15 @@ def cross_entropy_backward(dloss, cache):
     probs[np.arange(n), t] -= 1.0  # eq:xent-row-grad
     dlogits = probs * (dloss / n)  # eq:xent-grad eq:xent-slow
     return dlogits.reshape(shape)
+
+
+class TimeRangeCache(NamedTuple):
+    """What `cross_entropy_time_range_forward` keeps for its backward: where the counted positions lie, and the
+    cross-entropy's own cache of them."""
+    time_offset: int
+    time_count: int
+    T: int
+    inner: CrossEntropyCache
 
 
 def cross_entropy_time_range_forward(logits, targets, time_offset, time_count):
@@ -174,7 +201,7 @@ def cross_entropy_time_range_forward(logits, targets, time_offset, time_count):
     -------
     loss : float
         The mean over the B * time_count counted positions.
-    cache : (time_offset, time_count, T, the cache of cross_entropy_forward on the counted positions)
+    cache : TimeRangeCache
 
     Raises
     ------
@@ -188,7 +215,7 @@ def cross_entropy_time_range_forward(logits, targets, time_offset, time_count):
                          f"range of the window's {T} positions")
     stop = time_offset + time_count
     loss, cache = cross_entropy_forward(logits[:, time_offset:stop], targets[:, time_offset:stop])  # eq:time-range-loss
-    return loss, (time_offset, time_count, T, cache)
+    return loss, TimeRangeCache(time_offset, time_count, T, cache)
 
 
 def cross_entropy_time_range_backward(dloss, cache):

@@ -8,10 +8,10 @@ import sys
 
 import numpy as np
 
-from transformer.block import block_backward, block_forward, block_params
+from transformer.block import block_forward, block_params
 from transformer.gradcheck import ABS_FLOOR, REL_TOL, check_passes, gradcheck_model, numerical_grad, relative_gap
-from transformer.layernorm import layer_norm_backward, layer_norm_forward
-from transformer.linear import linear_backward, linear_forward
+from transformer.layernorm import layer_norm_forward
+from transformer.linear import linear_forward
 from transformer.model import backward, forward, loss_fn
 from transformer.softmax import cross_entropy_backward, cross_entropy_forward
 
@@ -136,8 +136,8 @@ def listed(items):
 def silent_units(ex):
     """{block: feed-forward hidden units that are 0 after the activation at every position of the tiny example}."""
     _, cache = forward(ex.params, ex.ids, ex.cfg)
-    return {l: np.flatnonzero(~c.ff2_cache[0].reshape(-1, ex.cfg.ff_dim).any(axis=0)).tolist()
-            for l, c in enumerate(cache[2])}
+    return {l: np.flatnonzero(~c.ff2_cache.x.reshape(-1, ex.cfg.ff_dim).any(axis=0)).tolist()
+            for l, c in enumerate(cache.block_caches)}
 
 
 def dictionary_md():
@@ -435,18 +435,16 @@ def grad_flow_md():
 # ---------------------------------------------------------------- the symbols
 
 def default_backward():
-    """The default config's forward on default_run's batch, and its backward call by call: the gradient each
-    call hands on and every parameter's gradient (for the shapes of the symbol table)."""
+    """The default config's forward on default_run's batch, and its backward: the gradient each step hands on
+    (`backward`'s trace) and every parameter's gradient (for the shapes of the symbol table)."""
     ex = default_run()
     targets = np.random.default_rng(SEED).integers(0, ex.cfg.vocab_size, ex.ids.shape)
     logits, cache = forward(ex.params, ex.ids, ex.cfg)
-    _, emb_cache, block_caches, lnf_cache, head_cache = cache
     dz = cross_entropy_backward(1.0, cross_entropy_forward(logits, targets)[1])
-    dxf, _, _ = linear_backward(dz, head_cache)
-    dx = dx_last = layer_norm_backward(dxf, lnf_cache)[0]
-    for l in reversed(range(ex.cfg.num_layers)):
-        dx = block_backward(dx, block_caches[l])[0]
-    return ex, targets, {"dz": dz, "dxf": dxf, "dx_last": dx_last, "dx0": dx}, backward(dz, cache)
+    steps = {}
+    grads = backward(dz, cache, trace=steps)
+    last = f"b{ex.cfg.num_layers - 1}.dout"
+    return ex, targets, {"dz": dz, "dxf": steps["dlnf"], "dx_last": steps[last], "dx0": steps["dembedding"]}, grads
 
 
 def backward_symbols_md():

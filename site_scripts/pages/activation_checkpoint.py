@@ -113,7 +113,7 @@ def block_internals(T):
     params = init_params(cfg, SEED, np.float32)
     ids, _ = memory.tool.batch(T)
     _, cache = forward(params, ids, cfg)
-    return owned_bytes(cache[2][0], exclude=params.values())
+    return owned_bytes(cache.block_caches[0], exclude=params.values())
 
 
 def measured_md():

@@ -471,7 +471,7 @@ def symbols_md():
     ex, rng = default_run(), np.random.default_rng(SEED)
     p, x = block_params(ex.params, 0), ex.trace["b0.ln1"]
     y, cache = attention_forward(x, p, ex.cfg.num_heads)
-    q_scaled, k, v, att, *_ = cache
+    q_scaled, k, v, att = cache.q_scaled, cache.k, cache.v, cache.att
     dx, _ = attention_backward(rng.standard_normal(y.shape), cache)  # any upstream gradient: only shapes are kept
     rows = [
         (r"U_1", "x", x.shape, r"block 0's \(\operatorname{LN}_1\) output"),

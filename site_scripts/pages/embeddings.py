@@ -33,9 +33,8 @@ def second_window():
 def fancy_index_backward(dx, cache):
     """The plain fancy-index version of the token table's gradient, `dtok_emb[ids] += dx`, written only to
     show what it loses (the model uses np.add.at)."""
-    ids, tok_shape, pos_shape = cache
-    dtok = np.zeros(tok_shape)
-    dtok[ids.reshape(-1)] += dx.reshape(-1, tok_shape[1])
+    dtok = np.zeros(cache.tok_shape)
+    dtok[cache.ids.reshape(-1)] += dx.reshape(-1, cache.tok_shape[1])
     return dtok, embedding_backward(dx, cache)[1]
 
 

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from transformer.attention import attention_backward, attention_forward, project_qkv, split_heads
+from transformer.attention import attention_backward, attention_forward, qkv_forward, split_heads
 from transformer.block import ATTENTION_KEYS, block_params
 from transformer.flash_attention import flash_attention_backward, flash_attention_forward, flash_core_forward, tile_scores
 from transformer.gradcheck import relative_gap
@@ -54,7 +54,7 @@ def online_row(s_row, v, tile):
 
 def example_md():
     cfg, p, x = tiny_inputs(EXAMPLE_T, np.random.default_rng(SEED))
-    q_scaled, k, v, _ = project_qkv(x, p, cfg.num_heads)
+    (q_scaled, k, v), _ = qkv_forward(x, p, cfg.num_heads)
     out, row_max, row_sum = flash_core_forward(q_scaled, k, v, EXAMPLE_TILE)
     trace = {}
     attention_forward(x, p, cfg.num_heads, trace)
@@ -163,7 +163,7 @@ def symbols_md():
     T, tile = x.shape[1], cfg.flash_tile
     last = (T - 1) // tile * tile  # the last tile's t_0
     first_scores, last_scores = tile_scores(cache.q_scaled, cache.k, 0, tile), tile_scores(cache.q_scaled, cache.k, last, T)
-    heads = cache.o_cache[0]
+    heads = cache.o_cache.x
     dheads = np.ones_like(heads)  # any upstream gradient: D's shape is what is recorded
     big_d = np.sum(split_heads(dheads, cfg.num_heads) * split_heads(heads, cfg.num_heads), axis=-1)
     rows = [

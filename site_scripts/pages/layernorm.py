@@ -1,7 +1,7 @@
 """Generator of the LayerNorm page's fragments (see site_scripts/build.py).
 
 The backward examples follow the tiny model's real loss gradient at block 0's LN1: as initialised (from
-tiny_backward()) and with every gain and shift moved (replayed here by `ln1_upstream`). The checks of
+tiny_backward()) and with every gain and shift moved (from the model's own backward, `ln1_upstream`). The checks of
 the derivation's steps (`jacobian_check`, `row_identities`) take the backward as an argument, so that
 tests/site/test_pages_ln.py can show that each one fails on a planted mistake.
 """
@@ -10,12 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from transformer.attention import attention_backward
-from transformer.block import ACTIVATION_FUNCTIONS, block_backward
 from transformer.gradcheck import REL_TOL, check_passes, relative_gap
 from transformer.layernorm import layer_norm_backward, layer_norm_forward
-from transformer.linear import linear_backward
-from transformer.model import forward, loss_and_grads
+from transformer.model import backward, forward, loss_and_grads
 from transformer.softmax import cross_entropy_backward, cross_entropy_forward
 
 from .. import sections
@@ -40,20 +37,13 @@ def num(v):
 # ---------------------------------------------------------------- the real upstream gradient
 
 def ln1_upstream(params, cfg, ids, targets):
-    """The tiny model's real backward (mean cross-entropy against targets) from the loss down to block 0's
-    attention, by the model's own functions: (block 0's LN1 input X^(0), the gradient dℓ/dU_1 that
-    attention hands to LN1, LN1's cache). With the initial parameters it is tiny_backward()'s
-    `b0.dln1`; this copy exists to replay other parameters (it could be shared in examples.py)."""
-    trace = {}
-    logits, (_, _, blocks, lnf_cache, head_cache) = forward(params, ids, cfg, trace)
-    dlogits = cross_entropy_backward(1.0, cross_entropy_forward(logits, targets)[1])
-    dx = layer_norm_backward(linear_backward(dlogits, head_cache)[0], lnf_cache)[0]
-    for cache in reversed(blocks[1:]):
-        dx = block_backward(dx, cache)[0]
-    activation, ln1, attn, ln2, ff1, act, ff2 = blocks[0]
-    dpre = ACTIVATION_FUNCTIONS[activation][1](linear_backward(dx, ff2)[0], act)
-    dmid = dx + layer_norm_backward(linear_backward(dpre, ff1)[0], ln2)[0]
-    return trace["embedding"], attention_backward(dmid, attn)[0], ln1
+    """The tiny model's real backward (mean cross-entropy against targets) at block 0's LN1: (block 0's LN1
+    input X^(0), the gradient dℓ/dU_1 that attention hands to LN1, LN1's cache), from the model's own
+    `forward` and `backward` (its trace)."""
+    trace, steps = {}, {}
+    logits, cache = forward(params, ids, cfg, trace)
+    backward(cross_entropy_backward(1.0, cross_entropy_forward(logits, targets)[1]), cache, trace=steps)
+    return trace["embedding"], steps["b0.dln1"], cache.block_caches[0].ln1_cache
 
 
 @dataclass(frozen=True)
@@ -78,7 +68,7 @@ class Case:
 
 def case(x, g, b, eps, du, backward=layer_norm_backward):
     u, cache = layer_norm_forward(x, g, b, eps)
-    xhat, rstd, _ = cache
+    xhat, rstd = cache.xhat, cache.rstd
     delta = du * g
     dx, dg, db = backward(du, cache)
     return Case(x, g, b, eps, du, u, xhat, rstd, delta, delta.mean(axis=-1, keepdims=True),
@@ -136,7 +126,7 @@ def jacobian_check(x, g, b, eps, backward=layer_norm_backward, h=H_STEP):
     """The Jacobian du/dx of one row x, three ways."""
     d = x.size
     _, cache = layer_norm_forward(x[None], g, b, eps)
-    xhat, rstd = cache[0][0], cache[1][0, 0]
+    xhat, rstd = cache.xhat[0], cache.rstd[0, 0]
     formula = g[:, None] * rstd * (np.eye(d) - 1 / d - np.outer(xhat, xhat) / d)
     code = np.array([backward(unit[None], cache)[0][0] for unit in np.eye(d)])
     numeric = np.empty((d, d))
@@ -233,13 +223,13 @@ def initial_gains(params):
 def scale_md():
     """The spread of the rows entering and leaving each LayerNorm of the tiny model, as initialised."""
     ex = tiny()
-    _, (_, _, blocks, lnf_cache, _) = forward(ex.params, ex.ids, ex.cfg)
+    _, cache = forward(ex.params, ex.ids, ex.cfg)
     norms = []
-    for l, c in enumerate(blocks):
+    for l, c in enumerate(cache.block_caches):
         norms += [(f"block {l}, LN1", f"\\(X^{{({l})}}\\)", c.ln1_cache, ex.trace[f"b{l}.ln1"]),
                   (f"block {l}, LN2", f"\\(M\\) of block {l}", c.ln2_cache, ex.trace[f"b{l}.ln2"])]
-    norms.append(("LN_f", f"\\(X^{{({ex.cfg.num_layers})}} = X^{{(L)}}\\)", lnf_cache, ex.trace["lnf"]))
-    spread_in = [np.sqrt(1 / cache[1][0, :, 0] ** 2 - ex.cfg.ln_eps) for _, _, cache, _ in norms]
+    norms.append(("LN_f", f"\\(X^{{({ex.cfg.num_layers})}} = X^{{(L)}}\\)", cache.lnf_cache, ex.trace["lnf"]))
+    spread_in = [np.sqrt(1 / ln.rstd[0, :, 0] ** 2 - ex.cfg.ln_eps) for _, _, ln, _ in norms]
     spread_out = [out[0].std(axis=-1) for *_, out in norms]
     cells = [[name, reads, ", ".join(f"{v:.3f}" for v in s_in), ", ".join(f"{v:.5f}" for v in s_out)]
              for (name, reads, _, _), s_in, s_out in zip(norms, spread_in, spread_out, strict=True)]
@@ -378,7 +368,7 @@ def symbols_md():
     ex = default_run()
     x, eps, g, b = ex.trace["embedding"], ex.cfg.ln_eps, ex.params["b0.ln1_g"], ex.params["b0.ln1_b"]
     y, cache = layer_norm_forward(x, g, b, eps)
-    xhat, rstd, _ = cache
+    xhat, rstd = cache.xhat, cache.rstd
     dy = np.random.default_rng(SEED).standard_normal(y.shape)
     dx, dg, db = layer_norm_backward(dy, cache)
     row, whole = "the row of position \\((w, t)\\)", "for the whole batch"

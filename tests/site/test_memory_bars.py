@@ -25,8 +25,9 @@ def block_internals(policy, T=1024):
     params = init_params(cfg, mp.SEED, np.float32)
     ids, _ = mp.batch(T)
     _, cache = forward(params, ids, cfg)
-    inputs = [c.x for c in cache[2]] if cfg.checkpoint_blocks else []
-    return mp.owned_bytes(cache[2], exclude=[*params.values(), *inputs]), mp.owned_bytes(cache[2], exclude=params.values())
+    blocks = cache.block_caches
+    inputs = [c.x for c in blocks] if cfg.checkpoint_blocks else []
+    return mp.owned_bytes(blocks, exclude=[*params.values(), *inputs]), mp.owned_bytes(blocks, exclude=params.values())
 
 
 def test_checkpointing_keeps_at_most_one_block_in_l_of_the_internals(at_1024):

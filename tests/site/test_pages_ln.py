@@ -15,14 +15,14 @@ from transformer.model import loss_and_grads
 
 def without_mean_term(dy, cache):
     """LayerNorm's backward with term 2 (through the mean) left out."""
-    xhat, rstd, g = cache
+    xhat, rstd, g = cache.xhat, cache.rstd, cache.g
     dxhat = dy * g
     return rstd * (dxhat - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True)), None, None
 
 
 def without_variance_term(dy, cache):
     """LayerNorm's backward with term 3 (through the variance) left out."""
-    xhat, rstd, g = cache
+    rstd, g = cache.rstd, cache.g
     dxhat = dy * g
     return rstd * (dxhat - dxhat.mean(axis=-1, keepdims=True)), None, None
 

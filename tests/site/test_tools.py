@@ -22,7 +22,7 @@ def test_every_backward_output_becomes_a_mutant_that_compiles():
     found = scale_backward_outputs.find_mutants()
     names = {m.name for m in found}
     for expected in ["layer_norm_backward:dg", "linear_backward:db", "embedding_backward:dtok_emb",
-                     "project_qkv_backward:grads['wq']", "attention_backward:grads['wo']",
+                     "qkv_backward:dx", "attention_backward:grads['wo']",
                      "flash_core_backward:dk", "block_backward:grads['ff2_b']", "block_backward:dx"]:
         assert expected in names
     # A backward that returns another backward's outputs unchanged adds no mutant of its own.

@@ -88,7 +88,7 @@ def test_missing_devices_are_listed_with_a_reason():
 
 def layer_norm_backward_without_mean_term(dy, cache):
     """LayerNorm backward with term 2 (the path through the mean) dropped."""
-    xhat, rstd, g = cache
+    xhat, rstd, g = cache.xhat, cache.rstd, cache.g
     d = xhat.shape[-1]
     dxhat = dy * g
     dx = rstd * (dxhat - xhat * (dxhat * xhat).sum(axis=-1, keepdims=True) / d)

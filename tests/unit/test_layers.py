@@ -343,7 +343,7 @@ def test_attention_probabilities_are_causal_and_rows_sum_to_one():
     x = rng.standard_normal((B, T, d))
     p = random_attention_params(rng, d)
     _, cache = attention_forward(x, p, H)
-    att = cache[3]  # (B, H, T, T), see attention_forward
+    att = cache.att  # (B, H, T, T)
     assert att.shape == (B, H, T, T)
     above = np.triu(np.ones((T, T), dtype=bool), k=1)
     assert (att[..., above] == 0.0).all()

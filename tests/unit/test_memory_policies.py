@@ -199,7 +199,7 @@ def test_a_checkpointed_forward_keeps_only_each_block_input():
     params = init_params(cfg, seed=0)
     trace = {}
     _, cache = forward(params, np.arange(12)[None] % cfg.vocab_size, cfg, trace)
-    block_caches = cache[2]
+    block_caches = cache.block_caches
     assert all(isinstance(c, BlockReplay) for c in block_caches)
     assert block_caches[0].x is trace["embedding"]
     assert np.array_equal(block_caches[1].x, trace["b0.out"])

@@ -13,6 +13,7 @@ from transformer.config import PRESETS, ModelConfig
 from transformer.errors import ConfigError, InputError
 from transformer.gradcheck import check_passes, gradcheck_model, relative_gap
 from transformer.model import (
+    backward,
     forward,
     init_params,
     loss_and_grads,
@@ -21,11 +22,44 @@ from transformer.model import (
     param_shapes,
 )
 from transformer.optim import AdamWConfig, adamw_init, adamw_update
+from transformer.softmax import cross_entropy_backward, cross_entropy_forward
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------- gradients
+
+
+@pytest.mark.parametrize("checkpoint_blocks", [False, True], ids=["kept", "checkpointed"])
+def test_backward_trace_holds_the_gradient_of_each_intermediate_as_torch_autograd_gives_it(tiny_cfg,
+                                                                                       checkpoint_blocks):
+    """backward(trace=...) stores, by name, the gradient reaching each tensor that forward(trace=...) stores;
+    torch's autograd, asked for the gradient of the same intermediates of the torch mirror, must agree."""
+    torch = pytest.importorskip("torch")
+    from transformer.torch_mirror import to_torch, torch_loss
+
+    cfg = tiny_cfg.with_(checkpoint_blocks=checkpoint_blocks)
+    rng = np.random.default_rng(21)
+    params = init_params(cfg, seed=21)
+    ids, targets = rng.integers(0, cfg.vocab_size, (2, 3)), rng.integers(0, cfg.vocab_size, (2, 3))
+    logits, cache = forward(params, ids, cfg)
+    steps = {}
+    backward(cross_entropy_backward(1.0, cross_entropy_forward(logits, targets)[1]), cache, trace=steps)
+    torch_trace = {}
+    loss = torch_loss(to_torch(params, dtype=torch.float64), ids, targets, cfg.with_(checkpoint_blocks=False),
+                      torch_trace)
+    for t in torch_trace.values():
+        t.retain_grad()
+    loss.backward()
+    L = cfg.num_layers
+    # the gradient into each block's output is the gradient into the next one's input (or LN_f's)
+    pairs = {"dlogits": "logits", "dlnf": "lnf", "dembedding": "embedding",
+             **{f"b{l}.dout": f"b{l}.out" for l in range(L)}, **{f"b{l}.din": f"b{l - 1}.out" for l in range(1, L)},
+             **{f"b{l}.dln1": f"b{l}.ln1" for l in range(L)}, **{f"b{l}.dln2": f"b{l}.ln2" for l in range(L)}}
+    for mine, theirs in pairs.items():
+        assert_allclose(steps[mine], torch_trace[theirs].grad.numpy(), rtol=1e-10, atol=1e-13, err_msg=mine)
+    assert list(steps)[:2] == ["dlogits", "dlnf"] and list(steps)[-1] == "dembedding"
+    assert [k for k in steps if k.endswith(".dout")] == [f"b{l}.dout" for l in reversed(range(L))]
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["single", "batch"])
