@@ -193,8 +193,8 @@ PAGES = (
          listings=("gradcheck:relative_gap", "gradcheck:check_passes", "gradcheck:gradcheck_model"),
          seeds=("inputs",)),
     Page("crosscheck", "verification/crosscheck.md", "Cross-check on devices", "Verification",
-         functions=("crosscheck:run_crosscheck", "crosscheck:check_device", "crosscheck:compare"),
-         listings=("crosscheck:compare", "crosscheck:check_device", "crosscheck:run_crosscheck")),
+         functions=("crosscheck:run_crosscheck", "crosscheck:check_device", "crosscheck_rows:compare"),
+         listings=("crosscheck_rows:compare", "crosscheck:check_device", "crosscheck:run_crosscheck")),
     # Its step times are measured once per change of the code they time, and fewer in the quick build.
     Page("autograd", "verification/autograd.md", "Hand-written backward and autograd", "Verification",
          functions=("autograd:backward", "autograd:unbroadcast", "autograd:topological_order",
@@ -209,23 +209,16 @@ PAGES = (
     # It runs the command line in subprocesses, through tools/fault_inject.py, which wraps the loop's functions.
     Page("faults", "verification/faults.md", "What survives a fault", "Verification",
          reads=("transformer", "tools/fault_inject.py")),
-    # The mutation run copies the package and runs every check on the copies: any file of the package, the
-    # unit tests or the run itself can change its report.
+    # The mutation report (tools/mutants.py) is brought up to date before any page's key is computed.
     Page("mutants", "verification/mutants.md", "Are the checks good enough?", "Verification",
-         reads=("transformer", "pyproject.toml", "tests/unit", "tools/mutants.py", "tools/mutant_catalogue.py",
-                "tools/project_copy.py", "tools/preloaded.py", "tools/reached.py", "scripts/fetch_corpus.py",
-                "site_scripts/depends.py", "mode"),
-         alone="its mutation run uses every core itself"),
+         reads=("reports/mutants.json", "tools/mutants.py", "tools/mutant_catalogue.py")),
     Page("notation", "reference/notation.md", "Notation", "Reference", generated=False),
     Page("api", "reference/api.md", "API", "Reference", generated=False),
     Page("configuration", "reference/configuration.md", "Configuration", "Reference"),
     Page("cli", "reference/cli.md", "Command line", "Reference"),
-    # It lists which pages have a generator, and sums up the measured "checked by" (tools/checked_by.py), whose
-    # report any file of the package or the unit tests can change.
+    # It lists which pages have a generator, and sums up the measured "checked by" (tools/checked_by.py).
     Page("architecture", "reference/architecture.md", "How the site is built", "Reference",
-         reads=("site_scripts/pages", "transformer", "pyproject.toml", "tests/unit", "tools/checked_by.py",
-                "tools/checked_by_plugin.py", "tools/perturbations.py", "tools/project_copy.py",
-                "tools/preloaded.py", "tools/reached.py", "mode")),
+         reads=("site_scripts/pages", "reports/checked-by.json", "tools/perturbations.py")),
 )
 
 BY_ID = {page.id: page for page in PAGES}

@@ -12,7 +12,7 @@
 
 import numpy as np
 
-from .crosscheck import compare
+from .crosscheck_rows import compare
 from .finetune import adapter_loss_and_grads, dense_base, frozen_params, quantize_base
 from .lora import TARGETS, LoRAConfig, init_adapters
 from .model import forward, param_shapes

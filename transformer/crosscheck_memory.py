@@ -15,7 +15,7 @@
 
 import numpy as np
 
-from .crosscheck import Tolerance, compare
+from .crosscheck_rows import Tolerance, compare
 from .flash_attention import flash_core_backward, flash_core_forward
 from .model import forward, loss_and_grads
 

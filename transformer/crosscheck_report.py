@@ -6,7 +6,7 @@ by side, one row per parameter: the hand-written NumPy backward against torch, t
 torch, and the engine against the hand-written backward (both NumPy float64, the same on every device).
 """
 
-from .crosscheck import Row
+from .crosscheck_rows import Row
 
 GRADIENT_CHECKS = ("gradient", "autograd")  # the hand-written and the engine's rows of the gradients
 

@@ -8,7 +8,7 @@ exactly that window, and each request's logits of all its steps are compared at 
 
 import numpy as np
 
-from .crosscheck import compare
+from .crosscheck_rows import compare
 from .kv_cache import PagePool
 from .scheduler import Request, serve
 

@@ -27,6 +27,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import shard_processes
+from .shard_processes import one_blas_thread
 
 
 def cores():
@@ -54,17 +55,6 @@ def shard_rows(batch, shards):
     k = min(shards, batch)
     edges = [batch * i // k for i in range(k + 1)]
     return list(zip(edges[:-1], edges[1:]))
-
-
-def one_blas_thread():
-    """Make BLAS run one thread per call from now on, in this whole process (threadpoolctl); False when
-    threadpoolctl is not installed, and then the shards share the cores with BLAS's own threads."""
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:
-        return False
-    ThreadpoolController().limit(limits=1, user_api="blas")
-    return True
 
 
 class Sharded:

@@ -18,8 +18,9 @@ computes the first shard itself, then reads each worker's loss from its socket a
 worker wrote them. A worker runs the same function on the same rows with BLAS on one thread, as a thread of
 the parent would, so both ways give the same bits (tests/unit/test_parallel.py).
 
-A worker starts at its pool's first step, with the parent's interpreter, its flags and its `sys.path`, so it
-imports the module-level functions the parent does. It stays in the parent's process group, so whatever kills
+A worker starts at its pool's first step, with the parent's interpreter, its flags and its `sys.path` (as
+PYTHONPATH), so it imports the module-level functions the parent does; when the parent's `sys.path` changes, the
+pool starts new workers at the next step. It stays in the parent's process group, so whatever kills
 the group kills it too, but it ignores Ctrl-C, which the parent handles. It ends when its socket closes: when
 the parent closes the pool, exits or is killed. If a step is cut short (the parent's own shard fails, or it is
 interrupted) while workers still compute, the parent kills them at once, so no late answer can be taken for
@@ -100,14 +101,19 @@ class ShardWorkers:
         # Closes the workers when this object is collected, or at exit; holds the lists, not self.
         self.finalizer = weakref.finalize(self, end_workers, self.procs, self.conns, [self.fd])
         LIVE.add(self)
-        package_parent = str(Path(__file__).resolve().parent.parent)  # the `transformer` this process runs
-        path = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)  # no "": cwd
+        self.start()
+
+    def start(self):
+        """Start the workers, with this process's `sys.path` as theirs (the `transformer` it runs first)."""
+        self.path = list(sys.path)
+        package_parent = str(Path(__file__).resolve().parent.parent)
+        path = os.pathsep.join(dict.fromkeys(p for p in (package_parent, *self.path) if p))  # no "": cwd
         env = {**os.environ, "PYTHONPATH": path,
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         # This interpreter's flags (-W, -X, -O, -B, ...), and -P: no current folder on the path.
         flags = [*subprocess._args_from_interpreter_flags(), "-P"]
         try:
-            for index in range(count):
+            for index in range(self.count):
                 ours, theirs = socket.socketpair()
                 self.conns.append(Connection(ours.detach()))
                 command = [sys.executable, *flags, "-c", "from transformer.shard_processes import serve; serve()",
@@ -125,11 +131,13 @@ class ShardWorkers:
 
     def share(self, params):
         """Copy the parameters into the block, laying it out anew (and telling the workers) when their names,
-        shapes or dtypes changed; tell the workers this process's `sys.path` when it changed."""
+        shapes or dtypes changed; start new workers when this process's `sys.path` changed."""
         if sys.path != self.path:
-            self.path = list(sys.path)
-            for i in range(self.count):
-                self.tell(i, ("path", self.path))
+            end_workers(self.procs, self.conns, [])
+            self.procs.clear()
+            self.conns.clear()
+            self.layout = None  # the new workers have not mapped the block yet
+            self.start()
         layout = layout_of(params)
         if layout != self.layout:
             entries, size = layout
@@ -229,10 +237,20 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=forget_in_child)
 
 
+def one_blas_thread():
+    """Make BLAS run one thread per call from now on, in this whole process (threadpoolctl); False when
+    threadpoolctl is not installed, and then the shards share the cores with BLAS's own threads."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return False
+    ThreadpoolController().limit(limits=1, user_api="blas")
+    return True
+
+
 def serve():
     """A worker's life: map the block, then compute the shards the parent sends until its socket closes."""
     from .memory import keep_freed_memory
-    from .parallel import one_blas_thread
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it then ends the workers
     conn_fd, block_fd, index = (int(a) for a in sys.argv[1:4])
@@ -245,9 +263,6 @@ def serve():
             message = conn.recv()
         except (EOFError, OSError):
             return
-        if message[0] == "path":
-            sys.path[:] = message[1]
-            continue
         if message[0] == "layout":
             _, entries, size, total = message
             block = mmap.mmap(block_fd, total)
