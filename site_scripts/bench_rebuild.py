@@ -30,7 +30,7 @@ the full mode that scripts/site builds (about 25 min on 2 cores: the edit of
 layer_norm_backward reruns most of the site). Exit status: 0 when both bars
 pass, 1 when one fails or a build fails, 2 for a usage mistake.
 
-    python tools/bench_rebuild.py [--quick] [--edit FUNCTION] [--repeat 3] [--json PATH] [--keep]
+    python -m site_scripts.bench_rebuild [--quick] [--edit FUNCTION] [--repeat 3] [--json PATH] [--keep]
 """
 
 import argparse
@@ -48,14 +48,12 @@ import tempfile
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as `python tools/bench_rebuild.py`: import from the project root
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from site_scripts.common import ROOT  # noqa: E402
+from .common import ROOT
 
 BAR_NOTHING_CHANGED_S = 3.0  # issue 18
 EDIT_NAME = "bench_rebuild_edit"  # a new local name: assigning it changes nothing the function computes
-EDIT_LINE = f"{EDIT_NAME} = None  # inserted by tools/bench_rebuild.py; changes no result"
+EDIT_LINE = f"{EDIT_NAME} = None  # inserted by site_scripts/bench_rebuild.py; changes no result"
 
 
 class UsageError(Exception):
@@ -211,19 +209,11 @@ def slowest(steps, wall_s, count=4):
     return ", ".join(f"{item} {seconds:.0f} s" for item, seconds in shown) + f", everything else {rest:.0f} s"
 
 
-def site_scripts(root):
-    """site_scripts.build (the units a page reaches) and site_scripts.notebooks, imported from the repository."""
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    from site_scripts import build, notebooks
-
-    return build, notebooks
-
-
 def expected_reruns(root, module, function):
     """The pages and notebooks whose reached units include the function, by site_scripts.depends,
     and the notebooks that depend (`# depends-on:`) on one of those."""
-    build, notebooks = site_scripts(root)
+    from . import build, notebooks
+
     unit = (module, function)
     expected = {f"page {p}" for p in build.page_names() if unit in build.page_units(p, root)}
     folder = root / "notebooks"
@@ -253,7 +243,8 @@ def moved_by_edit(before, after):
 def why_extra(root, module, extra, moved, called, reran):
     """{extra page or notebook: [reasons]}: the moved units it reaches, the reached units called from
     moved lines (pages only: notebooks do not print callers), the notebooks it depends on that reran."""
-    build, notebooks = site_scripts(root)
+    from . import build, notebooks
+
     reasons = {}
     for item in extra:
         kind, name = item.split(" ", 1)

@@ -30,7 +30,7 @@ import os
 import re
 import sys
 
-from . import checked, depends, equations, registry, schedule
+from . import checked, depends, equations, prose, registry, schedule
 from .common import (MODES, ROOT, hash_parts, is_current, mode, numpy_version, package_version, positive_int,
                      stamps, torch_version, write_if_changed)
 from .schedule import Task
@@ -152,12 +152,18 @@ def is_stale(name, context, force=False):
     return key if force or not is_current(fragments_dir() / name / ".key", key) else None
 
 
+VALUES = "values.json"  # what a generator returns under "values": the numbers its prose shows (site_scripts/prose.py)
+
+
 def write_page(name, context, key):
-    """Run the page's generators and write their fragments, then its key. A schedule.Task: it may run in a
-    worker process."""
+    """Run the page's generators and write their fragments and values, then its key. A schedule.Task: it may
+    run in a worker process."""
     made = fragments(name, context)
     folder = fragments_dir() / name
+    values = made.pop("values", None)
     files = {folder / (f if f.endswith(FIGURE) else f"{f}.md"): text for f, text in made.items()}
+    if values is not None:
+        files[folder / VALUES] = prose.dumps(values)
     for path, content in files.items():
         if isinstance(content, bytes):
             if not path.exists() or path.read_bytes() != content:
@@ -165,7 +171,7 @@ def write_page(name, context, key):
                 path.write_bytes(content)
         else:
             write_if_changed(path, content)
-    for stale in {*folder.glob("*.md"), *folder.glob(f"*{FIGURE}")} - set(files):
+    for stale in {*folder.glob("*.md"), *folder.glob(f"*{FIGURE}"), *folder.glob(VALUES)} - set(files):
         stale.unlink()  # a fragment the generator no longer makes must not linger
     write_if_changed(folder / ".key", key)
 
@@ -181,6 +187,11 @@ def generate(name, context, force=False) -> bool:
 def made_fragments(name):
     """The names of the fragments the page's last run made."""
     return {p.stem for p in (fragments_dir() / name).glob("*.md")}
+
+
+def made_values(name):
+    """The values the page's last run returned for its prose ({} for a page whose generator returns none)."""
+    return prose.load(fragments_dir() / name / VALUES)
 
 
 def figure_files():
@@ -217,7 +228,7 @@ def registry_problems(root=ROOT):
 
 # Everything a page's key can read lives under these (with pyproject.toml, the reports in build/cache and the
 # keys themselves): while none of their files changed since the last run, no key can have changed either.
-KEYED_FOLDERS = ("transformer", "tests", "site_scripts", "tools", "docs", "scripts", "notebooks")
+KEYED_FOLDERS = ("transformer", "tests", "site_scripts", "tools", "docs", "scripts", "notebooks", "reports")
 
 
 def last_run():
@@ -278,13 +289,20 @@ class Plan:
         problems = check_ties(collect_markers())
         if problems:
             raise RuntimeError("equations and code are not tied:\n  " + "\n  ".join(problems))
-        self.state = (context, pages, source_state())  # before any key reads them: a file edited now is seen next time
+        self.state = (context, pages, source_state())
         self.pages, self.tasks = [], []
         if not force and is_current(last_run(), inputs_state(*self.state)):
             return
         names = pages or page_names()
+        # The reports kept in the repository, brought up to date before any page's key reads them; then the state
+        # again, so that their new entries are not taken for an edit by the next build.
         if any(registry.BY_ID[name].functions for name in names):
-            checked.report(log)  # before any page's key reads its entries
+            checked.report(log)
+        if "mutants" in names:
+            from tools import mutants
+
+            mutants.update(jobs=schedule.jobs_from_env(), log=log)
+        self.state = (context, pages, source_state())  # before any key reads them: a file edited now is seen next time
         keys = {name: is_stale(name, context, force) for name in names}
         self.pages = [name for name, key in keys.items() if key is not None]
         shown = {name: {result for result, file, _, _ in SHARED_RESULTS
@@ -314,11 +332,16 @@ def main():
     parser = argparse.ArgumentParser(description="run the site's page generators")
     parser.add_argument("--page", nargs="+", choices=page_names(), help="only these pages")
     parser.add_argument("--force", action="store_true", help="rerun even when nothing changed")
+    parser.add_argument("--units", choices=page_names(), metavar="PAGE",
+                        help="only list the transformer units the page reaches (its cache key's code), and exit")
     parser.add_argument("--repo-url", default="https://github.com/transformer-explained/transformer")
     parser.add_argument("-j", "--jobs", type=positive_int, default=None,
                         help="generators run at once, and mutants or measured tests (default: $SITE_JOBS, else "
                              "the number of cores)")
     args = parser.parse_args()
+    if args.units:
+        print("\n".join(f"{module}.{unit}" for module, unit in sorted(page_units(args.units))))
+        return 0
     if args.jobs:
         os.environ[schedule.JOBS_ENV] = str(args.jobs)  # the mutation run and the measured "checked by" read it
     jobs = schedule.jobs_from_env()

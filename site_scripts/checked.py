@@ -1,11 +1,10 @@
 """Which unit tests check a function, as the pages say it: measured by tools/checked_by.py, which runs every unit
 test that calls the function with the function's output made wrong and records which tests fail.
 
-The report is computed once per change of the package, the unit tests or the tool (build.generate_all asks for
-it before any page), cached in build/cache/, and read here by every page. A page's cache key holds the report's
-entries for its own functions (key_text), so a page reruns when what it prints changed, not whenever the
-report did. In the quick build (SITE_QUICK=1) only the functions of tools/checked_by.py's QUICK are measured,
-and the other functions say so.
+The measurements live in reports/checked-by.json, kept in the repository: the build brings it up to date for
+the functions the pages explain (build.Plan asks for it before any page), which measures again only what an
+edit can have changed. A page's cache key holds the report's entries for its own functions (key_text), so a
+page reruns when what it prints changed.
 """
 
 import json
@@ -13,47 +12,39 @@ import json
 from tools import checked_by as tool
 from tools.perturbations import RULES
 
-from .common import md_table, mode
+from . import registry
+from .common import md_table
 from .schedule import jobs_from_env
 
-_memo, _stored = {}, {}
+_memo = {}
 LONG = 8  # a list longer than this is folded (a details block the reader opens)
 
 
-def quick():
-    return mode() == "quick"
+def explained_units():
+    """Every "module:name" the pages explain, in the registry's order."""
+    return list(dict.fromkeys(unit for page in registry.PAGES for unit in page.functions))
 
 
 def report(log=print):
-    """The report for this code and mode: the stored one while current, else a new run's (minutes)."""
-    key = tool.report_key(quick())
-    if key not in _memo:
-        _memo[key] = tool.report(quick(), jobs=jobs_from_env(), log=log)  # scripts/site --jobs
-    return _memo[key]
+    """The report, brought up to date for the functions the pages explain (once per process)."""
+    if "report" not in _memo:
+        _memo["report"] = tool.update(explained_units(), jobs=jobs_from_env(), log=log)  # scripts/site --jobs
+    return _memo["report"]
 
 
 def record(unit):
-    """The report's entry for a "module:name" unit, or None when this build did not measure it."""
-    return report()["units"].get(unit)
+    """The report's entry for a "module:name" unit (its value), or None when it holds none."""
+    entry = report().entries.get(unit)
+    return entry and entry["value"]
 
 
 def key_text(units):
-    """The stored report's entries for the units (printed_part), for a page's cache key (read as stored: the build
-    brings it up to date before it computes any key), and what checked_md prints besides them: the perturbation rules'
-    wording (tools/perturbations.py) and, in the quick build, which units were measured."""
-    path = tool.report_path(quick())
-    stamp = (str(path), path.stat().st_mtime_ns) if path.exists() else None
-    if _stored.get("stamp") != stamp or "value" not in _stored:  # read once per state of the file, not per page
-        _stored.update(stamp=stamp, value=tool.stored(quick()) or {"units": {}})
-    units_of = _stored["value"]["units"]
-    printed = {"rules": RULES, "quick": list(tool.QUICK) if quick() else None}  # checked_md prints both
-    return json.dumps({"units": {u: printed_part(units_of.get(u)) for u in sorted(units)}, **printed}, sort_keys=True)
-
-
-def printed_part(entry):
-    """An entry without how long measuring it took, which no page prints and which each new report changes
-    (in a key, it would rerun every page of a measured function after any edit of the package)."""
-    return entry and {field: value for field, value in entry.items() if field != "seconds"}
+    """The report's entries for the units, without how long measuring them took (which no page prints), and the
+    perturbation rules' wording (which checked_md prints): what a page's cache key holds of the report."""
+    stored = tool.KeyedReport(tool.REPORT).entries
+    printed = {u: {k: v for k, v in stored[u]["value"].items() if k != "seconds"} if u in stored else None
+               for u in sorted(units)}
+    return json.dumps({"units": printed, "rules": RULES}, sort_keys=True)
 
 
 def by_function(tests):
@@ -93,9 +84,7 @@ def checked_md(unit, mentions):
     it in their code (site_scripts/code_facts.py), the only thing said where nothing was measured."""
     entry = record(unit)
     if entry is None or not entry["measured"]:
-        why = (entry["reason"] if entry else "this quick build (SITE_QUICK=1) measured only "
-               + ", ".join(f"`{u}`" for u in tool.QUICK) + "; `python tools/checked_by.py` measures "
-               "every function the pages explain")
+        why = entry["reason"] if entry else "no measurement holds it"
         named = ", ".join(dict.fromkeys(f"`{t.function}`" for t in mentions))
         return (f"Checked by: **not measured**: {why}."
                 + (f" Unit tests that name it in their code (read, not measured): {named}." if named else "") + "\n")

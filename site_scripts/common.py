@@ -1,15 +1,16 @@
-"""What the site build and the tools share: the project root, the versions a result depends on, markdown
-tables, and the cached-artifact pattern (a key, a computation, a stamp). A leaf module: it imports nothing from
-the project, so `site_scripts` and `tools` can both use it without importing each other.
+"""What the site build's modules share: its mode, markdown tables, and the cached-artifact pattern (a key, a
+computation, a stamp). The project root, hashing and the versions come from tools/common.py, the module below
+both folders (site_scripts imports tools, never the other way).
 """
 
-import hashlib
 import json
 import os
 import stat
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+# Re-exported: the site's modules take them from here with the rest.
+from tools.common import ROOT, cores, hash_parts, numpy_version, package_version, positive_int, torch_version  # noqa: F401
+
 CACHE = ROOT / "build" / "cache"
 QUICK_ENV = "SITE_QUICK"  # SITE_QUICK=1: the quick build, with the long runs shortened (the tests use it)
 MODES = ("quick", "full")  # a report of one mode is stored as build/cache/<name>-<mode>.json
@@ -18,43 +19,6 @@ MODES = ("quick", "full")  # a report of one mode is stored as build/cache/<name
 def mode():
     """The build's mode: "quick" when SITE_QUICK=1, else "full"."""
     return "quick" if os.environ.get(QUICK_ENV) == "1" else "full"
-
-
-def package_version(name):
-    """An installed package's version, read from its metadata (nothing is imported), or "none" (a key too)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return "none"
-
-
-def torch_version():
-    return package_version("torch")
-
-
-def numpy_version():
-    return package_version("numpy")
-
-
-def cores():
-    """The number of cores this process may run on: what transformer.parallel.cores says, without importing the
-    package (and scipy with it), which would cost every build of the site 0.2 s before it knows it has work."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS has no affinity mask
-        return os.cpu_count() or 1
-
-
-def positive_int(text):
-    """An argparse type: a whole number of at least 1 (a job count, say)."""
-    value = int(text)
-    if value < 1:
-        import argparse
-
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def verdict_text(passed, on_floor, floor_reason):
@@ -79,15 +43,6 @@ def stamps(root, folder, pattern):
         if not stat.S_ISDIR(st.st_mode):
             found.append((str(path), st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino))
     return tuple(found)
-
-
-def hash_parts(*parts) -> str:
-    """A SHA-256 of text parts, each ended by a NUL so that ("ab", "c") and ("a", "bc") differ."""
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part if isinstance(part, bytes) else str(part).encode())
-        digest.update(b"\0")
-    return digest.hexdigest()
 
 
 def md_table(header, rows):

@@ -8,11 +8,10 @@ which comes along with any unit of the module. From a unit we follow every name 
 another unit: a function of the same module, a name imported from a sibling module (`from .layernorm import
 layer_norm_forward`, also inside a function), or an attribute of an imported sibling module.
 
-    python -m site_scripts.depends layernorm    # the units a page reaches
+    python -m site_scripts.build --units layernorm    # the units a page reaches
 """
 
 import ast
-import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -227,20 +226,3 @@ def units_text(units, root=ROOT):
     """The source and first line of the units (listings print the line, so it belongs in a key), for hashing."""
     sources = {m: module_source(m, root) for m, _ in units}
     return "\n\0".join(f"{m}:{u}@{sources[m].first_line(u)}\n{sources[m].unit_source(u)}" for m, u in sorted(units))
-
-
-def main():
-    import argparse
-
-    from . import build
-
-    parser = argparse.ArgumentParser(prog="python -m site_scripts.depends",
-                                     description="list the transformer units a page reaches (its cache key's code)")
-    parser.add_argument("page", choices=build.page_names())
-    for module, unit in sorted(build.page_units(parser.parse_args().page)):
-        print(f"{module}.{unit}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,17 +8,18 @@ and each equation of its prose gets the links to its code (site_scripts/equation
 built, the print edition is printed from them and cited under each equation (site_scripts/print_edition.py)."""
 
 import re
-import sys
 from pathlib import Path
 
 from mkdocs.exceptions import PluginError
 
-PROJECT = str(Path(__file__).resolve().parent.parent)  # mkdocs loads this file by path: make site_scripts importable
-if PROJECT not in sys.path:
-    sys.path.insert(0, PROJECT)
-
-from site_scripts import (anatomy, build, equations, notebooks, print_edition, registry, render_cache,  # noqa: E402
-                          schedule, sections)
+try:  # mkdocs loads this file by path; the project root is on sys.path when mkdocs runs as `python -m mkdocs` from it
+    from site_scripts import (anatomy, build, equations, notebooks, print_edition, prose, registry, render_cache,
+                              schedule, sections)
+except ModuleNotFoundError as e:
+    if e.name not in ("site_scripts", "tools"):
+        raise
+    raise PluginError("the site's build code (site_scripts/) is not importable: run mkdocs from the project root "
+                      "as `python -m mkdocs build` (or scripts/site)") from None
 
 SNIPPETS = build.SNIPPETS.relative_to(build.ROOT).as_posix()  # mkdocs.yml's base path of the fragments
 COMMAND = "build"  # or "serve", "gh-deploy": on_startup says which
@@ -32,9 +33,6 @@ def on_startup(command, **kwargs):
 def on_config(config, **kwargs):
     """The navigation is the registry's: mkdocs.yml names no page. The footer links to the print edition
     when this build makes it (overrides/partials/copyright.html)."""
-    # mkdocs restores sys.path once this file is imported; the pages import tools/ later, so put it back.
-    if PROJECT not in sys.path:
-        sys.path.insert(0, PROJECT)
     if config["nav"] and config["nav"] != registry.nav():
         raise PluginError("mkdocs.yml has a nav: the pages and their order come from site_scripts/registry.py")
     config["nav"] = registry.nav()
@@ -78,12 +76,19 @@ def on_files(files, config, **kwargs):
 
 
 def on_page_markdown(markdown, page, config, **kwargs):
-    """Write the standard sections of a component page where its docs page says `<!-- anatomy -->`, and
-    under each of its equations the lines of code that compute it."""
+    """Bind a page's prose to its generator's values (and refuse a measured number typed by hand), write the
+    standard sections of a component page where its docs page says `<!-- anatomy -->`, and under each of its
+    equations the lines of code that compute it."""
     entry = next((p for p in registry.PAGES if p.path == page.file.src_uri), None)
     if entry is None:
         return markdown
     try:
+        typed = prose.typed_numbers(markdown)
+        if typed:
+            raise ValueError("a measured number typed into the prose goes stale; bind it to a value the page's "
+                             "generator returns ({{ name:format }}): "
+                             + "; ".join(f"line {line}: {text!r}" for line, text in typed))
+        markdown = prose.bind(markdown, build.made_values(entry.id), page.file.src_uri)
         markdown = anatomy.expand(markdown, entry.id, build.made_fragments(entry.id))
         return equations.expand(markdown, lambda eq_id: sections.computed_at(entry.id, eq_id, config["repo_url"])
                                 + print_edition.placeholder(eq_id))

@@ -1,2 +1,3 @@
-"""The developer tools (the mutation runners, the benchmarks), importable as `tools.<name>` from the project
-root; each is also a script: `python tools/<name>.py`."""
+"""The developer tools (the mutation runners, the measurement of which tests check what, the benchmarks).
+
+Run each from the project root as `python -m tools.<name>`."""

@@ -1,7 +1,7 @@
 """Measure the autograd engine's memory: one step's graph against the hand-written cache, and whether
 memory stays flat over many training steps with the graph freed, kept, or caught in reference cycles.
 
-    python tools/autograd_memory.py [--steps 300] [--preset default] [--batch 4] [--seq-len 16]
+    python -m tools.autograd_memory [--steps 300] [--preset default] [--batch 4] [--seq-len 16]
 
 Bytes are counted, not sampled: tracemalloc sees every array numpy allocates, and the cyclic garbage
 collector is off during the steps, so two runs print the same numbers (see transformer/autograd_memory.py).

@@ -4,25 +4,21 @@ autograd engine, and by PyTorch eager on the CPU, on the same parameters and bat
 The three alternate in blocks of steps in one process (as tools/bench_step.py --in-process; its step
 functions, parameters and batch are the ones used here), so all see the same machine state; we print the median of each and its ratio to the hand-written step.
 
-    python tools/autograd_speed.py [--steps 20] [--configs A] [--frameworks handwritten autograd torch]
+    python -m tools.autograd_speed [--steps 20] [--configs A] [--frameworks handwritten autograd torch]
 """
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-if __package__ in (None, ""):  # run as `python tools/autograd_speed.py`: import from the project root, as -m does
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from tools.bench_step import BATCH, numpy_step, setup, torch_step  # noqa: E402
-from transformer.autograd_model import loss_and_grads as autograd_loss_and_grads  # noqa: E402
-from transformer.config import PRESETS  # noqa: E402
-from transformer.memory import keep_freed_memory  # noqa: E402
-from transformer.optim import AdamWConfig, adamw_init, adamw_update  # noqa: E402
+from tools.bench_step import BATCH, numpy_step, setup, torch_step
+from transformer.autograd_model import loss_and_grads as autograd_loss_and_grads
+from transformer.config import PRESETS
+from transformer.memory import keep_freed_memory
+from transformer.optim import AdamWConfig, adamw_init, adamw_update
 
 FRAMEWORKS = ("handwritten", "autograd", "torch")
 

@@ -19,18 +19,16 @@ from pathlib import Path
 
 import numpy as np
 
-if __package__ in (None, ""):  # run as `python tools/bad_input_cases.py`: import from the project root, as -m does
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from transformer.checkpoint import FORMAT, VERSION, Checkpoint, save_checkpoint  # noqa: E402
-from transformer.config import PRESETS  # noqa: E402
-from transformer.data import CharTokenizer  # noqa: E402
-from transformer.finetune_run import finetune  # noqa: E402
-from transformer.lora import LoRAConfig  # noqa: E402
-from transformer.model import init_params  # noqa: E402
-from transformer.train import TrainConfig, train  # noqa: E402
+from transformer.checkpoint import FORMAT, VERSION, Checkpoint, save_checkpoint
+from transformer.config import PRESETS
+from transformer.data import CharTokenizer
+from transformer.finetune_run import finetune
+from transformer.lora import LoRAConfig
+from transformer.model import init_params
+from transformer.train import TrainConfig, train
 
-from tools.refusals import Case, run_all, working_directory  # noqa: E402
+from tools.refusals import Case, run_all, working_directory
 
 SEED = 0  # of setup()'s parameters and of the fixtures' runs (the page's provenance names it)
 
@@ -403,7 +401,7 @@ def run_every_case(workdir):
 
 
 def main(argv=None):
-    """python tools/bad_input_cases.py: the Bad inputs page's check without the site; exit 1 if one fails."""
+    """python -m tools.bad_input_cases: the Bad inputs page's check without the site; exit 1 if one fails."""
     argparse.ArgumentParser(description="Run every bad input of the Bad inputs page through the library and the "
                                         "command line; exit 1 if one is not refused properly.").parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:

@@ -16,7 +16,7 @@ Each cell is measured in several rounds, the strategies alternating within a rou
 median time: one measurement of a few hundred milliseconds moves by a third when something else wakes up
 on the machine, and a median of alternating rounds keeps that out of the ratios.
 
-    python tools/bench_decode.py [--contexts 32 64 128 256] [--requests 1 4 16] [--rounds 3] [--json out.json]
+    python -m tools.bench_decode [--contexts 32 64 128 256] [--requests 1 4 16] [--rounds 3] [--json out.json]
 
 The site's KV-cache page imports `measure` and `CONFIG` from here.
 """

@@ -14,30 +14,26 @@ gap). The comments in the code point here:
   against dY.sum(axis=0);
 - LayerNorm's row means from einsum's row sums (`layer_norm_forward`, `layer_norm_backward`) against x.mean.
 
-    python tools/bench_kernels.py [--repeats 300] [--configs A B]
+    python -m tools.bench_kernels [--repeats 300] [--configs A B]
 """
 
 import argparse
 import contextlib
 import math
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-if __package__ in (None, ""):  # run as `python tools/bench_kernels.py`: import from the project root
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from tools.bench_step import BATCH  # noqa: E402
-from transformer.attention import causal_mask  # noqa: E402
-from transformer.config import PRESETS  # noqa: E402
-from transformer.embedding import embedding_backward  # noqa: E402
-from transformer.memory import keep_freed_memory  # noqa: E402
-from transformer.model import init_params  # noqa: E402
-from transformer.optim import global_norm  # noqa: E402
-from transformer.softmax import softmax_forward  # noqa: E402
+from tools.bench_step import BATCH
+from transformer.attention import causal_mask
+from transformer.config import PRESETS
+from transformer.embedding import embedding_backward
+from transformer.memory import keep_freed_memory
+from transformer.model import init_params
+from transformer.optim import global_norm
+from transformer.softmax import softmax_forward
 
 SHARDS = 2  # the batch of bench_step's config is cut in two on 2 cores: one shard's arrays
 

@@ -20,10 +20,10 @@ every shard but the first in a worker process on Linux, with BLAS on one
 thread per call (transformer/parallel.py; `numpy-threads`: the shards in
 threads instead); the torch worker is plain torch with its default threads.
 
-    python tools/bench_step.py [--steps 40] [--rounds 3] [--configs A B] [--frameworks numpy torch]
-    python tools/bench_step.py --frameworks numpy numpy-threads torch   # shards in processes and in threads
-    python tools/bench_step.py --in-process ...   # both in one process, for profiling one of them
-    python tools/bench_step.py --phases [--configs B]   # where the NumPy step's time goes, part by part
+    python -m tools.bench_step [--steps 40] [--rounds 3] [--configs A B] [--frameworks numpy torch]
+    python -m tools.bench_step --frameworks numpy numpy-threads torch   # shards in processes and in threads
+    python -m tools.bench_step --in-process ...   # both in one process, for profiling one of them
+    python -m tools.bench_step --phases [--configs B]   # where the NumPy step's time goes, part by part
 
 In one process each framework's spinning threads and heap slow the other, so
 the in-process ratios are not what a user sees; they are kept for profiling.

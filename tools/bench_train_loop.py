@@ -10,7 +10,7 @@ clip_grad_norm_, timed over the same span of each step. The workers alternate ov
 report gives each side's median step after the first WARMUP steps, and their ratio (issue 18's bar: at most
 0.8), and the first losses of both, which must agree (the same model, batch and initial parameters).
 
-    python tools/bench_train_loop.py [--steps 300] [--rounds 3]
+    python -m tools.bench_train_loop [--steps 300] [--rounds 3]
 """
 
 import argparse
@@ -22,11 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as `python tools/bench_train_loop.py`: import from the project root
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from site_scripts.common import ROOT, positive_int  # noqa: E402
-from tools.mutants import CORPUS, ensure_corpus  # noqa: E402  (fetched and verified by scripts/fetch_corpus.py)
+from tools.common import ROOT, positive_int
+from tools.common import CORPUS, ensure_corpus  # fetched and verified by scripts/fetch_corpus.py
 
 SETTINGS = {"batch_size": 32, "lr": 6e-3, "warmup": 200}  # scripts/demo's, with its --preset A
 RECIPE = ["--preset", "A", *(f"--{k.replace('_', '-')}={v:g}" for k, v in SETTINGS.items())]

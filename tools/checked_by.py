@@ -1,6 +1,6 @@
 """Which unit tests check each function the pages explain: those that fail when its output is made wrong.
 
-For the functions and classes the site's pages explain (the `functions` of site_scripts/registry.py), in a
+For each unit ("module:name" of the package; the site build names the functions its pages explain), in a
 temporary copy of the package and its unit tests (tools/project_copy.py; the working tree is never touched):
 
 1. trace: one run of the unit tests (tests/unit, `--jobs` pytest-xdist workers) with every unit wrapped by the
@@ -10,52 +10,41 @@ temporary copy of the package and its unit tests (tools/project_copy.py; the wor
 2. perturb: for each unit, one pytest process runs exactly the tests that call it, with the unit's output
    made wrong by the rules of tools/perturbations.py (floating-point numbers scaled by 1 + 1e-3, an int off by
    one, ...). The tests that fail check it; those that pass only use it. `--jobs` processes run at once,
-   each with one BLAS thread, the longest first; each is a fork of a launcher that has imported torch and
-   pytest once (tools/preloaded.py).
+   each with one BLAS thread, the longest first.
 
 A unit that returns nothing is perturbed through what it changes in place (tools/perturbations.py). A unit that
 no test calls, or that neither returns nor changes anything a rule can change, is reported as not measured,
-with the reason. The report is cached in build/cache/ under a key of everything it depends on (REPORT_INPUTS,
-the units, the versions); the site's pages read it (site_scripts/sections.py).
+with the reason.
 
-    python tools/checked_by.py                  # every unit: the cached report, or a new run
-    python tools/checked_by.py --quick          # the units of QUICK, traced over QUICK_FILES only
-    python tools/checked_by.py --only model:forward [...]   # these units (not cached)
-    python tools/checked_by.py --control model:forward      # the negative control: copies, nothing changed
+The results live in reports/checked-by.json, kept in the repository (tools/keyed_report.py): one entry for the
+trace, keyed on every package and test file, and one per unit, keyed on the unit's own source, the tests that
+call it and the text of their files, the plugin and the environment. The trace runs again after any edit of the
+package or the tests; a unit only when its key changed. CI recomputes a random sample of the reused units.
+
+    python -m tools.checked_by                    # bring the report up to date for the units it holds
+    python -m tools.checked_by --sample 3         # and measure 3 reused units again; a disagreement fails
+    python -m tools.checked_by --force            # measure every unit again
+    python -m tools.checked_by --control model:forward   # the negative control: copies, nothing changed
 """
 
 import argparse
+import ast
 import json
+import os
 import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from pathlib import Path
 
-if __package__ in (None, ""):  # run as `python tools/checked_by.py`: import from the project root, as `-m` does
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+from .common import ROOT, cores, environment, files_text, hash_parts, list_files_again, positive_int
+from .keyed_report import KeyedReport
+from .project_copy import UNIT_TESTS, project_copy, run_in
 
-from site_scripts.common import (CACHE, ROOT, cached_json, cores, hash_parts, numpy_version,  # noqa: E402
-                                 positive_int, torch_version)
-from tools.preloaded import launchers, lent  # noqa: E402
-from tools.project_copy import UNIT_TESTS, project_copy, run_in  # noqa: E402
-
+REPORT = ROOT / "reports" / "checked-by.json"
+TRACE = "trace"  # the entry of the trace run
 PLUGIN = ("tools/__init__.py", "tools/perturbations.py", "tools/checked_by_plugin.py")  # copied beside the package
-REPORT_INPUTS = ("transformer", "pyproject.toml", UNIT_TESTS, "tools/checked_by.py", "tools/checked_by_plugin.py",
-                 "tools/perturbations.py", "tools/project_copy.py", "tools/preloaded.py",
-                 "tools/reached.py")  # the launcher imports it
-# The quick run (SITE_QUICK=1, the tests' build): a few units of different kinds, traced over the test files that
-# hold their own tests. The pages say which units it measured.
-QUICK = ("model:forward", "layernorm:layer_norm_backward", "data:CharTokenizer", "nf4:pack", "optim:lr_at")
-QUICK_FILES = ("test_model.py", "test_generate.py", "test_layers.py", "test_data.py", "test_nf4.py", "test_optim.py")
 TIMEOUT_S = 900  # per process, beyond each test's own limit: tests that have not finished are reported as not run
-
-
-def page_units():
-    """Every "module:name" the pages explain, in the registry's order."""
-    from site_scripts import registry
-
-    return list(dict.fromkeys(unit for page in registry.PAGES for unit in page.functions))
+MEASURED_BY = ("tools/perturbations.py", "tools/checked_by_plugin.py")  # what a unit's result depends on, here
 
 
 def add_plugin(copy):
@@ -111,10 +100,9 @@ def test_limits(record, unit):
     return f"{round(30 + 20 * record['seconds'])}\t{1000 + 10 * record['calls'].get(unit, 0)}"
 
 
-def perturb(copy, unit, tests, mode="perturb", in_place=False, limits=None, launcher=None):
+def perturb(copy, unit, tests, mode="perturb", in_place=False, limits=None):
     """Run the tests that call `unit` with its output made wrong (mode control: copied, unchanged). in_place:
-    for a unit that returns nothing, what it changes in its arguments instead. limits: {test: test_limits}.
-    launcher: pytest runs in a fork of it, with torch imported already (tools/preloaded.py)."""
+    for a unit that returns nothing, what it changes in its arguments instead. limits: {test: test_limits}."""
     name = unit.replace(":", ".")
     out, keep = copy / "runs" / f"{mode}-{name}.jsonl", copy / "runs" / f"{mode}-{name}.tests"
     limits = limits or {}
@@ -124,7 +112,7 @@ def perturb(copy, unit, tests, mode="perturb", in_place=False, limits=None, laun
     files = sorted({t.split("::")[0] for t in tests})
     start = time.perf_counter()
     timeout = TIMEOUT_S + sum(float(limits[t].split("\t")[0]) for t in tests if t in limits)
-    result = run_in(copy, pytest_cmd(files), timeout=timeout, threads=1, env=env, launcher=launcher)
+    result = run_in(copy, pytest_cmd(files), timeout=timeout, threads=1, env=env)
     seconds = time.perf_counter() - start
     records, rules = read_records(out)
     if result is not None and result.returncode not in (0, 1):
@@ -161,63 +149,89 @@ def unit_record(unit, traced, rules, run):
     return record
 
 
-def run_all(units, files=(UNIT_TESTS,), jobs=None, log=print):
-    """Trace, then perturb each unit that can be; returns the report."""
-    jobs = jobs or cores()
+def unit_source(unit):
+    """The source of a unit ("module:name"): its top-level function or class."""
+    module, name = unit.split(":")
+    path = ROOT / "transformer" / f"{module}.py"
+    source = path.read_text()
+    node = next((n for n in ast.parse(source).body if getattr(n, "name", None) == name), None)
+    if node is None:
+        raise ValueError(f"transformer/{module}.py defines no {name}")
+    return ast.get_source_segment(source, node)
+
+
+def trace_key(units):
+    return hash_parts(environment(), files_text("transformer", UNIT_TESTS, "pyproject.toml", *PLUGIN), *sorted(units))
+
+
+def unit_key(unit, calling):
+    """What a unit's result depends on: its own source, the tests that call it and their files, the tools."""
+    files = sorted({t.split("::")[0] for t in calling})
+    return hash_parts(environment(), unit_source(unit), *calling, files_text(*files, *MEASURED_BY))
+
+
+def measure(units, todo, jobs, log, files=(UNIT_TESTS,)):
+    """Trace the tests of `files`, then perturb each unit that `todo(calling tests by unit)` names and that can be;
+    returns ({unit: record}, a summary of the trace, the calling tests by unit)."""
     start = time.perf_counter()
     with project_copy(add_plugin, prefix="checked-by-") as copy:
-        traced, rules = trace(copy, units, files, jobs)
-        trace_seconds = time.perf_counter() - start
-        log(f"traced {len(traced)} tests in {trace_seconds:.0f} s")
-        cost = {u: sum(r["seconds"] for r in traced.values() if u in r["units"]) for u in units}
-        todo = sorted((u for u in units if cost[u] and rules.get(u, {}).get("rules")), key=lambda u: -cost[u])
-        calls = {u: sorted(t for t, r in traced.items() if u in r["units"]) for u in todo}  # the longest first
-        in_place = {u for u in todo if "changed in place" in rules[u]["rules"]}  # it returns nothing to change
+        traced, rules = trace(copy, units, list(files), jobs)
+        summary = {"tests": len(traced), "seconds": round(time.perf_counter() - start)}
+        log(f"traced {len(traced)} tests in {summary['seconds']} s")
+        calls = {u: sorted(t for t, r in traced.items() if u in r["units"]) for u in units}
+        todo = [u for u in todo(calls)]
+        cost = {u: sum(traced[t]["seconds"] for t in calls[u]) for u in todo}
+        runnable = sorted((u for u in todo if cost[u] and rules.get(u, {}).get("rules")), key=lambda u: -cost[u])
+
+        def perturbed(unit):
+            return perturb(copy, unit, calls[unit], in_place="changed in place" in rules[unit]["rules"],
+                           limits={t: test_limits(traced[t], unit) for t in calls[unit]})
+
         runs = {}
-
-        def perturbed(unit):  # in forks of a launcher the worker borrows
-            with lent(waiting) as launcher:
-                return perturb(copy, unit, calls[unit], in_place=unit in in_place,
-                               limits={t: test_limits(traced[t], unit) for t in calls[unit]}, launcher=launcher)
-
-        with launchers(jobs) as waiting, ThreadPoolExecutor(jobs) as pool:
-            futures = {pool.submit(perturbed, u): u for u in todo}
+        with ThreadPoolExecutor(jobs) as pool:
+            futures = {pool.submit(perturbed, u): u for u in runnable}
             for future in as_completed(futures):
                 unit, run = futures[future], future.result()
                 runs[unit] = run
                 log(f"{unit:<48} {len(run['failed'])} of {len(calls[unit])} tests fail ({run['seconds']:.0f} s)")
-    report = {u: unit_record(u, traced, rules, runs.get(u)) for u in units}
-    return {"units": report, "jobs": jobs, "files": list(files), "traced_tests": len(traced),
-            "trace_seconds": round(trace_seconds), "seconds": round(time.perf_counter() - start)}
+    return {u: unit_record(u, traced, rules, runs.get(u)) for u in todo}, summary, calls
 
 
-def report_key(quick):
-    """A hash of everything a run's outcome depends on: REPORT_INPUTS, the units, the versions, the mode."""
-    files = [f for name in REPORT_INPUTS for f in (sorted((ROOT / name).rglob("*.py")) if (ROOT / name).is_dir()
-                                                    else [ROOT / name])]
-    parts = [part for path in files for part in (path.relative_to(ROOT).as_posix(), path.read_bytes())]
-    return hash_parts(*parts, *selected(quick), numpy_version(), torch_version(), f"quick={quick}")
+def update(units=None, force=False, jobs=None, log=print):
+    """Bring reports/checked-by.json up to date for `units` (default: those it holds): trace the tests when the
+    package or the tests changed, then measure every unit whose key changed (all with force). Returns the
+    report."""
+    report = KeyedReport(REPORT)
+    list_files_again()
+    units = list(units or [u for u in report.entries if u != TRACE])
+    report.keep_only([TRACE, *units])
+    stored_calls = {u: report.entries[u]["value"]["tests"] for u in units if u in report.entries}
+    fresh = report.current(TRACE, trace_key(units)) is not None and not force and all(
+        report.current(u, unit_key(u, stored_calls[u])) is not None for u in units if u in stored_calls) \
+        and set(stored_calls) == set(units)
+    if not fresh:
+        def todo(calls):
+            return [u for u in units if force or report.current(u, unit_key(u, calls[u])) is None]
+        records, summary, calls = measure(units, todo, jobs or cores(), log)
+        report.put(TRACE, trace_key(units), summary)
+        for unit, record in records.items():
+            report.put(unit, unit_key(unit, calls[unit]), record)
+    report.save()
+    return report
 
 
-def selected(quick):
-    return [u for u in page_units() if u in QUICK] if quick else page_units()
-
-
-def report_path(quick):
-    return CACHE / f"checked-by-{'quick' if quick else 'full'}.json"
-
-
-def report(quick=False, jobs=None, force=False, log=print):
-    """The report of the whole (or quick) run: the stored one while its key is current, else a new run's."""
-    files = [f"{UNIT_TESTS}/{f}" for f in QUICK_FILES] if quick else [UNIT_TESTS]
-    return cached_json(report_path(quick), report_key(quick),
-                       lambda: {**run_all(selected(quick), files, jobs, log), "quick": quick}, force)
-
-
-def stored(quick):
-    """The stored report as it is, current or not, or None: what a page's cache key reads (it never runs)."""
-    path = report_path(quick)
-    return json.loads(path.read_text())["value"] if path.exists() else None
+def verify_sample(report, count, seed, jobs=None, log=print):
+    """Measure `count` reused units again; return those whose tests or verdicts differ from the stored ones."""
+    names = report.sample(count, seed)
+    names = [n for n in names if n != TRACE]
+    log(f"measuring {len(names)} reused units again (seed {seed}): {', '.join(names)}")
+    if not names:
+        return []
+    units = [u for u in report.entries if u != TRACE]
+    records, _, _ = measure(units, lambda calls: names, jobs or cores(), log)
+    fields = ("tests", "failed", "measured", "hung", "not_run")
+    return [f"{u}: stored {[report.entries[u]['value'][f] for f in fields]}, now {[records[u][f] for f in fields]}"
+            for u in names if any(records[u][f] != report.entries[u]["value"][f] for f in fields)]
 
 
 def control(units, jobs=None, log=print):
@@ -227,55 +241,54 @@ def control(units, jobs=None, log=print):
     with project_copy(add_plugin, prefix="checked-by-") as copy:
         traced, _ = trace(copy, units, [UNIT_TESTS], jobs)
         calls = {u: sorted(t for t, r in traced.items() if u in r["units"]) for u in units}
-
-        def control_run(unit):
-            with lent(waiting) as launcher:
-                return perturb(copy, unit, calls[unit], "control", launcher=launcher)
-
-        with launchers(jobs) as waiting, ThreadPoolExecutor(jobs) as pool:
-            runs = dict(zip(units, pool.map(control_run, units)))
+        with ThreadPoolExecutor(jobs) as pool:
+            runs = dict(zip(units, pool.map(lambda u: perturb(copy, u, calls[u], "control"), units)))
     for unit, run in runs.items():
         log(f"{unit:<48} control: {len(run['failed'])} of {len(calls[unit])} tests fail")
     return {unit: run["failed"] for unit, run in runs.items()}
 
 
-def summary(result):
-    units = result["units"].values()
+def summary(report):
+    units = [e["value"] for name, e in report.entries.items() if name != TRACE]
     measured = [r for r in units if r["measured"]]
-    checked = [r for r in measured if r["failed"]]
-    return (f"{len(measured)} of {len(result['units'])} units measured, {len(checked)} of them checked by at least "
-            f"one test; {result['traced_tests']} tests traced in {result['trace_seconds']} s; the whole run took "
-            f"{result['seconds']} s with {result['jobs']} jobs")
+    return (f"{len(measured)} of {len(units)} units measured, {sum(bool(r['failed']) for r in measured)} of them "
+            f"checked by at least one test; {len(report.computed)} entries computed now, {len(report.reused())} "
+            "reused from reports/checked-by.json")
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="only the units of QUICK, traced over QUICK_FILES")
-    parser.add_argument("--only", nargs="+", metavar="UNIT", help="only these units, module:name (not cached)")
+    parser = argparse.ArgumentParser(prog="python -m tools.checked_by", description=__doc__.splitlines()[0])
+    parser.add_argument("--units", nargs="+", metavar="UNIT", help="measure these units (module:name) instead of "
+                        "those the report holds (the site build passes the ones its pages explain)")
     parser.add_argument("--control", nargs="+", metavar="UNIT", help="the negative control for these units")
-    parser.add_argument("--force", action="store_true", help="rerun even when the cached report is current")
+    parser.add_argument("--force", action="store_true", help="measure every unit again")
+    parser.add_argument("--sample", type=int, default=0, metavar="N",
+                        help="then measure N reused units again and compare (CI does)")
+    parser.add_argument("--seed", type=int, default=None, help="which units --sample draws (default: random)")
     parser.add_argument("-j", "--jobs", type=positive_int, default=None,
                         help=f"processes at once (default: the cores this process may use, {cores()} here)")
-    parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args()
-    unknown = [u for u in (args.only or []) + (args.control or []) if u not in page_units()]
-    if unknown:
-        parser.error(f"no page explains {', '.join(unknown)} (units are module:name of site_scripts/registry.py)")
     try:
+        for unit in (args.units or []) + (args.control or []):
+            unit_source(unit)
         if args.control:
             return 1 if any(control(args.control, args.jobs).values()) else 0
-        result = run_all(args.only, jobs=args.jobs) if args.only else report(args.quick, args.jobs, args.force)
-    except RuntimeError as e:
+        report = update(args.units, args.force, args.jobs)
+        seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+        differ = verify_sample(report, args.sample, seed, args.jobs) if args.sample else []
+    except (RuntimeError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    for unit, r in result["units"].items():
-        what = (f"{len(r['failed'])} of {len(r['tests'])} calling tests fail ({', '.join(r['rules'])})"
-                if r["measured"] else f"not measured: {r['reason']}")
-        print(f"{unit:<48} {what}")
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
-    print(summary(result))
-    return 0
+    for unit, entry in report.entries.items():
+        r = entry["value"]
+        if unit != TRACE:
+            what = (f"{len(r['failed'])} of {len(r['tests'])} calling tests fail ({', '.join(r['rules'])})"
+                    if r["measured"] else f"not measured: {r['reason']}")
+            print(f"{unit:<48} {what}")
+    print(summary(report))
+    for line in differ:
+        print(f"DISAGREES: {line}")
+    return 1 if differ else 0
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ mkdocs --strict checks the links written in markdown; this reads the HTML that
 came out, so it also covers what the theme, mkdocstrings, the notebooks and
 the raw HTML of the code listings add.
 
-    python tools/linkcheck.py [SITE_DIR]    # default: site/; exit 1 on any problem
+    python -m tools.linkcheck [SITE_DIR]    # default: site/; exit 1 on any problem
 """
 
 import argparse

@@ -13,7 +13,7 @@ The four policies are the combinations of `ModelConfig(attention="materialized" 
 - time per step: the median wall-clock time of a few steps, without tracemalloc running (tracemalloc
   slows every allocation). Unlike the bytes, it depends on the machine and its load.
 
-    python tools/memory_policies.py [--lengths 64 128 256 512 1024] [--steps 3] [--json out.json]
+    python -m tools.memory_policies [--lengths 64 128 256 512 1024] [--steps 3] [--json out.json]
 
 The site's Flash attention and Activation checkpointing pages import `measure` and `CONFIG` from here.
 """

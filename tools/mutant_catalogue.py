@@ -453,7 +453,3 @@ MUTANTS = (
            "answers unread, and the next step takes those answers, the old batch's, for its own.",
            (edit(f"{SHARDS}:ShardWorkers.__call__", "self.close(now=len(answers) < len(shards))", "pass"),)),
 )
-
-# A handful that together exercise every kind of outcome, for the fast run inside the test suite and the
-# quick site build: caught by finite differences, caught only against PyTorch, and one no check can see.
-QUICK = ("layernorm-dx-no-mean-term", "layernorm-other-epsilon", "attention-key-bias-grad-zeroed")

@@ -1,70 +1,63 @@
 """Check the checks: plant one deliberate mistake at a time and see which check notices.
 
-For each mutant of tools/mutant_catalogue.py, copy the package and its unit tests
-to a temporary folder (tools/project_copy.py; the working tree is never touched),
-apply the mutant's edits there, and run every one of the project's checks against
-the copy:
+For each mutant of tools/mutant_catalogue.py, copy the package and its unit tests to a temporary folder
+(tools/project_copy.py; the working tree is never touched), apply the mutant's edits there, and run each of the
+project's checks against the copy:
 
   gradcheck   float64 central differences of every parameter (the gradcheck command, ReLU and GELU)
   crosscheck  the comparison with PyTorch on the CPU (the crosscheck command, ReLU and GELU)
   tests       the unit tests (pytest on tests/unit; not the tests of the site and the tools)
   training    a short training run on Tiny Shakespeare, which must beat a bigram model
 
-The unchanged code goes through the same checks first; if any of them fails
-there, the run stops, since a check that fails anyway cannot tell us anything.
-Its gradcheck, crosscheck and training commands also note which of the package's
-functions they call (tools/reached.py): a mutant that changes only functions a
-command never called would run the same code, so that check takes the unchanged
-code's result, marked "never_called", instead of running again.
+The unchanged code must pass every check first: a check that fails anyway cannot tell us anything.
 
-    python tools/mutants.py              # every mutant; ~8 min on 2 idle cores
-    python tools/mutants.py --quick      # the three of QUICK
-    python tools/mutants.py --only NAME [NAME ...]   [--list] [-j JOBS] [--json PATH]
+The results live in reports/mutants.json, kept in the repository (tools/keyed_report.py), one entry per
+mutant and check. An entry's key holds the mutant's edits and the text of the functions they edit, the check's
+definition (its functions here) and the package files the check itself consists of, the environment, and, for
+the unit tests, the file that caught the mutant (all the test files when none did). A mistake in one function is
+caught or missed by a check whatever the other functions' text, as long as the unchanged code passes; so an
+edit elsewhere reuses the entry, while the unchanged code's entries, whose keys hold every package and test
+file, run again after any edit. CI recomputes a random sample of the reused entries to test that assumption.
 
-Mutants run JOBS at a time (default: the cores this process may use), each in its own copy and
-processes, one BLAS thread each. Each of the JOBS workers has a launcher (tools/preloaded.py) that has
-imported numpy, torch and pytest once; every check is a fork of it, which imports the project from the copy.
+    python -m tools.mutants                # bring the report up to date (what changed runs again)
+    python -m tools.mutants --sample 8     # and compute 8 reused entries again; a disagreement fails
+    python -m tools.mutants --force        # compute every entry again
+    python -m tools.mutants --only NAME [NAME ...]   # these mutants again
+    python -m tools.mutants --list         # the mutants and the lines they edit
 
-The whole run's report is cached in build/cache/ under a key of everything it
-depends on, and the site's "Are the checks good enough?" page is generated from
-it. Exit status 1 when a mutant that some check should catch survives.
+Exit status 1 when a mutant that some check should catch survives, or a sampled entry disagrees.
 """
 
 import argparse
 import ast
+import inspect
 import json
 import math
+import os
 import re
-import subprocess
 import sys
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cache, lru_cache
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as `python tools/mutants.py`: import from the project root, as `-m` does
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+from .common import (CORPUS, ROOT, cores, ensure_corpus, environment, files_text, hash_parts, list_files_again,
+                     pinned_corpus_digest, positive_int)
+from .keyed_report import KeyedReport
+from .mutant_catalogue import MUTANTS
+from .project_copy import UNIT_TESTS, project_copy, run_in, run_pytest
 
-from site_scripts import depends  # noqa: E402
-from site_scripts.common import (CACHE, ROOT, cached_json, hash_parts, numpy_version, positive_int,  # noqa: E402
-                                 torch_version)
-from tools.mutant_catalogue import MUTANTS, QUICK  # noqa: E402
-from tools.preloaded import launchers, lent  # noqa: E402
-from tools.project_copy import UNIT_TESTS, project_copy, run_in, run_pytest  # noqa: E402
-from tools.reached import merged, read_record, unreached  # noqa: E402
-from transformer.parallel import cores  # noqa: E402  (the cores this process may use)
-
-CORPUS = ROOT / "data" / "tinyshakespeare" / "input.txt"
-FETCH_CORPUS = ROOT / "scripts" / "fetch_corpus.py"  # puts the corpus in place, verified against its SHA256
-# The unit tests (every test file under tests/unit) stop at the first failure, so they run the most specific
-# tests first (unit_test_files): the mutated module's own test file, then the files that import it at their
-# top, then the rest in this order (the layers before the model), then by name.
+REPORT = ROOT / "reports" / "mutants.json"
+UNCHANGED = "unchanged code"  # the entries of the unmutated copy: "unchanged code/<check>"
 PACKAGE = "transformer"
+# The unit tests stop at the first failure, so they run the most specific tests first (unit_test_files): the
+# mutated module's own test file, then the files that import it at their top, then the rest in this order.
 UNIT_TEST_ORDER = ("test_layers.py", "test_model.py", "test_optim.py", "test_data.py", "test_generate.py",
                    "test_checkpoint.py", "test_crosscheck.py", "test_train.py")
 TIMEOUT_S = 600  # per check: a mutant that makes a check hang counts as caught, after this long
-# One shard per batch (--threads 1): JOBS mutants run at once, one per core, so a run that cut its batches to
-# use every core would fight the others for them; and so its losses are the same on any machine.
+# One shard per batch (--threads 1): JOBS mutants run at once, one per core, and the losses are the same on any
+# machine.
 TRAINING = ["--preset", "A", "--steps", "200", "--lr", "1e-2", "--warmup", "20", "--eval-every", "200",
             "--batch-size", "32", "--seed", "0", "--threads", "1", "--no-progress"]
 
@@ -74,23 +67,26 @@ class Check:
     name: str
     title: str
     what: str  # what it compares, for the page
+    files: tuple  # the package files that are the check itself (its machinery, not the code it judges)
 
 
 CHECKS = (
     Check("gradcheck", "Finite differences",
           "every gradient of a tiny model against float64 central differences, ReLU and GELU "
-          "(`python -m transformer gradcheck`)"),
+          "(`python -m transformer gradcheck`)", ("transformer/gradcheck.py",)),
     Check("crosscheck", "PyTorch cross-check",
           "logits, loss, gradients, intermediates, AdamW steps, training steps and KV-cache decoding "
-          "against PyTorch on the CPU, ReLU and GELU (`python -m transformer crosscheck`)"),
+          "against PyTorch on the CPU, ReLU and GELU (`python -m transformer crosscheck`)",
+          ("transformer/crosscheck.py", "transformer/crosscheck_report.py", "transformer/torch_mirror.py")),
     Check("tests", "Unit tests",
           "the pytest suite without the tests of the site and the tools: the mutated module's own test file "
           "first, then the files that import it, then the layers' tests; it stops at the first failure, which is "
-          "named"),
+          "named", ("pyproject.toml", f"{UNIT_TESTS}/conftest.py")),
     Check("training", "Training run",
           "200 steps of preset A on Tiny Shakespeare; the validation loss must fall below that of a "
-          "bigram model counted from the training split"),
+          "bigram model counted from the training split", ("transformer/data.py",)),
 )
+BY_NAME = {m.name: m for m in MUTANTS}
 
 
 # ---------------------------------------------------------------- applying a mutant
@@ -98,16 +94,26 @@ CHECKS = (
 def function_span(source, function, path):
     """(start, end) character offsets of a function's source: a function anywhere, by its name, or a
     method, as "Class.method"."""
-    tree = ast.parse(source)
-    owner, _, name = function.rpartition(".")
-    scopes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == owner] if owner else [tree]
-    found = [n for scope in scopes for n in ast.walk(scope) if isinstance(n, ast.FunctionDef) and n.name == name]
+    found = function_spans(source).get(function, [])
     if len(found) != 1:
         raise ValueError(f"{path}: expected one function {function}, found {len(found)}")
-    lines = source.splitlines(keepends=True)
-    start = sum(len(line) for line in lines[:found[0].lineno - 1])
-    end = sum(len(line) for line in lines[:found[0].end_lineno])
-    return start, end
+    return found[0]
+
+
+@lru_cache(maxsize=128)
+def function_spans(source):
+    """{name: [(start, end), ...]} of every function in a source, nested ones too, and of every method also as
+    "Class.method" (parsed once per text: each key reads the spans of the functions a mutant edits)."""
+    tree, starts = ast.parse(source), [0]
+    for line in source.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    spans = {}
+    for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef))]:
+        for n in ast.walk(scope):
+            if isinstance(n, ast.FunctionDef):
+                name = n.name if scope is tree else f"{scope.name}.{n.name}"
+                spans.setdefault(name, []).append((starts[n.lineno - 1], starts[n.end_lineno]))
+    return spans
 
 
 def apply_edit(source, e):
@@ -123,46 +129,40 @@ def apply_edit(source, e):
 
 
 def apply_mutant(mutant, root):
-    """Apply every edit of the mutant to the files under root; return the edits' lines in the original."""
-    lines = []
+    """Apply every edit of the mutant, in order, to the files under root (the working tree is ROOT: nothing is
+    written then); return the edits' lines and the edited sources by path."""
+    sources, lines = {}, []
     for e in mutant.edits:
-        path = root / e.path
-        source = path.read_text()
-        mutated, line = apply_edit(source, e)
-        compile(mutated, e.path, "exec")
-        path.write_text(mutated)
+        sources[e.path], line = apply_edit(sources.get(e.path) or (root / e.path).read_text(), e)
         lines.append(line)
-    return lines
+    if root != ROOT:
+        for path, source in sources.items():
+            compile(source, path, "exec")
+            (root / path).write_text(source)
+    return lines, sources
 
 
 def edit_lines(mutant):
-    """The line of each edit in the working tree's (unmutated) source, applying the edits in order."""
-    sources, lines = {}, []
+    """The line of each edit in the working tree's (unmutated) source."""
+    return apply_mutant(mutant, ROOT)[0]
+
+
+def edited_text(mutant, root=ROOT):
+    """The text the mutant edits, as it is now: each edited function's source (the whole file for an edit that
+    names none)."""
+    parts = []
     for e in mutant.edits:
-        source = sources.get(e.path) or (ROOT / e.path).read_text()
-        sources[e.path], line = apply_edit(source, e)
-        lines.append(line)
-    return lines
+        source = (root / e.path).read_text()
+        start, end = function_span(source, e.function, e.path) if e.function else (0, len(source))
+        parts.append(f"{e.path}:{e.function}\0{source[start:end]}")
+    return parts
 
 
 # ---------------------------------------------------------------- the checks, run in a copy
 
-def run(copy, ctx, *args):
-    """`python -m transformer *args` in the copy, with one thread (JOBS mutants run at once), in a fork of the
-    worker's launcher (a new process where there is none); None after TIMEOUT_S. When ctx has a list "records"
-    (the unchanged code's run), the functions the command called are added to it (tools/reached.py; None where
-    they cannot be recorded)."""
-    records, launcher = ctx.get("records"), ctx.get("launcher")
-    if records is None or launcher is None:
-        if records is not None:
-            records.append(None)
-        return run_in(copy, [sys.executable, "-m", "transformer", *args], timeout=TIMEOUT_S, threads=1,
-                      launcher=launcher)
-    path = copy / "records" / f"{len(records)}.json"
-    path.parent.mkdir(exist_ok=True)
-    result = launcher.run(copy, "transformer", args, TIMEOUT_S, record=path)
-    records.append(read_record(path))
-    return result
+def run(copy, *args):
+    """`python -m transformer *args` in the copy, with one thread; None after TIMEOUT_S."""
+    return run_in(copy, [sys.executable, "-m", PACKAGE, *args], timeout=TIMEOUT_S, threads=1)
 
 
 def crash_line(result):
@@ -171,10 +171,10 @@ def crash_line(result):
     return lines[-1].strip() if lines else f"exit status {result.returncode}"
 
 
-def check_gradcheck(copy, ctx):
+def check_gradcheck(copy, mutated):
     fails = []
     for activation in ("relu", "gelu"):
-        result = run(copy, ctx, "gradcheck", "--activation", activation)
+        result = run(copy, "gradcheck", "--activation", activation)
         if result is None:
             return True, f"{activation}: timed out after {TIMEOUT_S} s"
         if result.returncode not in (0, 1):
@@ -187,11 +187,11 @@ def check_gradcheck(copy, ctx):
     return bool(fails), "; ".join(fails) or "every parameter within tolerance, ReLU and GELU"
 
 
-def check_crosscheck(copy, ctx):
+def check_crosscheck(copy, mutated):
     fails = []
     for activation in ("relu", "gelu"):
         report = copy / f"crosscheck-{activation}.json"
-        result = run(copy, ctx, "crosscheck", "--devices", "cpu", "--activation", activation, "--json", str(report))
+        result = run(copy, "crosscheck", "--devices", "cpu", "--activation", activation, "--json", str(report))
         if result is None:
             return True, f"{activation}: timed out after {TIMEOUT_S} s"
         try:  # a crash after the command made the (empty) report file exits 1 too, like a failed check
@@ -207,13 +207,16 @@ def check_crosscheck(copy, ctx):
     return bool(fails), "; ".join(fails) or "every comparison within tolerance, ReLU and GELU"
 
 
-def imported_modules(path, root=ROOT):
+def imported_modules(path):
     """The package's modules a test file imports at its top ("layernorm" for `from transformer.layernorm import
-    ...`, `from transformer import layernorm` or `import transformer.layernorm`), as site_scripts/depends.py
-    reads them. Imports inside a test (a negative control that patches a module) do not count, nor `import
-    transformer` alone."""
-    source = depends.Source(path.read_text(), root=root)
-    return set(source.modules.values()) | {module for module, _ in source.names.values()}
+    ...`, `from transformer import layernorm` or `import transformer.layernorm`)."""
+    found = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == PACKAGE:
+            found |= {a.name for a in node.names} if node.module == PACKAGE else {node.module.split(".")[1]}
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith(PACKAGE + ".")}
+    return found
 
 
 def mutated_modules(mutant):
@@ -222,8 +225,8 @@ def mutated_modules(mutant):
             if Path(path).parent.name == PACKAGE}
 
 
-def unit_test_files(root=ROOT, first=()):
-    """Every test file under tests/unit: a module of `first`'s own (test_nf4.py for nf4), then those that import
+def unit_test_files(root, mutated=()):
+    """Every test file under tests/unit: a module of `mutated`'s own (test_nf4.py for nf4), then those that import
     one, then the rest, each in UNIT_TEST_ORDER, then by name. A mistake is caught by the first failing test, so a
     mutant of the worker processes, say, is seen by test_parallel.py at once instead of after a minute of the
     layers' tests."""
@@ -232,40 +235,37 @@ def unit_test_files(root=ROOT, first=()):
     if stale:
         raise ValueError(f"UNIT_TEST_ORDER names {', '.join(sorted(stale))}, not under {UNIT_TESTS}")
     rank = {name: i for i, name in enumerate(UNIT_TEST_ORDER)}
-    mutated = set(first)
 
     def kinship(f):  # 0: a mutated module's own tests, 1: they import one, 2: neither (or nothing is mutated)
-        if not mutated:
-            return 2
         if Path(f).stem.removeprefix("test_") in mutated:
             return 0
-        return 1 if imported_modules(root / f, root) & mutated else 2
+        return 1 if imported_modules(root / f) & set(mutated) else 2
     return sorted(files, key=lambda f: (kinship(f), rank.get(Path(f).name, len(rank)), f))
 
 
-def check_tests(copy, ctx):
-    files = unit_test_files(copy, ctx.get("mutated", ()))
-    result = run_pytest(copy, files, timeout=TIMEOUT_S, threads=1, launcher=ctx.get("launcher"))
+def check_tests(copy, mutated):
+    workers = ["-n", str(cores())] if not mutated and cores() > 1 else []  # the unchanged code runs alone
+    result = run_pytest(copy, [*workers, *unit_test_files(copy, mutated)], timeout=TIMEOUT_S, threads=1)
     if result is None:
         return True, f"timed out after {TIMEOUT_S} s"
     if result.returncode == 0:
-        return False, result.summary or "passed"
+        return False, re.sub(r" in [\d.]+s.*", "", result.summary) or "passed"
     if result.failures:
         reason = f" ({result.reasons[0]})" if result.reasons[0] else ""
         return True, f"first failure: {result.failures[0]}{reason}"
     return True, f"pytest exit status {result.returncode} ({crash_line(result)})"
 
 
-def check_training(copy, ctx):
+def check_training(copy, mutated):
     out = copy / "run"
-    result = run(copy, ctx, "train", "--corpus", str(CORPUS), "--out", str(out), *TRAINING)
+    result = run(copy, "train", "--corpus", str(CORPUS), "--out", str(out), *TRAINING)
     if result is None:
         return True, f"timed out after {TIMEOUT_S} s"
     if result.returncode != 0:
         return True, f"crashed ({crash_line(result)})"
     losses = [json.loads(line)["val_loss"] for line in (out / "metrics.jsonl").read_text().splitlines()
               if '"val_loss"' in line]
-    loss, bar = losses[-1], ctx["bigram_loss"]
+    loss, bar = losses[-1], bigram_loss()
     if not math.isfinite(loss) or loss >= bar:
         return True, f"validation loss {loss:.4f}, not below the bigram model's {bar:.4f}"
     return False, f"validation loss {loss:.4f}, below the bigram model's {bar:.4f}"
@@ -288,211 +288,190 @@ def bigram_loss(path=CORPUS):
     text = path.read_text()
     tokenizer = CharTokenizer.from_text(text)
     train, val = train_val_split(tokenizer.encode(text), seq_len=64)
-    V = tokenizer.vocab_size
-    counts = np.ones((V, V))
+    counts = np.ones((tokenizer.vocab_size, tokenizer.vocab_size))
     np.add.at(counts, (train[:-1], train[1:]), 1.0)
     probs = counts / counts.sum(axis=1, keepdims=True)
     return float(-np.log(probs[val[:-1], val[1:]]).mean())
 
 
-def mutant_copy(mutant):
-    """A temporary copy of the package and its unit tests with the mutant applied (None: unchanged)."""
-    return project_copy(None if mutant is None else lambda copy: apply_mutant(mutant, copy))
+# ---------------------------------------------------------------- keys
+
+def definition(check, root=ROOT):
+    """The text that defines a check: its function and the helpers it runs, its settings, its own files."""
+    corpus = [pinned_corpus_digest()] if check.name == "training" else []
+    return [*check_code(check.name), files_text(*check.files, root=root), *corpus]
 
 
-def edit_spans(mutant):
-    """For each edit: (its path, the unchanged source, its first and last line there), for tools/reached.py;
-    None when an edit does not fit the unchanged source alone (it edits what an earlier edit wrote)."""
-    spans = []
-    for e in mutant.edits:
-        source = (ROOT / e.path).read_text()
-        try:
-            line = apply_edit(source, e)[1]
-        except ValueError:
-            return None
-        spans.append((e.path, source, line, line + e.old.count("\n")))
-    return spans
+@cache
+def check_code(name):
+    """The source of a check's function and of the helpers it runs, and its settings (read once per process)."""
+    helpers = (run, crash_line, run_pytest, run_in) + ((unit_test_files, imported_modules) if name == "tests"
+                                                        else (bigram_loss,) if name == "training" else ())
+    settings = [TIMEOUT_S] + ([TRAINING] if name == "training" else [])
+    return tuple([inspect.getsource(f) for f in (CHECK_FUNCTIONS[name], *helpers)] + [str(s) for s in settings])
 
 
-def run_one(mutant, ctx, waiting):
-    """Run every check against a copy with the mutant applied, in forks of a launcher borrowed from the queue
-    `waiting` (tools/preloaded.py); return the results by check.
-
-    The unchanged code (mutant None) records which functions each check's commands call, and hands each check's
-    result and record to the mutants through ctx["baseline"] as soon as it has them; it runs the unit tests,
-    which record nothing and take longest, last. A mutant takes the unchanged code's result of a check instead
-    of running it when every edit lies in a function that run never called (tools/reached.py): the check would
-    run the very same code. It does not wait for that result: a mutant that comes to a check before the
-    unchanged code has finished it (the first of the run) runs the check, as a run of one job never does."""
-    results, baseline = {}, ctx["baseline"]
-    order = CHECKS if mutant else sorted(CHECKS, key=lambda c: c.name == "tests")
-    spans = edit_spans(mutant) if mutant else None
-    with lent(waiting) as launcher, mutant_copy(mutant) as copy:
-        mutated = mutated_modules(mutant) if mutant else ()
-        try:
-            for check in order:
-                if mutant is not None and baseline[check.name].done():
-                    base = baseline[check.name].result()
-                    never = None if base["caught"] or spans is None else unreached(spans, base["reached"])
-                    if never:
-                        results[check.name] = {"caught": False, "detail": base["detail"], "seconds": 0.0,
-                                               "never_called": never}
-                        continue
-                records = [] if mutant is None else None
-                start = time.perf_counter()
-                caught, detail = CHECK_FUNCTIONS[check.name](
-                    copy, {**ctx, "launcher": launcher, "mutated": mutated, "records": records})
-                results[check.name] = {"caught": caught, "detail": detail,
-                                       "seconds": round(time.perf_counter() - start, 1)}
-                if mutant is None:
-                    baseline[check.name].set_result({**results[check.name], "reached": merged(records)})
-        except BaseException as e:
-            if mutant is None:  # the mutants waiting for these results would wait for ever
-                for future in baseline.values():
-                    if not future.done():
-                        future.set_exception(e)
-            raise
-    return {c.name: results[c.name] for c in CHECKS}
+def entry_key(mutant, check, value, root=ROOT):
+    """The key of one entry (see the module docstring). `value` is the entry's result: for the unit tests, a
+    caught mutant's key holds the test file that caught it; an uncaught one's every test file, and for the
+    other checks every package file, since any of them could come to catch it."""
+    parts = [environment(), *definition(check, root)]
+    if mutant is None:
+        return hash_parts(*parts, files_text(PACKAGE, UNIT_TESTS, "pyproject.toml", root=root))
+    parts += [*(f"{e.path}:{e.function}\0{e.old}\0{e.new}" for e in mutant.edits), *edited_text(mutant, root)]
+    found = re.search(r"first failure: ([^:\s]+)::", value["detail"]) if value and check.name == "tests" else None
+    if value is None or not value["caught"]:
+        parts.append(files_text(UNIT_TESTS if check.name == "tests" else PACKAGE, root=root))
+    elif check.name == "tests":  # the file that caught it (all of them, if the detail names none)
+        parts.append(files_text(found[1] if found and (root / found[1]).exists() else UNIT_TESTS, root=root))
+    return hash_parts(*parts)
 
 
-# ---------------------------------------------------------------- the whole run, and its cache
-
-def selected(names=None, quick=False):
-    by_name = {m.name: m for m in MUTANTS}
-    unknown = [n for n in names or [] if n not in by_name]
-    if unknown:
-        raise SystemExit(f"error: no mutant named {', '.join(unknown)} (see --list)")
-    if names:
-        return [by_name[n] for n in names]
-    return [by_name[n] for n in QUICK] if quick else list(MUTANTS)
+def entry_name(mutant, check):
+    return f"{mutant.name if mutant else UNCHANGED}/{check.name}"
 
 
-def mutant_record(mutant, results):
-    caught_by = [c.name for c in CHECKS if results[c.name]["caught"]]
-    path, function = mutant.subject
-    return {"name": mutant.name, "subject": {"path": path, "function": function}, "breaks": mutant.breaks,
-            "uncatchable": mutant.uncatchable,
-            "edits": [{"path": e.path, "function": e.function, "line": line, "old": e.old, "new": e.new}
-                      for e, line in zip(mutant.edits, edit_lines(mutant), strict=True)],
-            "results": results, "caught_by": caught_by,
-            "gap": not caught_by and not mutant.uncatchable}
+def stale_checks(report, mutant, root=ROOT):
+    """The checks whose stored result for the mutant (None: the unchanged code) is not current."""
+    return [c for c in CHECKS if report.current(entry_name(mutant, c), entry_key(
+        mutant, c, (report.entries.get(entry_name(mutant, c)) or {}).get("value"), root)) is None]
 
 
-def run_all(mutants, jobs=None, log=print):
-    """Run the unchanged code, then every mutant, through every check. Returns the report."""
-    ensure_corpus()
-    ctx = {"bigram_loss": bigram_loss(), "baseline": {c.name: Future() for c in CHECKS}}
-    start = time.perf_counter()
-    jobs = jobs or cores()
-    with launchers(jobs) as waiting, ThreadPoolExecutor(jobs) as pool:  # each check forks a worker's launcher
-        baseline = pool.submit(run_one, None, ctx, waiting)
-        futures = [(m, pool.submit(run_one, m, ctx, waiting)) for m in mutants]
-        base = baseline.result()
-        wrong = {name: r["detail"] for name, r in base.items() if r["caught"]}
+# ---------------------------------------------------------------- running
+
+def run_checks(mutant, checks):
+    """{check name: result} of the checks against a copy with the mutant applied (None: unchanged)."""
+    mutated = mutated_modules(mutant) if mutant else ()
+    results = {}
+    with project_copy(None if mutant is None else lambda copy: apply_mutant(mutant, copy)) as copy:
+        for check in checks:
+            start = time.perf_counter()
+            caught, detail = CHECK_FUNCTIONS[check.name](copy, mutated)
+            results[check.name] = {"caught": caught, "detail": detail,
+                                   "seconds": round(time.perf_counter() - start, 1)}
+    return results
+
+
+def compute(report, todo, jobs, log):
+    """Run the checks of `todo` ([(mutant, checks)]) and store their results; the unchanged code's checks, if
+    any, first and one at a time side by side, and it must pass them."""
+    base = [(None, [c]) for mutant, checks in todo if mutant is None for c in checks]
+    rest = [(m, checks) for m, checks in todo if m is not None]
+    with ThreadPoolExecutor(jobs) as pool:
+        for (mutant, _), results in zip(base, pool.map(lambda item: run_checks(*item), base)):
+            store(report, mutant, results, log)
+        wrong = {name: v["value"]["detail"] for name, v in report.entries.items()
+                 if name.startswith(UNCHANGED + "/") and v["value"]["caught"]}
         if wrong:
-            for _, f in futures:
-                f.cancel()
             raise RuntimeError("the checks fail on the unchanged code, so they cannot judge a mutant: "
                                + "; ".join(f"{k}: {v}" for k, v in wrong.items()))
-        log(f"{'unchanged code':<36} passes every check")
-        records = []
-        for mutant, future in futures:
-            record = mutant_record(mutant, future.result())
-            records.append(record)
-            log(f"{mutant.name:<36} {status_text(record)}")
-    return {"checks": [c.__dict__ for c in CHECKS], "bigram_loss": ctx["bigram_loss"], "baseline": base,
-            "mutants": records, "seconds": round(time.perf_counter() - start), "jobs": jobs,
-            "training_args": TRAINING}
+        for (mutant, _), results in zip(rest, pool.map(lambda item: run_checks(*item), rest)):
+            store(report, mutant, results, log)
+
+
+def store(report, mutant, results, log):
+    for name, value in results.items():
+        check = next(c for c in CHECKS if c.name == name)
+        report.put(entry_name(mutant, check), entry_key(mutant, check, value), value)
+    log(f"{mutant.name if mutant else UNCHANGED:<40} " + ", ".join(
+        f"{name}: {'caught' if v['caught'] else 'passed' if mutant is None else 'missed'}" for name, v in results.items()))
+
+
+def update(force=False, only=(), jobs=None, log=print, path=REPORT):
+    """Bring the report (reports/mutants.json) up to date: compute the entries whose key changed (every entry
+    with force, those of `only` too), keep the rest. Returns the report."""
+    report = KeyedReport(path)
+    list_files_again()
+    report.keep_only([entry_name(m, c) for m in [None, *MUTANTS] for c in CHECKS])
+    todo = [(m, list(CHECKS) if force or (m and m.name in only) else stale_checks(report, m)) for m in [None, *MUTANTS]]
+    todo = [(m, checks) for m, checks in todo if checks]
+    if todo:
+        ensure_corpus()
+        log(f"computing {sum(len(c) for _, c in todo)} of {(len(MUTANTS) + 1) * len(CHECKS)} entries "
+            f"({len(todo)} mutants or the unchanged code), {jobs or cores()} at a time")
+        compute(report, todo, jobs or cores(), log)
+    report.save()
+    return report
+
+
+def verify_sample(report, count, seed, jobs=None, log=print):
+    """Compute `count` reused entries again; return those whose result differs from the stored one."""
+    names = report.sample(count, seed)
+    log(f"recomputing {len(names)} reused entries (seed {seed}): {', '.join(names)}")
+    by_mutant = {}
+    for name in names:
+        mutant, _, check = name.rpartition("/")
+        by_mutant.setdefault(mutant, []).append(next(c for c in CHECKS if c.name == check))
+    work = [(None if m == UNCHANGED else BY_NAME[m], checks) for m, checks in by_mutant.items()]
+    if work:
+        ensure_corpus()
+    differ = []
+    with ThreadPoolExecutor(jobs or cores()) as pool:
+        for (mutant, _), results in zip(work, pool.map(lambda item: run_checks(*item), work)):
+            for check, fresh in results.items():
+                name = f"{mutant.name if mutant else UNCHANGED}/{check}"
+                stored = report.entries[name]["value"]
+                if (fresh["caught"], fresh["detail"]) != (stored["caught"], stored["detail"]):
+                    differ.append(f"{name}: stored {stored['caught']} ({stored['detail']}), now "
+                                  f"{fresh['caught']} ({fresh['detail']})")
+    return differ
+
+
+# ---------------------------------------------------------------- what the report says
+
+def records(report, selected=MUTANTS):
+    """One record per mutant, in the catalogue's order: its results by check, the checks that caught it, and
+    whether it is a gap (no check caught it, and it is not marked as invisible)."""
+    out = []
+    for m in selected:
+        results = {c.name: report.entries[entry_name(m, c)] for c in CHECKS}
+        caught_by = [c.name for c in CHECKS if results[c.name]["value"]["caught"]]
+        out.append({"mutant": m, "results": results, "caught_by": caught_by,
+                    "gap": not caught_by and not m.uncatchable})
+    return out
 
 
 def status_text(record):
     if record["caught_by"]:
         return "caught by " + ", ".join(record["caught_by"])
-    return "not caught (no check can see it)" if record["uncatchable"] else "SURVIVED"
-
-
-def ensure_corpus():
-    """Put the corpus in place, verified against the SHA-256 that scripts/fetch_corpus.py pins (it copies or
-    downloads it when it is missing or another file). Only a run calls this, right before it starts."""
-    subprocess.run([sys.executable, str(FETCH_CORPUS)], check=True)
-
-
-def pinned_corpus_digest():
-    """The SHA-256 that scripts/fetch_corpus.py requires of the corpus, read from its source (not run): a
-    run trains on exactly that file (ensure_corpus), so the key needs no corpus at hand."""
-    for node in ast.parse(FETCH_CORPUS.read_text()).body:
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["SHA256"]:
-            return ast.literal_eval(node.value)
-    raise ValueError(f"{FETCH_CORPUS.relative_to(ROOT)} pins no SHA256")
-
-
-# What a run's outcome depends on, besides the versions: the copied code and unit tests (with their
-# fixtures), these tools, and the script that pins the corpus's digest. The site's mutants page names
-# the same paths in its registry entry (a site test checks it).
-REPORT_INPUTS = ("transformer", "pyproject.toml", UNIT_TESTS, "tools/mutants.py", "tools/mutant_catalogue.py",
-                 "tools/project_copy.py", "tools/preloaded.py", "tools/reached.py", "scripts/fetch_corpus.py",
-                 "site_scripts/depends.py")  # it reads the test files' imports (unit_test_files)
-
-
-def report_key(quick):
-    """A hash of everything a run's outcome depends on (REPORT_INPUTS, the corpus by its pinned digest, the
-    versions). Computing it reads files; it never fetches or writes."""
-    files = [f for name in REPORT_INPUTS for f in ((sorted((ROOT / name).rglob("*.py")) if (ROOT / name).is_dir()
-                                                    else [ROOT / name]))]
-    parts = [part for path in files for part in (path.relative_to(ROOT).as_posix(), path.read_bytes())]
-    return hash_parts(*parts, pinned_corpus_digest(), numpy_version(), torch_version(), f"quick={quick}")
-
-
-def report_path(quick):
-    return CACHE / f"mutants-{'quick' if quick else 'full'}.json"
-
-
-def report(quick=False, jobs=None, force=False, log=print):
-    """The report of the whole (or quick) run: the stored one while its key is current, else a new run's.
-    A report is whole or absent (cached_json writes it beside its place, then renames it)."""
-    return cached_json(report_path(quick), report_key(quick),
-                       lambda: {**run_all(selected(quick=quick), jobs, log), "quick": quick}, force)
+    return "not caught (no check can see it)" if record["mutant"].uncatchable else "SURVIVED"
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.mutants", description=__doc__.splitlines()[0])
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
-    parser.add_argument("--quick", action="store_true", help="only the mutants of QUICK")
-    parser.add_argument("--only", nargs="+", metavar="NAME", help="only these mutants (not cached)")
-    parser.add_argument("--force", action="store_true", help="rerun even when the cached report is current")
+    parser.add_argument("--only", nargs="+", metavar="NAME", default=(), help="compute these mutants again")
+    parser.add_argument("--force", action="store_true", help="compute every entry again")
+    parser.add_argument("--sample", type=int, default=0, metavar="N",
+                        help="then compute N reused entries again and compare (CI does)")
+    parser.add_argument("--seed", type=int, default=None, help="which entries --sample draws (default: random)")
     parser.add_argument("-j", "--jobs", type=positive_int, default=None,
-                        help=f"mutants run at once (default: the cores this process may use, {cores()} here)")
-    parser.add_argument("--json", type=Path, help="also write the report here")
+                        help=f"mutants checked at once (default: the cores this process may use, {cores()} here)")
     args = parser.parse_args()
     if args.list:
         for m in MUTANTS:
-            lines = ", ".join(f"{e.path}:{line}" for e, line in zip(m.edits, edit_lines(m), strict=True))
-            print(f"{m.name:<36} {lines}")
+            print(f"{m.name:<40} " + ", ".join(f"{e.path}:{line}" for e, line in zip(m.edits, edit_lines(m))))
         return 0
+    unknown = [n for n in args.only if n not in BY_NAME]
+    if unknown:
+        parser.error(f"no mutant named {', '.join(unknown)} (see --list)")
     try:
-        if args.only:
-            result = run_all(selected(args.only), args.jobs)
-        else:
-            printed = []
-            result = report(args.quick, args.jobs, args.force, log=lambda line: printed.append(print(line, flush=True)))
-            if not printed:  # the report came from the cache: show its lines too
-                print(f"(the cached report of {report_path(args.quick).relative_to(ROOT)}, current for this code)")
-                for record in result["mutants"]:
-                    print(f"{record['name']:<36} {status_text(record)}")
+        report = update(args.force, args.only, args.jobs)
+        seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+        differ = verify_sample(report, args.sample, seed, args.jobs) if args.sample else []
     except (RuntimeError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
-    records = result["mutants"]
-    caught = sum(bool(r["caught_by"]) for r in records)
-    gaps = [r["name"] for r in records if r["gap"]]
-    taken = sum("never_called" in res for r in records for res in r["results"].values())
-    print(f"{caught} of {len(records)} mutants caught in {result['seconds']} s with {result['jobs']} jobs; "
-          f"{len(records) - caught - len(gaps)} that no check can see; "
-          f"survivors: {', '.join(gaps) or 'none'}; {taken} of {len(records) * len(CHECKS)} checks took the "
-          "unchanged code's result (their command never called the code the mutant changes)")
-    return 1 if gaps else 0
+    found = records(report)
+    for r in found:
+        print(f"{r['mutant'].name:<40} {status_text(r)}")
+    gaps = [r["mutant"].name for r in found if r["gap"]]
+    print(f"{sum(bool(r['caught_by']) for r in found)} of {len(found)} mutants caught; "
+          f"{len(report.computed)} entries computed now, {len(report.reused())} reused from reports/mutants.json; "
+          f"survivors: {', '.join(gaps) or 'none'}")
+    for line in differ:
+        print(f"DISAGREES: {line}")
+    return 1 if gaps or differ else 0
 
 
 if __name__ == "__main__":

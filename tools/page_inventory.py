@@ -1,9 +1,9 @@
 """What every page of a built site shows, as a list a change can be compared against: each page's
 sections (heading level, id and text) and tables (their header rows).
 
-    python tools/page_inventory.py site                 # print the inventory of site/ as JSON
-    python tools/page_inventory.py site --check FILE    # exit 1 if a section or table of FILE is gone
-    python tools/page_inventory.py site --write FILE    # record the inventory (after a wanted change)
+    python -m tools.page_inventory site                 # print the inventory of site/ as JSON
+    python -m tools.page_inventory site --check FILE    # exit 1 if a section or table of FILE is gone
+    python -m tools.page_inventory site --write FILE    # record the inventory (after a wanted change)
 
 The site tests compare the test build with tests/site/page_inventory.json, recorded from the site as
 it was before the page registry, so a refactor of the machinery cannot drop a section or a table

@@ -1,5 +1,5 @@
-"""A temporary copy of the project, and pytest run in it: what both mutation tools (tools/mutants.py and
-tools/scale_backward_outputs.py) do with each mutant, so that the working tree is never touched.
+"""A temporary copy of the project, and pytest run in it: what the mutation tools (tools/mutants.py,
+tools/scale_backward_outputs.py) and tools/checked_by.py do, so that the working tree is never touched.
 
 The copy holds the package, the unit tests (tests/unit: the tests that judge the model) and pyproject.toml
 (pytest's settings); nothing of the site or the tools.
@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from site_scripts.common import ROOT
+from .common import ROOT
 
 UNIT_TESTS = "tests/unit"
 COPIED = ("transformer", UNIT_TESTS, "pyproject.toml")
@@ -36,17 +36,9 @@ def project_copy(change=None, prefix="mutant-"):
         yield copy
 
 
-def run_in(copy, cmd, timeout=None, threads=None, env=None, launcher=None):
+def run_in(copy, cmd, timeout=None, threads=None, env=None):
     """Run `cmd` in the copy, which is what `transformer` imports there; None when it ran past `timeout`.
-    `threads` caps the BLAS and OpenMP threads (the default: as many as they take); `env` adds variables.
-
-    With a `launcher` (tools/preloaded.py), `cmd` is `[sys.executable, "-m", module, *args]` and runs in a fork
-    of the launcher, which has torch imported already, with the launcher's threads."""
-    if launcher is not None:
-        if cmd[:2] != [sys.executable, "-m"] or threads not in (None, launcher.threads):
-            raise ValueError(f"a launcher with {launcher.threads} threads runs `python -m`, not {cmd} "
-                             f"with {threads} threads")
-        return launcher.run(copy, cmd[2], cmd[3:], timeout, env)
+    `threads` caps the BLAS and OpenMP threads (the default: as many as they take); `env` adds variables."""
     env = dict(os.environ, **(env or {}), PYTHONPATH=str(copy), PYTHONDONTWRITEBYTECODE="1")
     if threads is not None:
         env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
@@ -66,12 +58,11 @@ class PytestRun:
     stderr: str
 
 
-def run_pytest(copy, args=(UNIT_TESTS,), timeout=None, threads=None, launcher=None):
-    """pytest -x on `args` in the copy (it stops at the first failure); None when it ran past `timeout`.
-    With a `launcher` (tools/preloaded.py), pytest runs in a fork of it (see `run_in`)."""
+def run_pytest(copy, args=(UNIT_TESTS,), timeout=None, threads=None):
+    """pytest -x on `args` in the copy (it stops at the first failure); None when it ran past `timeout`."""
     # pytest cuts each summary line to the terminal's width, the exception first: room for it after a long id
     result = run_in(copy, [sys.executable, "-m", "pytest", *args, "-x", "-q", "-p", "no:cacheprovider"],
-                    timeout, threads, env={"COLUMNS": "300"}, launcher=launcher)
+                    timeout, threads, env={"COLUMNS": "300"})
     if result is None:
         return None
     lines = result.stdout.splitlines()

@@ -27,7 +27,7 @@ from pathlib import Path
 from transformer.cli import EXIT_USER_ERROR
 from transformer.errors import TransformerError
 
-from site_scripts.common import ROOT
+from tools.common import ROOT
 
 CHECKPOINT_LEFTOVERS = (".npz", ".tmp")  # a refused run must leave neither behind
 TIMEOUT_S = 300  # per process: a bad input that makes a command hang stops the build after this long

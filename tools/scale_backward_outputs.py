@@ -7,7 +7,7 @@ output is multiplied by 1.001, run the unit tests (tests/unit) against the copy,
 and record whether they failed.
 The working tree is never touched. Exit status 1 if any mutant survives.
 
-    python tools/scale_backward_outputs.py [--list] [--only NAME ...] [-j 2]
+    python -m tools.scale_backward_outputs [--list] [--only NAME ...] [-j 2]
 """
 
 import argparse
@@ -15,13 +15,10 @@ import ast
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
-if __package__ in (None, ""):  # run as `python tools/scale_backward_outputs.py`: import from the project root
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from site_scripts.common import ROOT  # noqa: E402
-from tools.project_copy import UNIT_TESTS, project_copy, run_pytest  # noqa: E402
+from tools.common import ROOT
+from tools.project_copy import UNIT_TESTS, project_copy, run_pytest
 
 FACTOR = "1.001"
 # Mutants that compute the same numbers as the original, so no test can (or

@@ -1,6 +1,6 @@
 """Compare what two built sites say: the text of every page's article (not the theme's navigation), line by line.
 
-    python tools/site_diff.py SITE_A SITE_B
+    python -m tools.site_diff SITE_A SITE_B
 
 Two builds of one commit, in the same mode (full or SITE_QUICK=1), from the locked packages, should print the
 same tensors, losses, gradient gaps, counts and checks, character for character; what may differ is what
@@ -16,10 +16,8 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as `python tools/site_diff.py`: import from the project root, as `-m` does
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from tools.page_inventory import pages  # noqa: E402
+from tools.page_inventory import pages
 
 SKIPPED = ("script", "style")  # their text is code, not what the page says
 # Tags that start a line of their own, so that neighbouring cells, items or figure labels never run together.

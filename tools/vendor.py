@@ -6,8 +6,8 @@
 and unpacks only the listed files into docs/assets/vendor/ (a folder in .gitignore). scripts/setup runs it
 when a vendored file is missing.
 
-    python tools/vendor.py             # fetch, check and unpack
-    python tools/vendor.py --refresh   # after changing a version in the lock: record the registry's hash
+    python -m tools.vendor             # fetch, check and unpack
+    python -m tools.vendor --refresh   # after changing a version in the lock: record the registry's hash
 
 Nothing is executed from the packages and no path is taken from inside a tarball: each file is written to the
 place the lock names.
@@ -42,7 +42,7 @@ def check(tarball, name, expected):
     got = integrity(tarball)
     if got != expected:
         raise VendorError(f"{name}: the tarball's SHA-512 is {got}, the lock records {expected or 'nothing'} "
-                          f"(run `python tools/vendor.py --refresh` only if you changed its version on purpose)")
+                          f"(run `python -m tools.vendor --refresh` only if you changed its version on purpose)")
 
 
 def unpack(tarball, files, dest):

@@ -91,7 +91,7 @@ def bars_md(results):
         chosen = cells()
         return (f"This build measured contexts {list(chosen['contexts'])} and {list(chosen['requests'])} requests "
                 "only (the quick build); the issue's bars, at a context of 256 and for 16 requests, are measured "
-                "by the full build and by `python tools/bench_decode.py`.\n")
+                "by the full build and by `python -m tools.bench_decode`.\n")
     return ("The bars of the issue, as `bench_decode.bars` reads them off this run:\n\n"
             + "\n".join(f"- {line.removeprefix('bar: ')}" for line in lines) + "\n")
 

@@ -1,11 +1,10 @@
 """Generator of the contributors' page: every entry of the registry, as the build sees it, and the run that
 measured which tests check each function (tools/checked_by.py)."""
 
-from tools import checked_by
+from tools.checked_by import TRACE
 from tools.perturbations import RULES
 
 from .. import build, checked, registry, sections
-from ..common import mode
 from ..registry import Rows, Steps
 
 PAGE = "architecture"
@@ -52,23 +51,19 @@ def used_on(units, most=12):
 
 
 def checked_md():
-    """The measurement behind every "Checked by": what this build's report holds, what it cost, and which
+    """The measurement behind every "Checked by": what the report holds, where its entries come from, and which
     rule made which functions' outputs wrong."""
     report = checked.report()
-    units = report["units"]
+    units = {u: e["value"] for u, e in report.entries.items() if u != TRACE}
     measured = [u for u, r in units.items() if r["measured"]]
-    banner = (f'!!! warning "Quick run"\n    This build measured {len(units)} of the {len(checked_by.page_units())} '
-              "functions the pages explain, tracing only "
-              + ", ".join(f"`{f}`" for f in checked_by.QUICK_FILES)
-              + " (SITE_QUICK=1, as the test suite builds the site). `scripts/site` measures them all.\n\n"
-              if mode() == "quick" else "")
     rows = [[f"`{name}`", what, used_on([u for u in measured if name in units[u]["rules"]])]
             for name, what in RULES.items()]
     unmeasured = [f"`{u}`: {r['reason']}" for u, r in units.items() if not r["measured"]]
-    return (banner + f"This build's report: {report['traced_tests']} unit tests traced in {report['trace_seconds']} s; "
-            f"{len(measured)} of {len(units)} functions measured, {sum(bool(units[u]['failed']) for u in measured)} "
-            f"of them checked by at least one test; the whole run took {report['seconds']} s with "
-            f"{report['jobs']} processes at a time.\n\n"
+    trace = report.entries[TRACE]["value"]
+    return (f"The report, `reports/checked-by.json`: {trace['tests']} unit tests traced; {len(measured)} of "
+            f"{len(units)} functions measured, {sum(bool(units[u]['failed']) for u in measured)} of them checked by "
+            f"at least one test. Its entries were computed {report.provenance()} (a `+` marks "
+            f"a working tree with changes on top of that commit); {len(report.computed)} of them by this build.\n\n"
             + sections.md_table(["Rule", "What it does to the output", "Used on"], rows)
             + ("\nNot measured: " + "; ".join(unmeasured) + ".\n" if unmeasured else ""))
 

@@ -216,7 +216,7 @@ def speed_md():
     cfg = PRESETS["A"]
     return (f"One float32 training step (forward, backward, AdamW) of configuration A (B = "
             f"{autograd_speed.BATCH['A']}, T = {cfg.context_len}, d = {cfg.emb_dim}, L = {cfg.num_layers}), median "
-            f"of {steps} steps each, the three alternating in blocks (`python tools/autograd_speed.py`). Times "
+            f"of {steps} steps each, the three alternating in blocks (`python -m tools.autograd_speed`). Times "
             "depend on the machine and its load, unlike every other number on this page.\n\n"
             + sections.md_table(["Step", "ms", "× hand-written"], rows))
 

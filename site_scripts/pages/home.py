@@ -65,5 +65,7 @@ def checked_md():
 
 
 def generate(context):
-    return {"dataflow": dataflow_md(), "checked": checked_md(),
+    from transformer.data import TRAIN_FRACTION
+
+    return {"values": {"train_share": TRAIN_FRACTION}, "dataflow": dataflow_md(), "checked": checked_md(),
             "provenance": sections.provenance_md(PAGE, {"ids": SEED})}

@@ -176,5 +176,6 @@ def symbols_md():
 
 
 def generate(context):
-    return {"symbols": symbols_md(), "example": example_md(), "schedule": schedule_md(), "clip": clip_md(),
+    overflow = {dtype: float(np.sqrt(np.finfo(dtype).max)) for dtype in ("float32", "float64")}
+    return {"values": {"overflow": overflow}, "symbols": symbols_md(), "example": example_md(), "schedule": schedule_md(), "clip": clip_md(),
             "decay": decay_md()}

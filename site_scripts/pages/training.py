@@ -207,5 +207,7 @@ def processes_md(same_bits):
 
 
 def generate(context):
-    return {"symbols": symbols_md(), "example": example_md(), "run": run_md(), "policies": policies_md(),
+    from transformer.data import TRAIN_FRACTION
+
+    return {"values": {"train_share": TRAIN_FRACTION, "val_share": 1 - TRAIN_FRACTION}, "symbols": symbols_md(), "example": example_md(), "run": run_md(), "policies": policies_md(),
             "shards": shards_md()}

@@ -16,11 +16,13 @@ ENV.pop("SITE_REPO_URL", None)
 
 
 def mkdocs_build(site_dir, cwd=ROOT):
-    # The venv's mkdocs script, as scripts/site runs it: unlike `python -m mkdocs`, it does not put the current
-    # folder on sys.path, so the build must find the project's packages by itself.
-    mkdocs = Path(sys.executable).with_name("mkdocs")
-    return subprocess.run([str(mkdocs), "build", "--strict", "--site-dir", str(site_dir)],
-                          cwd=cwd, capture_output=True, text=True, env=ENV)
+    """`python -m mkdocs build --strict`, as scripts/site runs it from the project root (which is then on
+    sys.path); a build of another folder's site finds the project through PYTHONPATH."""
+    env = {k: v for k, v in ENV.items() if k != "PYTHONPATH"}
+    if Path(cwd) != ROOT:
+        env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],
+                          cwd=cwd, capture_output=True, text=True, env=env)
 
 
 def build_once(folder):

@@ -10,6 +10,7 @@ import pytest
 
 from site_scripts import checked
 from tools import checked_by
+from tools.keyed_report import KeyedReport
 from tools.perturbations import FACTOR, RULES, changed_in_place, perturb, rules_for, snapshot
 
 
@@ -302,13 +303,25 @@ def test_shards_are_perturbed_alike_so_the_tests_of_sharding_only_use_the_model(
     sharded step equals one pass and no test of tests/unit/test_parallel.py fails; the tests of worker processes
     skip, and so call nothing. Watched failing (six tests) while worker processes, which import the package
     unwrapped, computed their shards unperturbed."""
-    result = checked_by.run_all(["layernorm:layer_norm_backward"], ["tests/unit/test_parallel.py"], jobs=1,
-                                log=lambda line: None)
-    record = result["units"]["layernorm:layer_norm_backward"]
+    unit = "layernorm:layer_norm_backward"
+    records, _, _ = checked_by.measure([unit], lambda calls: [unit], 1, log=lambda line: None,
+                                       files=["tests/unit/test_parallel.py"])
+    record = records[unit]
     assert record["measured"] and len(record["tests"]) >= 5, record  # the threads' tests call it
     in_threads = ("-False-", "float32_gradients_stay_float32", "evaluation_in_threads")
     assert all(any(mark in test for mark in in_threads) for test in record["tests"]), record["tests"]
     assert record["failed"] == [] and record["not_run"] == []
+
+
+def test_a_units_key_moves_with_its_source_and_its_tests_files_not_with_other_code():
+    """What a unit's entry depends on (tools/checked_by.unit_key): watched failing with the test files left out."""
+    calling = ["tests/unit/test_layers.py::test_a", "tests/unit/test_model.py::test_b"]
+    key = checked_by.unit_key("layernorm:layer_norm_backward", calling)
+    assert key == checked_by.unit_key("layernorm:layer_norm_backward", list(calling))
+    assert key != checked_by.unit_key("layernorm:layer_norm_forward", calling)
+    assert key != checked_by.unit_key("layernorm:layer_norm_backward", calling[:1])
+    with pytest.raises(ValueError, match="defines no no_such"):
+        checked_by.unit_source("layernorm:no_such")
 
 
 def test_a_test_that_fails_on_the_unchanged_code_stops_the_run(tmp_path):
@@ -322,18 +335,24 @@ def test_a_test_that_fails_on_the_unchanged_code_stops_the_run(tmp_path):
 
 # ---------------------------------------------------------------- the pages' use of the report
 
-REPORT = {"units": {
+UNITS_REPORT = {
     "model:forward": {"measured": True, "reason": "", "rules": ["scaled"], "untouched": [], "seconds": 1.0,
                       "not_run": [], "hung": [], "outside": 0,
                       "tests": ["tests/unit/test_model.py::test_a[relu]", "tests/unit/test_model.py::test_a[gelu]",
                                 "tests/unit/test_model.py::test_b"],
                       "failed": ["tests/unit/test_model.py::test_a[gelu]"]},
     "optim:adamw_update": {"measured": False, "reason": "it returns nothing a rule can change (None)", "rules": [],
-                           "untouched": [], "seconds": 0.0, "not_run": [], "tests": ["t.py::test_c"], "failed": []}}}
+                           "untouched": [], "seconds": 0.0, "not_run": [], "tests": ["t.py::test_c"], "failed": []}}
+
+
+def as_report(units, path=None):
+    report = KeyedReport(path or "/nonexistent/checked-by.json")
+    report.entries = {u: {"key": "k", "commit": "abc", "value": v} for u, v in units.items()}
+    return report
 
 
 def test_a_page_lists_the_tests_that_fail_with_their_command_and_those_that_only_use_it(monkeypatch):
-    monkeypatch.setattr(checked, "report", lambda log=print: REPORT)
+    monkeypatch.setattr(checked, "report", lambda log=print: as_report(UNITS_REPORT))
     text = checked.checked_md("model:forward", [])
     assert "Of the 2 unit tests that call it, directly or not, **1 fails**" in text
     assert "| `test_a` (cases gelu) | `pytest tests/unit/test_model.py::test_a` |" in text
@@ -344,9 +363,9 @@ def test_a_page_lists_the_tests_that_fail_with_their_command_and_those_that_only
 
 
 def test_a_page_says_which_tests_hung_and_what_the_measurement_cannot_see(monkeypatch):
-    forward = REPORT["units"]["model:forward"]
-    hung = {"units": {"model:forward": {**forward, "hung": forward["failed"], "outside": 2}}}
-    monkeypatch.setattr(checked, "report", lambda log=print: hung)
+    forward = UNITS_REPORT["model:forward"]
+    hung = {"model:forward": {**forward, "hung": forward["failed"], "outside": 2}}
+    monkeypatch.setattr(checked, "report", lambda log=print: as_report(hung))
     text = checked.checked_md("model:forward", [])
     assert "Of the tests that fail, `test_a` (cases gelu) hung with the perturbation" in text
     assert "called 2 times outside any test" in text
@@ -355,34 +374,30 @@ def test_a_page_says_which_tests_hung_and_what_the_measurement_cannot_see(monkey
 def test_a_page_says_why_a_function_was_not_measured(monkeypatch):
     from site_scripts.code_facts import Place
 
-    monkeypatch.setattr(checked, "report", lambda log=print: REPORT)
+    monkeypatch.setattr(checked, "report", lambda log=print: as_report(UNITS_REPORT))
     text = checked.checked_md("optim:adamw_update", [Place("tests/unit/test_optim.py", 3, "test_d")])
     assert "**not measured**: it returns nothing a rule can change (None)" in text
     assert "name it in their code (read, not measured): `test_d`" in text and "Run it" not in text
-    monkeypatch.setattr(checked, "quick", lambda: True)
-    assert "this quick build (SITE_QUICK=1) measured only" in checked.checked_md("model:backward", [])
 
 
-def test_a_pages_key_holds_the_printed_entries_of_its_own_functions_only(monkeypatch):
-    from tools import checked_by as tool
+def test_a_pages_key_holds_the_printed_entries_of_its_own_functions_only(tmp_path, monkeypatch):
+    def keys(units, *names):
+        as_report(units, tmp_path / "r.json").save()
+        monkeypatch.setattr(checked_by, "REPORT", tmp_path / "r.json")
+        return checked.key_text(names)
 
-    def keys(report, *units):
-        monkeypatch.setattr(tool, "stored", lambda quick: report)
-        monkeypatch.setattr(checked, "_stored", {})  # read the report again
-        return checked.key_text(units)
-
-    changed = {"units": {**REPORT["units"], "optim:adamw_update": {**REPORT["units"]["optim:adamw_update"],
-                                                                   "failed": ["t.py::test_c"]}}}
-    assert keys(REPORT, "model:forward") == keys(changed, "model:forward")
-    assert keys(REPORT, "model:forward", "optim:adamw_update") != keys(changed, "model:forward", "optim:adamw_update")
+    changed = {**UNITS_REPORT, "optim:adamw_update": {**UNITS_REPORT["optim:adamw_update"], "failed": ["t.py::test_c"]}}
+    assert keys(UNITS_REPORT, "model:forward") == keys(changed, "model:forward")
+    assert keys(UNITS_REPORT, "model:forward", "optim:adamw_update") != keys(changed, "model:forward",
+                                                                               "optim:adamw_update")
     # how long measuring a function took is printed nowhere: a new report that differs only there reruns no page
-    slower = {"units": {**REPORT["units"], "model:forward": {**REPORT["units"]["model:forward"], "seconds": 9.0}}}
-    assert keys(REPORT, "model:forward") == keys(slower, "model:forward")
+    slower = {**UNITS_REPORT, "model:forward": {**UNITS_REPORT["model:forward"], "seconds": 9.0}}
+    assert keys(UNITS_REPORT, "model:forward") == keys(slower, "model:forward")
 
 
 def test_the_full_model_page_says_which_tests_check_forward(built_site):
-    """Measured in the quick build too (forward is among QUICK): the comparison with the KV cache's decoding
-    sees a scaled forward; the causality and batch-of-one tests compare forward with itself, so they cannot."""
+    """The comparison with the KV cache's decoding sees a scaled forward; the causality and batch-of-one tests
+    compare forward with itself, so they cannot."""
     from site_scripts import build
 
     text = (build.fragments_dir("quick") / "model" / "used.md").read_text()  # built_site's: a quick build
@@ -393,16 +408,9 @@ def test_the_full_model_page_says_which_tests_check_forward(built_site):
         assert f"`{name}`" in using and name not in checking
 
 
-def test_a_pages_key_moves_with_what_its_checked_by_lines_print_besides_the_report(monkeypatch):
-    """checked_md prints each perturbation rule's wording and, in the quick build, which units were measured:
-    the pages' keys (key_text) must move with both."""
+def test_a_pages_key_moves_with_the_rules_wording_that_its_checked_by_lines_print(monkeypatch):
     unit = ["layernorm:layer_norm_backward"]
     before = checked.key_text(unit)
     rule = next(iter(checked.RULES))
     monkeypatch.setitem(checked.RULES, rule, checked.RULES[rule] + ", reworded")
     assert checked.key_text(unit) != before
-    monkeypatch.undo()
-    monkeypatch.setenv("SITE_QUICK", "1")
-    quick = checked.key_text(unit)
-    monkeypatch.setattr(checked.tool, "QUICK", (*checked.tool.QUICK, "softmax:softmax_forward"))
-    assert checked.key_text(unit) != quick

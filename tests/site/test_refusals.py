@@ -113,7 +113,7 @@ def test_every_case_names_tests_that_are_defined_once_under_tests():
 
 
 def test_the_command_line_check_exits_1_when_a_bad_input_is_accepted(monkeypatch, capsys):
-    """python tools/bad_input_cases.py is the page's check without the site: a case that is not refused fails it."""
+    """python -m tools.bad_input_cases is the page's check without the site: a case that is not refused fails it."""
     monkeypatch.setattr(bad_input_cases, "CASES", [Case("accepted", "", "", call="forward(params, ids, cfg)")])
     assert bad_input_cases.main([]) == 1
     assert capsys.readouterr().err.startswith("error: ")

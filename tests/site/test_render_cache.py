@@ -14,7 +14,7 @@ from mkdocs.structure.pages import Page
 
 from site_scripts import render_cache
 from site_scripts.common import ROOT
-from tools.bench_rebuild import differing_files
+from site_scripts.bench_rebuild import differing_files
 
 CONFIG = """site_name: kept pages
 theme: material
@@ -27,9 +27,7 @@ markdown_extensions:
   - toc: {{permalink: true}}
   - pymdownx.snippets: {{base_path: ["{snippets}"], check_paths: true}}
 """
-HOOK = f"""import sys
-sys.path.insert(0, {str(ROOT)!r})
-from site_scripts import render_cache
+HOOK = """from site_scripts import render_cache
 
 def on_config(config):
     render_cache.install(config)

@@ -334,8 +334,7 @@ def test_a_broken_marker_fails_the_build(monkeypatch):
 def test_a_link_to_a_code_line_that_does_not_exist_fails_the_strict_build(tmp_path):
     """Negative control for the code-line anchors mkdocs checks through the hook."""
     (tmp_path / "docs").mkdir()
-    (tmp_path / "hook.py").write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
-                                      "from site_scripts.hook import on_page_content  # noqa: E402,F401\n")
+    (tmp_path / "hook.py").write_text("from site_scripts.hook import on_page_content  # noqa: F401\n")
     (tmp_path / "mkdocs.yml").write_text(textwrap.dedent("""\
         site_name: t
         validation: {anchors: warn}
@@ -357,7 +356,7 @@ def test_a_link_to_a_code_line_that_does_not_exist_fails_the_strict_build(tmp_pa
 def test_every_section_and_table_recorded_before_the_page_registry_is_still_shown(built_site):
     """tests/site/page_inventory.json holds each page's sections and table headers as the site showed them
     before the registry and the anatomy template (quick build); none may be gone. After a wanted change,
-    record it again: python tools/page_inventory.py <site> --write tests/site/page_inventory.json"""
+    record it again: python -m tools.page_inventory <site> --write tests/site/page_inventory.json"""
     from tools.page_inventory import inventory, missing
 
     recorded = json.loads((ROOT / "tests" / "site" / "page_inventory.json").read_text())

@@ -7,15 +7,13 @@ import json
 import re
 import subprocess
 import sys
-import urllib.request
 
 import numpy as np
 import pytest
 
 from site_scripts.common import ROOT, cached_json
-from site_scripts.sections import function_page
-from tools import (bench_kernels, bench_rebuild, bench_step, bench_train_loop, mutant_catalogue, mutants,
-                   scale_backward_outputs, vendor)
+from site_scripts import bench_rebuild
+from tools import bench_kernels, bench_step, bench_train_loop, scale_backward_outputs, vendor
 
 
 def test_every_backward_output_becomes_a_mutant_that_compiles():
@@ -262,105 +260,7 @@ def test_a_lock_that_disagrees_with_pyproject_is_caught():
                         "numpy 1.0 is installed, the lock pins 2.4.6"]
 
 
-# ---------------------------------------------------------------- tools/mutants.py: checking the checks
-
-def test_every_catalogued_mutant_fits_the_code_once_and_compiles():
-    """Each edit's text occurs exactly once in its function, so no mutant silently tests nothing."""
-    assert len(mutants.MUTANTS) >= 20 and len({m.name for m in mutants.MUTANTS}) == len(mutants.MUTANTS)
-    for m in mutants.MUTANTS:
-        sources = {}
-        for e in m.edits:
-            source = sources.get(e.path) or (ROOT / e.path).read_text()
-            mutated, line = mutants.apply_edit(source, e)
-            assert mutated != source and e.new.split("\n")[0] in mutated.splitlines()[line - 1]
-            sources[e.path] = mutated
-        for path, text in sources.items():
-            compile(text, path, "exec")
-
-
-def test_every_mutant_is_in_a_function_that_a_page_lists():
-    """The tool names the function each mutant is in; the site finds its page from that (the matrix's Page
-    column)."""
-    for m in mutants.MUTANTS:
-        path, function = m.subject
-        assert function in {n.name for n in ast.walk(ast.parse((ROOT / path).read_text()))
-                            if isinstance(n, (ast.FunctionDef, ast.ClassDef))}, m.name  # a method's is its class
-        assert function_page(path, function) is not None, m.name
-    module_level = next(m for m in mutants.MUTANTS if m.name == "weight-decay-on-layernorm-gains")
-    assert module_level.edits[0].function is None and module_level.subject == ("transformer/optim.py", "is_decayed")
-    with pytest.raises(ValueError, match="needs `about`"):
-        mutant_catalogue.Mutant("x", "breaks", module_level.edits).subject
-
-
-def test_a_mutant_that_no_longer_fits_the_code_stops_the_run():
-    """Negative control: text that is absent, or present twice, is refused with the place named."""
-    absent = mutant_catalogue.edit("transformer/layernorm.py:layer_norm_backward", "dx = dxhat * 2", "dx = 0")
-    with pytest.raises(ValueError, match=r"occurs 0 times in transformer/layernorm.py:layer_norm_backward"):
-        mutants.apply_edit((ROOT / absent.path).read_text(), absent)
-    twice = mutant_catalogue.edit("transformer/layernorm.py:layer_norm_backward", "dx -= ", "dx += ")
-    with pytest.raises(ValueError, match="occurs 2 times"):
-        mutants.apply_edit((ROOT / twice.path).read_text(), twice)
-    missing = mutant_catalogue.edit("transformer/layernorm.py:no_such_function", "x", "y")
-    with pytest.raises(ValueError, match="expected one function no_such_function"):
-        mutants.apply_edit((ROOT / missing.path).read_text(), missing)
-
-
-def test_the_unit_tests_of_a_mutant_start_with_its_modules_own_file_then_the_files_that_import_it(tmp_path):
-    """A mutant of nf4: test_nf4.py, then the files that import nf4 at their top in each form, then the usual
-    order. Imports inside a test, relative ones and other modules do not count. Watched failing with the files
-    that import it left in the usual order, and with each form of import, in turn, not counted."""
-    files = {"test_nf4.py": "",
-             "test_alpha.py": "from transformer.nf4 import pack\n",
-             "test_beta.py": "from transformer import lora, nf4\n",
-             "test_gamma.py": "import numpy\nimport transformer.nf4 as q\n",
-             "test_cli.py": "from .helpers import nf4\nimport transformer\nfrom transformer import cli\n\n\n"
-                            "def test_x():\n    from transformer import nf4\n",
-             **{name: "" for name in mutants.UNIT_TEST_ORDER}}
-    (tmp_path / "tests" / "unit").mkdir(parents=True)
-    for name, text in files.items():
-        (tmp_path / "tests" / "unit" / name).write_text(text)
-    (tmp_path / "transformer").mkdir()
-    for module in ("nf4", "lora", "cli"):  # `from transformer import nf4` names a module only where it is one
-        (tmp_path / "transformer" / f"{module}.py").write_text("")
-    usual = [f"tests/unit/{name}" for name in (*mutants.UNIT_TEST_ORDER, "test_alpha.py", "test_beta.py",
-                                               "test_cli.py", "test_gamma.py", "test_nf4.py")]
-    assert mutants.unit_test_files(tmp_path) == usual
-    first = [f"tests/unit/test_{name}.py" for name in ("nf4", "alpha", "beta", "gamma")]
-    assert mutants.unit_test_files(tmp_path, first={"nf4"}) == first + [f for f in usual if f not in first]
-    own_then_usual = ["tests/unit/test_cli.py", "tests/unit/test_layers.py"]
-    assert mutants.unit_test_files(tmp_path, first={"cli"})[:2] == own_then_usual
-    by_name = {m.name: m for m in mutant_catalogue.MUTANTS}
-    assert mutants.mutated_modules(by_name["shard-parameters-shared-once"]) == {"shard_processes"}
-    assert mutants.mutated_modules(by_name["pool-accepts-a-double-return"]) == {"kv_cache"}
-
-
-def test_the_mutant_runner_sees_what_each_check_can_see():
-    """The runner on three cases, with the two fast checks: the unchanged code passes both; a LayerNorm dx
-    without its mean term fails finite differences; a different epsilon, consistent between forward and
-    backward, passes finite differences and fails only the comparison with PyTorch."""
-    pytest.importorskip("torch")
-    by_name = {m.name: m for m in mutants.MUTANTS}
-    expected = {None: (False, False), "layernorm-dx-no-mean-term": (True, True),
-                "layernorm-other-epsilon": (False, True)}
-    for name, (by_gradcheck, by_crosscheck) in expected.items():
-        with mutants.mutant_copy(by_name.get(name)) as copy:
-            seen_gradcheck, detail = mutants.check_gradcheck(copy, {})
-            assert seen_gradcheck == by_gradcheck, (name, detail)
-            seen_crosscheck, detail = mutants.check_crosscheck(copy, {})
-            assert seen_crosscheck == by_crosscheck, (name, detail)
-    with mutants.mutant_copy(by_name["layernorm-dx-no-mean-term"]) as copy:
-        _, detail = mutants.check_gradcheck(copy, {})
-        assert "ln1_g" in detail  # the parameters upstream of a LayerNorm are named
-
-
-def test_the_bigram_bar_is_the_cross_entropy_of_counted_pairs(tmp_path):
-    """On a text where each character fixes the next one, the bigram model is nearly certain; on the
-    same characters in a random order it is close to log of the number of characters."""
-    (tmp_path / "cycle.txt").write_text("abcd" * 5000)
-    assert mutants.bigram_loss(tmp_path / "cycle.txt") < 0.01
-    rng = np.random.default_rng(0)
-    (tmp_path / "noise.txt").write_text("".join(rng.choice(list("abcd"), 20000)))
-    assert abs(mutants.bigram_loss(tmp_path / "noise.txt") - np.log(4)) < 0.01
+# ---------------------------------------------------------------- the site's rebuild benchmark
 
 def test_rebuild_benchmark_edit_lands_inside_the_function_and_changes_no_result(tmp_path):
     path, module = bench_rebuild.find_function(ROOT, "layer_norm_backward")
@@ -451,90 +351,6 @@ def test_rebuild_benchmark_explains_an_extra_rerun_by_the_lines_the_edit_moved()
     assert reasons["notebook attention_maps"] == ["notebook shakespeare (depended on, reran)"]
 
 
-def test_a_checks_words_show_on_the_page_as_they_are():
-    """A test's exception is quoted in a mutant's details: rendered as the site renders Markdown, it must read
-    the same, not become a tag, emphasis or math. Watched failing with the detail put in as it is."""
-    import html
-
-    import markdown
-
-    from site_scripts.pages import mutants as page
-
-    detail = "first failure: t.py::test_a_b[x] (assert <function f at 0x1> == $1 * 2$ and `a` * [b](c))"
-    results = {c.name: {"caught": True, "detail": detail, "seconds": 1.0} for c in mutants.CHECKS}
-    record = mutants.mutant_record(mutants.MUTANTS[0], results)
-    report = {"mutants": [record], "checks": [c.__dict__ for c in mutants.CHECKS]}
-    md = markdown.Markdown(extensions=["pymdownx.arithmatex"],  # as mkdocs.yml has it
-                           extension_configs={"pymdownx.arithmatex": {"generic": True}})
-    shown = html.unescape(re.sub(r"<[^>]+>", "", md.convert(page.details_md(report, "https://x"))))
-    assert shown.count(detail) == len(mutants.CHECKS)
-
-
-def test_a_surviving_mutant_is_shown_as_a_gap_and_fails_the_tool(tmp_path, monkeypatch, capsys):
-    """Negative control of the page and the tool's exit status: a report with a survivor."""
-    from site_scripts.pages import mutants as page
-
-    results = {c.name: {"caught": False, "detail": "passed", "seconds": 1.0} for c in mutants.CHECKS}
-    survivor = mutants.mutant_record(next(m for m in mutants.MUTANTS if m.name == "attention-grad-no-scale"), results)
-    invisible = mutants.mutant_record(next(m for m in mutants.MUTANTS if m.uncatchable), results)
-    report = {"mutants": [survivor, invisible], "checks": [c.__dict__ for c in mutants.CHECKS],
-              "baseline": results, "seconds": 1, "jobs": 1, "quick": False}
-    assert survivor["gap"] and not invisible["gap"]
-    assert "attention-grad-no-scale" in page.gaps_md(report) and invisible["name"] not in page.gaps_md(report)
-    assert "(gap)" in page.matrix_md(report)
-    monkeypatch.setattr(mutants, "report", lambda *args, **kwargs: report)
-    monkeypatch.setattr(sys, "argv", ["mutants.py"])
-    assert mutants.main() == 1
-    assert "survivors: attention-grad-no-scale" in capsys.readouterr().out
-
-    # The same report stored under the current key: the tool reads it back (runs nothing) and still fails.
-    monkeypatch.undo()
-    stored = tmp_path / "cache" / "mutants-full.json"
-    key = mutants.report_key(False)
-    cached_json(stored, key, lambda: report)
-    monkeypatch.setattr(mutants, "report_path", lambda quick: stored)
-    monkeypatch.setattr(mutants, "report_key", lambda quick: key)  # as computed before ROOT moves
-    monkeypatch.setattr(mutants, "ROOT", tmp_path)  # where the tool names the stored report from
-    monkeypatch.setattr(mutants, "run_all", lambda *args, **kwargs: pytest.fail("a current report was rerun"))
-    monkeypatch.setattr(sys, "argv", ["mutants.py"])
-    assert mutants.main() == 1
-    out = capsys.readouterr().out
-    assert "(the cached report of cache/mutants-full.json" in out and "survivors: attention-grad-no-scale" in out
-
-
-def test_a_current_report_is_reused_and_a_stale_one_is_rerun(tmp_path, monkeypatch):
-    stored = tmp_path / "mutants-quick.json"
-    monkeypatch.setattr(mutants, "report_path", lambda quick: stored)
-    monkeypatch.setattr(mutants, "report_key", lambda quick: "key 1")
-    runs = []
-    monkeypatch.setattr(mutants, "run_all", lambda *args, **kwargs: runs.append(1) or {"mutants": [len(runs)]})
-    assert mutants.report(quick=True) == {"mutants": [1], "quick": True}
-    assert mutants.report(quick=True) == {"mutants": [1], "quick": True} and len(runs) == 1  # reused
-    assert json.loads(stored.read_text()) == {"key": "key 1", "value": {"mutants": [1], "quick": True}}
-    monkeypatch.setattr(mutants, "report_key", lambda quick: "key 2")  # something it depends on changed
-    assert mutants.report(quick=True) == {"mutants": [2], "quick": True} and len(runs) == 2
-    assert mutants.report(quick=True, force=True)["mutants"] == [3]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mutants-quick.json"]  # no partial file left
-
-
-def test_computing_the_report_key_fetches_nothing_without_the_corpus(tmp_path, monkeypatch):
-    """The key names the corpus by the digest scripts/fetch_corpus.py pins; only a run fetches it."""
-    def no_fetch(*args, **kwargs):
-        raise AssertionError("computing a key fetched something")
-
-    monkeypatch.setattr(mutants, "CORPUS", tmp_path / "absent" / "input.txt")
-    monkeypatch.setattr(mutants, "ensure_corpus", no_fetch)
-    monkeypatch.setattr(subprocess, "run", no_fetch)
-    monkeypatch.setattr(urllib.request, "urlopen", no_fetch)
-    assert re.fullmatch(r"[0-9a-f]{64}", mutants.pinned_corpus_digest())
-    key = mutants.report_key(quick=True)
-    assert len(key) == 64 and key == mutants.report_key(quick=True) != mutants.report_key(quick=False)
-    assert not (tmp_path / "absent").exists()
-    monkeypatch.setattr(mutants, "pinned_corpus_digest", lambda: "0" * 64)  # another corpus, another key
-    assert mutants.report_key(quick=True) != key
-
-
-
 def test_a_computed_result_and_its_reload_are_the_same_down_to_key_order(tmp_path):
     """A timing measured in this build and the same timing read back in the next must print alike: the
     stored file sorts its keys, so the fresh value must come back sorted too (the autograd page's speed
@@ -556,14 +372,13 @@ def test_the_tools_that_are_scripts_are_found():
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_every_tool_script_runs_as_a_script(script, tmp_path):
-    """`python tools/NAME.py --help`, as the docstrings, the pages and the generators say to run them: from
-    another folder, with nothing on PYTHONPATH, so the project root is on sys.path only if the script puts it
-    there (a `from tools...` import in a script that does not failed this way)."""
+def test_every_tool_script_runs_as_a_module_from_the_project_root(script):
+    """`python -m tools.NAME --help`, as the docstrings, the pages and the generators say to run them, with
+    nothing on PYTHONPATH: the project root is on sys.path only as the folder `-m` runs from."""
     import os
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    ran = subprocess.run([sys.executable, str(ROOT / "tools" / script), "--help"], cwd=tmp_path, env=env,
+    ran = subprocess.run([sys.executable, "-m", f"tools.{script.removesuffix('.py')}", "--help"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0 and ran.stdout.startswith("usage:"), ran.stderr[-2000:]
 

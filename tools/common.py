@@ -1,0 +1,135 @@
+"""What the tools share, and the site build takes from them: the project root, hashing, the versions a result
+depends on, the cores, and the corpus the training checks read.
+
+The lowest module above the package: it imports nothing from the project, so every tool and the site build
+(site_scripts/, which sits above tools/) can use it. Run the tools from the project root, as `python -m
+tools.NAME`.
+"""
+
+import hashlib
+import os
+from functools import cache, lru_cache
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "data" / "tinyshakespeare" / "input.txt"
+FETCH_CORPUS = ROOT / "scripts" / "fetch_corpus.py"  # puts the corpus in place, verified against its SHA-256
+# The packages whose version can change what a check computes or which tests run (a test skips without
+# bitsandbytes, scipy or hypothesis): the environment of a stored result.
+CHECKED_PACKAGES = ("numpy", "scipy", "torch", "pytest", "hypothesis", "bitsandbytes")
+
+
+def package_version(name):
+    """An installed package's version, read from its metadata (nothing is imported), or "none"."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "none"
+
+
+def numpy_version():
+    return package_version("numpy")
+
+
+def torch_version():
+    return package_version("torch")
+
+
+@cache
+def environment():
+    """The Python and the versions of CHECKED_PACKAGES, as one text: part of the key of every stored result
+    of a check."""
+    versions = ", ".join(f"{name} {package_version(name)}" for name in CHECKED_PACKAGES)
+    return f"Python {platform.python_version()} on {platform.machine()}; {versions}"
+
+
+def cores():
+    """The number of cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no affinity mask
+        return os.cpu_count() or 1
+
+
+def positive_int(text):
+    """An argparse type: a whole number of at least 1 (a job count, say)."""
+    value = int(text)
+    if value < 1:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def hash_parts(*parts) -> str:
+    """A SHA-256 of text parts, each ended by a NUL so that ("ab", "c") and ("a", "bc") differ."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part if isinstance(part, bytes) else str(part).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def files_text(*names, root=ROOT):
+    """The paths and texts of the named files and of the .py files under the named folders, in order: what a
+    key holds of them. The folders are listed once until `list_files_again()`; the files are read again
+    whenever their size or modification time changed."""
+    paths = [p for name in names for p in _files(Path(root), name)]
+    states = tuple((p, *_stat(p)) for p in paths)
+    return _joined(Path(root), states)
+
+
+def list_files_again():
+    """Forget which files the folders held (call it before computing a batch of keys: a file may be new)."""
+    _files.cache_clear()
+
+
+@lru_cache(maxsize=256)
+def _files(root, name):
+    folder = root / name
+    if not folder.is_dir():
+        return (str(folder),)
+    return tuple(sorted(str(p) for p in folder.rglob("*.py") if "__pycache__" not in p.parts))
+
+
+def _stat(path):
+    stat = os.stat(path)
+    return stat.st_mtime_ns, stat.st_size
+
+
+@lru_cache(maxsize=512)
+def _joined(root, states):
+    cut = len(str(root)) + 1
+    return "".join(f"{path[cut:]}\0{_read(path, mtime, size)}\0" for path, mtime, size in states)
+
+
+def read_text(path):
+    """A file's text, read again only when its size or modification time changed (a key reads the same files
+    many times)."""
+    return _read(str(path), *_stat(path))
+
+
+@lru_cache(maxsize=2048)
+def _read(path, mtime_ns, size):
+    return Path(path).read_text()
+
+
+def ensure_corpus():
+    """Put the corpus in place, verified against the SHA-256 that scripts/fetch_corpus.py pins (it copies or
+    downloads it when it is missing or another file)."""
+    subprocess.run([sys.executable, str(FETCH_CORPUS)], check=True)
+
+
+def pinned_corpus_digest():
+    """The SHA-256 that scripts/fetch_corpus.py requires of the corpus, read from its source (not run)."""
+    import ast
+
+    for node in ast.parse(FETCH_CORPUS.read_text()).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["SHA256"]:
+            return ast.literal_eval(node.value)
+    raise ValueError(f"{FETCH_CORPUS.relative_to(ROOT)} pins no SHA256")
