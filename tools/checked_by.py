@@ -36,7 +36,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from .common import ROOT, cores, environment, files_text, hash_parts, list_files_again, positive_int
+from .common import ROOT, cores, environment, files_text, hash_parts, positive_int
 from .keyed_report import KeyedReport
 from .project_copy import UNIT_TESTS, project_copy, run_in
 
@@ -149,10 +149,10 @@ def unit_record(unit, traced, rules, run):
     return record
 
 
-def unit_source(unit):
+def unit_source(unit, root=ROOT):
     """The source of a unit ("module:name"): its top-level function or class."""
     module, name = unit.split(":")
-    path = ROOT / "transformer" / f"{module}.py"
+    path = root / "transformer" / f"{module}.py"
     source = path.read_text()
     node = next((n for n in ast.parse(source).body if getattr(n, "name", None) == name), None)
     if node is None:
@@ -160,62 +160,62 @@ def unit_source(unit):
     return ast.get_source_segment(source, node)
 
 
-def trace_key(units):
-    return hash_parts(environment(), files_text("transformer", UNIT_TESTS, "pyproject.toml", *PLUGIN), *sorted(units))
+def trace_key(units, root):
+    """What the trace depends on: every package and test file, the plugin, the environment and the units."""
+    return hash_parts(environment(), files_text("transformer", UNIT_TESTS, "pyproject.toml", *PLUGIN, root=root),
+                      *sorted(units))
 
 
-def unit_key(unit, calling):
+def unit_key(unit, calling, root):
     """What a unit's result depends on: its own source, the tests that call it and their files, the tools."""
     files = sorted({t.split("::")[0] for t in calling})
-    return hash_parts(environment(), unit_source(unit), *calling, files_text(*files, *MEASURED_BY))
+    return hash_parts(environment(), unit_source(unit, root), *calling, files_text(*files, *MEASURED_BY, root=root))
 
 
-def measure(units, todo, jobs, log, files=(UNIT_TESTS,)):
-    """Trace the tests of `files`, then perturb each unit that `todo(calling tests by unit)` names and that can be;
-    returns ({unit: record}, a summary of the trace, the calling tests by unit)."""
+def measure(copy, units, todo, jobs, log, files=(UNIT_TESTS,)):
+    """In the copy (with the plugin): trace the tests of `files`, then perturb each unit that `todo(calling tests by
+    unit)` names and that can be; returns ({unit: record}, a summary of the trace, the calling tests by unit)."""
     start = time.perf_counter()
-    with project_copy(add_plugin, prefix="checked-by-") as copy:
-        traced, rules = trace(copy, units, list(files), jobs)
-        summary = {"tests": len(traced), "seconds": round(time.perf_counter() - start)}
-        log(f"traced {len(traced)} tests in {summary['seconds']} s")
-        calls = {u: sorted(t for t, r in traced.items() if u in r["units"]) for u in units}
-        todo = [u for u in todo(calls)]
-        cost = {u: sum(traced[t]["seconds"] for t in calls[u]) for u in todo}
-        runnable = sorted((u for u in todo if cost[u] and rules.get(u, {}).get("rules")), key=lambda u: -cost[u])
+    traced, rules = trace(copy, units, list(files), jobs)
+    summary = {"tests": len(traced), "seconds": round(time.perf_counter() - start)}
+    log(f"traced {len(traced)} tests in {summary['seconds']} s")
+    calls = {u: sorted(t for t, r in traced.items() if u in r["units"]) for u in units}
+    todo = [u for u in todo(calls)]
+    cost = {u: sum(traced[t]["seconds"] for t in calls[u]) for u in todo}
+    runnable = sorted((u for u in todo if cost[u] and rules.get(u, {}).get("rules")), key=lambda u: -cost[u])
 
-        def perturbed(unit):
-            return perturb(copy, unit, calls[unit], in_place="changed in place" in rules[unit]["rules"],
-                           limits={t: test_limits(traced[t], unit) for t in calls[unit]})
+    def perturbed(unit):
+        return perturb(copy, unit, calls[unit], in_place="changed in place" in rules[unit]["rules"],
+                       limits={t: test_limits(traced[t], unit) for t in calls[unit]})
 
-        runs = {}
-        with ThreadPoolExecutor(jobs) as pool:
-            futures = {pool.submit(perturbed, u): u for u in runnable}
-            for future in as_completed(futures):
-                unit, run = futures[future], future.result()
-                runs[unit] = run
-                log(f"{unit:<48} {len(run['failed'])} of {len(calls[unit])} tests fail ({run['seconds']:.0f} s)")
+    runs = {}
+    with ThreadPoolExecutor(jobs) as pool:
+        futures = {pool.submit(perturbed, u): u for u in runnable}
+        for future in as_completed(futures):
+            unit, run = futures[future], future.result()
+            runs[unit] = run
+            log(f"{unit:<48} {len(run['failed'])} of {len(calls[unit])} tests fail ({run['seconds']:.0f} s)")
     return {u: unit_record(u, traced, rules, runs.get(u)) for u in todo}, summary, calls
 
 
-def update(units=None, force=False, jobs=None, log=print):
-    """Bring reports/checked-by.json up to date for `units` (default: those it holds): trace the tests when the
-    package or the tests changed, then measure every unit whose key changed (all with force). Returns the
-    report."""
-    report = KeyedReport(REPORT)
-    list_files_again()
+def update(units=None, force=False, jobs=None, log=print, path=REPORT):
+    """Bring the report (reports/checked-by.json) up to date for `units` (default: those it holds): trace the
+    tests when the package or the tests changed, then measure every unit whose key changed (all with force). The
+    keys and the runs read one copy of the tree, taken when the run starts. Returns the report."""
+    report = KeyedReport(path)
     units = list(units or [u for u in report.entries if u != TRACE])
     report.keep_only([TRACE, *units])
-    stored_calls = {u: report.entries[u]["value"]["tests"] for u in units if u in report.entries}
-    fresh = report.current(TRACE, trace_key(units)) is not None and not force and all(
-        report.current(u, unit_key(u, stored_calls[u])) is not None for u in units if u in stored_calls) \
-        and set(stored_calls) == set(units)
-    if not fresh:
-        def todo(calls):
-            return [u for u in units if force or report.current(u, unit_key(u, calls[u])) is None]
-        records, summary, calls = measure(units, todo, jobs or cores(), log)
-        report.put(TRACE, trace_key(units), summary)
-        for unit, record in records.items():
-            report.put(unit, unit_key(unit, calls[unit]), record)
+    stored = {u: report.entries[u]["value"]["tests"] for u in units if u in report.entries}
+    with project_copy(add_plugin, prefix="checked-by-") as copy:
+        fresh = not force and set(stored) == set(units) and report.current(TRACE, trace_key(units, copy)) is not None \
+            and all(report.current(u, unit_key(u, stored[u], copy)) is not None for u in units)
+        if not fresh:
+            def todo(calls):
+                return [u for u in units if force or report.current(u, unit_key(u, calls[u], copy)) is None]
+            records, summary, calls = measure(copy, units, todo, jobs or cores(), log)
+            report.put(TRACE, trace_key(units, copy), summary)
+            for unit, record in records.items():
+                report.put(unit, unit_key(unit, calls[unit], copy), record)
     report.save()
     return report
 
@@ -228,7 +228,8 @@ def verify_sample(report, count, seed, jobs=None, log=print):
     if not names:
         return []
     units = [u for u in report.entries if u != TRACE]
-    records, _, _ = measure(units, lambda calls: names, jobs or cores(), log)
+    with project_copy(add_plugin, prefix="checked-by-") as copy:
+        records, _, _ = measure(copy, units, lambda calls: names, jobs or cores(), log)
     fields = ("tests", "failed", "measured", "hung", "not_run")
     return [f"{u}: stored {[report.entries[u]['value'][f] for f in fields]}, now {[records[u][f] for f in fields]}"
             for u in names if any(records[u][f] != report.entries[u]["value"][f] for f in fields)]

@@ -14,10 +14,11 @@ The unchanged code must pass every check first: a check that fails anyway cannot
 The results live in reports/mutants.json, kept in the repository (tools/keyed_report.py), one entry per
 mutant and check. An entry's key holds the mutant's edits and the text of the functions they edit, the check's
 definition (its functions here) and the package files the check itself consists of, the environment, and, for
-the unit tests, the file that caught the mutant (all the test files when none did). A mistake in one function is
-caught or missed by a check whatever the other functions' text, as long as the unchanged code passes; so an
-edit elsewhere reuses the entry, while the unchanged code's entries, whose keys hold every package and test
-file, run again after any edit. CI recomputes a random sample of the reused entries to test that assumption.
+the unit tests, the file that caught the mutant (all the test files when none did). It rests on an assumption:
+that a mistake in one function is caught or missed by a check whatever the text of the other functions, as
+long as the unchanged code passes. So an edit elsewhere reuses the entry, while the unchanged code's entries,
+whose keys hold every package and test file, run again after any edit; CI recomputes a random sample of the
+reused entries on every run to test the assumption.
 
     python -m tools.mutants                # bring the report up to date (what changed runs again)
     python -m tools.mutants --sample 8     # and compute 8 reused entries again; a disagreement fails
@@ -42,8 +43,8 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
 
-from .common import (CORPUS, ROOT, cores, ensure_corpus, environment, files_text, hash_parts, list_files_again,
-                     pinned_corpus_digest, positive_int)
+from .common import (CORPUS, ROOT, cores, ensure_corpus, environment, files_text, hash_parts, pinned_corpus_digest,
+                     positive_int)
 from .keyed_report import KeyedReport
 from .mutant_catalogue import MUTANTS
 from .project_copy import UNIT_TESTS, project_copy, run_in, run_pytest
@@ -313,16 +314,14 @@ def check_code(name):
 
 def entry_key(mutant, check, value, root=ROOT):
     """The key of one entry (see the module docstring). `value` is the entry's result: for the unit tests, a
-    caught mutant's key holds the test file that caught it; an uncaught one's every test file, and for the
-    other checks every package file, since any of them could come to catch it."""
+    caught mutant's key holds the test file that caught it, an uncaught one's every test file (a new test may
+    come to catch it)."""
     parts = [environment(), *definition(check, root)]
     if mutant is None:
         return hash_parts(*parts, files_text(PACKAGE, UNIT_TESTS, "pyproject.toml", root=root))
     parts += [*(f"{e.path}:{e.function}\0{e.old}\0{e.new}" for e in mutant.edits), *edited_text(mutant, root)]
-    found = re.search(r"first failure: ([^:\s]+)::", value["detail"]) if value and check.name == "tests" else None
-    if value is None or not value["caught"]:
-        parts.append(files_text(UNIT_TESTS if check.name == "tests" else PACKAGE, root=root))
-    elif check.name == "tests":  # the file that caught it (all of them, if the detail names none)
+    if check.name == "tests":  # the file that caught it (all of them, if none did or the detail names none)
+        found = re.search(r"first failure: ([^:\s]+)::", value["detail"]) if value and value["caught"] else None
         parts.append(files_text(found[1] if found and (root / found[1]).exists() else UNIT_TESTS, root=root))
     return hash_parts(*parts)
 
@@ -331,7 +330,7 @@ def entry_name(mutant, check):
     return f"{mutant.name if mutant else UNCHANGED}/{check.name}"
 
 
-def stale_checks(report, mutant, root=ROOT):
+def stale_checks(report, mutant, root):
     """The checks whose stored result for the mutant (None: the unchanged code) is not current."""
     return [c for c in CHECKS if report.current(entry_name(mutant, c), entry_key(
         mutant, c, (report.entries.get(entry_name(mutant, c)) or {}).get("value"), root)) is None]
@@ -339,11 +338,11 @@ def stale_checks(report, mutant, root=ROOT):
 
 # ---------------------------------------------------------------- running
 
-def run_checks(mutant, checks):
-    """{check name: result} of the checks against a copy with the mutant applied (None: unchanged)."""
+def run_checks(mutant, checks, source=ROOT):
+    """{check name: result} of the checks against a copy of `source` with the mutant applied (None: unchanged)."""
     mutated = mutated_modules(mutant) if mutant else ()
     results = {}
-    with project_copy(None if mutant is None else lambda copy: apply_mutant(mutant, copy)) as copy:
+    with project_copy(None if mutant is None else lambda copy: apply_mutant(mutant, copy), source=source) as copy:
         for check in checks:
             start = time.perf_counter()
             caught, detail = CHECK_FUNCTIONS[check.name](copy, mutated)
@@ -352,44 +351,46 @@ def run_checks(mutant, checks):
     return results
 
 
-def compute(report, todo, jobs, log):
-    """Run the checks of `todo` ([(mutant, checks)]) and store their results; the unchanged code's checks, if
-    any, first and one at a time side by side, and it must pass them."""
+def compute(report, todo, jobs, log, tree):
+    """Run the checks of `todo` ([(mutant, checks)]) on copies of `tree` and store their results; the unchanged
+    code's checks, if any, first and one at a time side by side, and it must pass them."""
     base = [(None, [c]) for mutant, checks in todo if mutant is None for c in checks]
     rest = [(m, checks) for m, checks in todo if m is not None]
     with ThreadPoolExecutor(jobs) as pool:
-        for (mutant, _), results in zip(base, pool.map(lambda item: run_checks(*item), base)):
-            store(report, mutant, results, log)
+        for (mutant, _), results in zip(base, pool.map(lambda item: run_checks(*item, source=tree), base)):
+            store(report, mutant, results, log, tree)
         wrong = {name: v["value"]["detail"] for name, v in report.entries.items()
                  if name.startswith(UNCHANGED + "/") and v["value"]["caught"]}
         if wrong:
             raise RuntimeError("the checks fail on the unchanged code, so they cannot judge a mutant: "
                                + "; ".join(f"{k}: {v}" for k, v in wrong.items()))
-        for (mutant, _), results in zip(rest, pool.map(lambda item: run_checks(*item), rest)):
-            store(report, mutant, results, log)
+        for (mutant, _), results in zip(rest, pool.map(lambda item: run_checks(*item, source=tree), rest)):
+            store(report, mutant, results, log, tree)
 
 
-def store(report, mutant, results, log):
+def store(report, mutant, results, log, tree):
     for name, value in results.items():
         check = next(c for c in CHECKS if c.name == name)
-        report.put(entry_name(mutant, check), entry_key(mutant, check, value), value)
+        report.put(entry_name(mutant, check), entry_key(mutant, check, value, tree), value)
     log(f"{mutant.name if mutant else UNCHANGED:<40} " + ", ".join(
         f"{name}: {'caught' if v['caught'] else 'passed' if mutant is None else 'missed'}" for name, v in results.items()))
 
 
 def update(force=False, only=(), jobs=None, log=print, path=REPORT):
     """Bring the report (reports/mutants.json) up to date: compute the entries whose key changed (every entry
-    with force, those of `only` too), keep the rest. Returns the report."""
+    with force, those of `only` too), keep the rest. The keys and the checks read one copy of the tree, taken
+    when the run starts. Returns the report."""
     report = KeyedReport(path)
-    list_files_again()
     report.keep_only([entry_name(m, c) for m in [None, *MUTANTS] for c in CHECKS])
-    todo = [(m, list(CHECKS) if force or (m and m.name in only) else stale_checks(report, m)) for m in [None, *MUTANTS]]
-    todo = [(m, checks) for m, checks in todo if checks]
-    if todo:
-        ensure_corpus()
-        log(f"computing {sum(len(c) for _, c in todo)} of {(len(MUTANTS) + 1) * len(CHECKS)} entries "
-            f"({len(todo)} mutants or the unchanged code), {jobs or cores()} at a time")
-        compute(report, todo, jobs or cores(), log)
+    with project_copy(prefix="mutants-tree-") as tree:
+        todo = [(m, list(CHECKS) if force or (m and m.name in only) else stale_checks(report, m, tree))
+                for m in [None, *MUTANTS]]
+        todo = [(m, checks) for m, checks in todo if checks]
+        if todo:
+            ensure_corpus()
+            log(f"computing {sum(len(c) for _, c in todo)} of {(len(MUTANTS) + 1) * len(CHECKS)} entries "
+                f"({len(todo)} mutants or the unchanged code), {jobs or cores()} at a time")
+            compute(report, todo, jobs or cores(), log, tree)
     report.save()
     return report
 
@@ -407,7 +408,7 @@ def verify_sample(report, count, seed, jobs=None, log=print):
         ensure_corpus()
     differ = []
     with ThreadPoolExecutor(jobs or cores()) as pool:
-        for (mutant, _), results in zip(work, pool.map(lambda item: run_checks(*item), work)):
+        for (mutant, _), results in zip(work, pool.map(lambda item: run_checks(*item), work)):  # the working tree
             for check, fresh in results.items():
                 name = f"{mutant.name if mutant else UNCHANGED}/{check}"
                 stored = report.entries[name]["value"]

@@ -21,12 +21,14 @@ COPIED = ("transformer", UNIT_TESTS, "pyproject.toml")
 
 
 @contextmanager
-def project_copy(change=None, prefix="mutant-"):
-    """A temporary folder holding COPIED as in the working tree; `change(folder)` edits it before use."""
+def project_copy(change=None, prefix="mutant-", source=ROOT):
+    """A temporary folder holding COPIED as in `source` (the working tree, or another copy: a run takes one copy
+    of the tree as it was when it started, computes its keys from it and copies it for each check, so an edit
+    made meanwhile changes neither); `change(folder)` edits it before use."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         copy = Path(tmp)
         for item in COPIED:
-            src = ROOT / item
+            src = Path(source) / item
             if src.is_dir():
                 shutil.copytree(src, copy / item, ignore=shutil.ignore_patterns("__pycache__"))
             else:

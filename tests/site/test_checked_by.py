@@ -10,6 +10,7 @@ import pytest
 
 from site_scripts import checked
 from tools import checked_by
+from tools.common import ROOT
 from tools.keyed_report import KeyedReport
 from tools.perturbations import FACTOR, RULES, changed_in_place, perturb, rules_for, snapshot
 
@@ -304,8 +305,9 @@ def test_shards_are_perturbed_alike_so_the_tests_of_sharding_only_use_the_model(
     skip, and so call nothing. Watched failing (six tests) while worker processes, which import the package
     unwrapped, computed their shards unperturbed."""
     unit = "layernorm:layer_norm_backward"
-    records, _, _ = checked_by.measure([unit], lambda calls: [unit], 1, log=lambda line: None,
-                                       files=["tests/unit/test_parallel.py"])
+    with checked_by.project_copy(checked_by.add_plugin) as copy:
+        records, _, _ = checked_by.measure(copy, [unit], lambda calls: [unit], 1, log=lambda line: None,
+                                           files=["tests/unit/test_parallel.py"])
     record = records[unit]
     assert record["measured"] and len(record["tests"]) >= 5, record  # the threads' tests call it
     in_threads = ("-False-", "float32_gradients_stay_float32", "evaluation_in_threads")
@@ -316,10 +318,10 @@ def test_shards_are_perturbed_alike_so_the_tests_of_sharding_only_use_the_model(
 def test_a_units_key_moves_with_its_source_and_its_tests_files_not_with_other_code():
     """What a unit's entry depends on (tools/checked_by.unit_key): watched failing with the test files left out."""
     calling = ["tests/unit/test_layers.py::test_a", "tests/unit/test_model.py::test_b"]
-    key = checked_by.unit_key("layernorm:layer_norm_backward", calling)
-    assert key == checked_by.unit_key("layernorm:layer_norm_backward", list(calling))
-    assert key != checked_by.unit_key("layernorm:layer_norm_forward", calling)
-    assert key != checked_by.unit_key("layernorm:layer_norm_backward", calling[:1])
+    key = checked_by.unit_key("layernorm:layer_norm_backward", calling, ROOT)
+    assert key == checked_by.unit_key("layernorm:layer_norm_backward", list(calling), ROOT)
+    assert key != checked_by.unit_key("layernorm:layer_norm_forward", calling, ROOT)
+    assert key != checked_by.unit_key("layernorm:layer_norm_backward", calling[:1], ROOT)
     with pytest.raises(ValueError, match="defines no no_such"):
         checked_by.unit_source("layernorm:no_such")
 
