@@ -146,7 +146,8 @@ def test_an_entrys_key_changes_with_what_it_depends_on_and_not_with_the_rest(tre
                 "unchanged": mutants.entry_key(None, CHECK["tests"], missed, tree)}
 
     before = keys()
-    assert len(set(before.values())) == len(before)
+    assert before["grad caught"] == before["grad missed"]  # the outcome of finite differences is not an input
+    assert len(set(before.values())) == len(before) - 1
     append(tree / "transformer/linear.py", "\n# an edit of another file\n")
     after = keys()
     assert after["grad caught"] == before["grad caught"] and after["tests caught"] == before["tests caught"]
