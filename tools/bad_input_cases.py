@@ -28,7 +28,8 @@ from transformer.data import CharTokenizer  # noqa: E402
 from transformer.finetune_run import finetune  # noqa: E402
 from transformer.lora import LoRAConfig  # noqa: E402
 from transformer.model import init_params  # noqa: E402
-from transformer.train import TrainConfig, train  # noqa: E402
+from transformer.train import train  # noqa: E402
+from transformer.train_config import TrainConfig  # noqa: E402
 
 from tools.refusals import Case, run_all, working_directory  # noqa: E402
 
@@ -47,7 +48,8 @@ def setup():
     from transformer.lora import LoRAConfig
     from transformer.model import forward, init_params, loss_and_grads
     from transformer.scheduler import Request, Scheduler
-    from transformer.train import TrainConfig, train
+    from transformer.train import train
+    from transformer.train_config import TrainConfig
     cfg = PRESETS["tiny"]
     params = init_params(cfg, seed=0)
     ids = np.array([0, 1, 2, 3])
