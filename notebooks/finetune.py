@@ -26,7 +26,8 @@ from transformer.finetune_run import FINETUNE_DEFAULTS, FineTuneRun, new_finetun
 from transformer.generate import generate
 from transformer.lora import LoRAConfig, merge
 from transformer.memory import keep_freed_memory
-from transformer.train import TrainConfig, evaluate, train_step
+from transformer.step import evaluate, train_step
+from transformer.train_config import TrainConfig
 
 keep_freed_memory()  # as the command line does: faster steps, the same numbers (transformer/memory.py)
 

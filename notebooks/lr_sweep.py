@@ -22,7 +22,8 @@ import numpy as np
 from notebooks._figures import QUICK, plt, say, show, table
 from transformer.config import PRESETS
 from transformer.memory import keep_freed_memory
-from transformer.train import TrainConfig, train
+from transformer.train import train
+from transformer.train_config import TrainConfig
 
 keep_freed_memory()  # as the command line does: faster steps, the same numbers (transformer/memory.py)
 

@@ -20,7 +20,9 @@ from transformer.data import TRAIN_FRACTION, load_corpus, sample_batch, train_va
 from transformer.generate import generate
 from transformer.memory import keep_freed_memory
 from transformer.model import forward, init_params, param_count
-from transformer.train import TrainConfig, new_run, train
+from transformer.run_state import new_run
+from transformer.train import train
+from transformer.train_config import TrainConfig
 
 keep_freed_memory()  # as the command line does: faster steps, the same numbers (transformer/memory.py)
 

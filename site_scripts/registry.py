@@ -117,10 +117,11 @@ PAGES = (
          crosscheck=Steps("adamw step", "Our `adamw_update` against `torch.optim.AdamW` with the same decay groups, "
                           "both fed our gradients, for ten steps; every parameter is compared after each step.")),
     Page("training", "training/loop.md", "Training loop & data", "Training",
-         functions=("data:sample_batch", "train:train_step", "train:evaluate", "train:train", "train:training_loop"),
-         listings=("data:train_val_split", "data:eval_windows", "train:train_step", "train:finite_loss_and_grads",
-                   "train:evaluate",
-                   "train:train", "train:training_loop", "train:is_due", "train:Session", "runlock:FolderLock",
+         functions=("data:sample_batch", "step:train_step", "step:evaluate", "train:train", "train:training_loop"),
+         listings=("data:train_val_split", "data:eval_windows", "step:train_step", "step:finite_loss_and_grads",
+                   "step:evaluate",
+                   "train:train", "train:training_loop", "train:is_due", "train:Session", "train:Hooks",
+                   "run_folder:RunFolder", "runlock:FolderLock",
                    "shard_processes:ShardWorkers", "shard_processes:serve"),
          seeds=("training and sampling",),
          crosscheck=Steps("train step", "Ten whole training steps on each side, each with its own "
@@ -206,7 +207,7 @@ PAGES = (
                          "mirror's autograd", {"autograd": ("*",)})),
     # It runs the command line in subprocesses, and prints where each test it cites is defined.
     Page("bad_inputs", "verification/bad-inputs.md", "Bad inputs", "Verification", reads=("cli:main", "tests")),
-    # It runs the command line in subprocesses, through tools/fault_inject.py, which wraps the loop's functions.
+    # It runs the command line in subprocesses, through tools/fault_inject.py, which gives the loop its hooks.
     Page("faults", "verification/faults.md", "What survives a fault", "Verification",
          reads=("transformer", "tools/fault_inject.py")),
     # The mutation report (tools/mutants.py) is brought up to date before any page's key is computed.

@@ -26,7 +26,8 @@ from transformer.data import CharTokenizer
 from transformer.finetune_run import finetune
 from transformer.lora import LoRAConfig
 from transformer.model import init_params
-from transformer.train import TrainConfig, train
+from transformer.train import train
+from transformer.train_config import TrainConfig
 
 from tools.refusals import Case, run_all, working_directory
 
@@ -45,7 +46,8 @@ def setup():
     from transformer.lora import LoRAConfig
     from transformer.model import forward, init_params, loss_and_grads
     from transformer.scheduler import Request, Scheduler
-    from transformer.train import TrainConfig, train
+    from transformer.train import train
+    from transformer.train_config import TrainConfig
     cfg = PRESETS["tiny"]
     params = init_params(cfg, seed=0)
     ids = np.array([0, 1, 2, 3])

@@ -57,7 +57,8 @@ def torch_loop(steps):
     from transformer.data import load_corpus, sample_batch, train_val_split
     from transformer.optim import lr_at
     from transformer.torch_mirror import to_torch, torch_loss
-    from transformer.train import TrainConfig, new_run
+    from transformer.run_state import new_run
+    from transformer.train_config import TrainConfig
 
     ensure_corpus()
     tc = TrainConfig(steps=steps, **SETTINGS)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from transformer.checkpoint import load_checkpoint
-from transformer.train import METRICS_NAME, _read_metrics
+from transformer.run_folder import METRICS_NAME, read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 0  # of the corpus and of the kill moments (the runs themselves train with TrainConfig's seed)
@@ -89,11 +89,11 @@ def bitwise_equal(path_a, path_b):
 
 
 def losses(folder):
-    return {r["step"]: r["loss"] for r in _read_metrics(Path(folder) / METRICS_NAME) if "loss" in r}
+    return {r["step"]: r["loss"] for r in read_metrics(Path(folder) / METRICS_NAME) if "loss" in r}
 
 
 def metric_records(folder, key):
-    return [r for r in _read_metrics(Path(folder) / METRICS_NAME) if key in r]
+    return [r for r in read_metrics(Path(folder) / METRICS_NAME) if key in r]
 
 
 def kill_moments():

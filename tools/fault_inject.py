@@ -11,9 +11,10 @@ Faults (each may be given more than once):
                        inf) in its first entry of b0.wq
   --scale N:FACTOR     the N-th batch's gradients are all multiplied by FACTOR (1e200: huge but finite)
 
-Everything else is the program itself: the same loop, the same checks, the same files. A self-sent SIGKILL
-is the signal `kill -9` sends, at a moment chosen by the caller, so that the page reads the same on every
-build; nothing can catch or delay it.
+The faults reach the program through the training loop's hooks (`transformer.train.Hooks`, given to
+`transformer.cli.main`), and only through them: everything else is the program itself, the same loop, the
+same checks, the same files. A self-sent SIGKILL is the signal `kill -9` sends, at a moment chosen by the
+caller, so that the page reads the same on every build; nothing can catch or delay it.
 """
 
 import argparse
@@ -22,11 +23,9 @@ import os
 import signal
 import sys
 
-import numpy as np
-
-import transformer.checkpoint as checkpoint_module
-import transformer.train as train_module
+from transformer.checkpoint import write_npz
 from transformer.cli import main as cli_main
+from transformer.train import Hooks
 
 MOMENTS = ("after-step", "mid-save", "validation")
 
@@ -38,57 +37,49 @@ def die():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def kill_at(step, moment):
-    """Patch the moment of `step` to end the process with SIGKILL."""
-    if moment == "after-step":
-        real_step = train_module.train_step
+def die_at(steps):
+    """A hook called with a step that ends the process at each of `steps`; None when there are none."""
+    if not steps:
+        return None
 
-        def train_step(run, *args):
-            record = real_step(run, *args)
-            if run.step == step:
-                die()
-            return record
-        train_module.train_step = train_step
-    elif moment == "validation":
-        real_validate = train_module.Session.validate
-
-        def validate(self):
-            if self.run.step == step:
-                die()
-            return real_validate(self)
-        train_module.Session.validate = validate
-    else:
-        kill_mid_save(step)
+    def hook(step):
+        if step in steps:
+            die()
+    return hook
 
 
-def kill_mid_save(step):
-    """The save after `step` writes half of its bytes into the temporary file, makes them durable, and dies."""
-    real_savez, real_save = np.savez, train_module.Session.save
+def half_written_at(steps):
+    """A write_checkpoint hook: the save at each of `steps` writes half of its bytes into the temporary file,
+    makes them durable, and dies; every other save is written whole. None when there are no such steps."""
+    if not steps:
+        return None
 
-    def save(self):
-        if self.run.step == step:
-            checkpoint_module.np.savez = half_savez
-        real_save(self)
-
-    def half_savez(f, **arrays):
+    def write(step, f, arrays):
+        if step not in steps:
+            return write_npz(f, arrays)
         whole = io.BytesIO()
-        real_savez(whole, **arrays)
+        write_npz(whole, arrays)
         f.write(whole.getvalue()[: len(whole.getvalue()) // 2])
         f.flush()
         os.fsync(f.fileno())
         die()
-    train_module.Session.save = save
+    return write
 
 
-def change_gradients(batch, change):
-    """Apply change(grads) to the gradients of the batch-th batch a run computes (counted from 1)."""
-    real, count = train_module.Run.loss_and_grads, [0]
+def changed_at(changes):
+    """A gradients hook: change(grads) applied to the gradients of the batch-th batch a run computes (counted
+    from 1), for each (batch, change) in order; None when there are no changes."""
+    if not changes:
+        return None
+    count = [0]
 
-    def loss_and_grads(self, x, y):
-        loss, grads = real(self, x, y)
+    def gradients(grads):
         count[0] += 1
-        return (loss, change(grads)) if count[0] == batch else (loss, grads)
-    train_module.Run.loss_and_grads = loss_and_grads
+        for batch, change in changes:
+            if batch == count[0]:
+                grads = change(grads)
+        return grads
+    return gradients
 
 
 def poisoned(value):
@@ -101,6 +92,16 @@ def poisoned(value):
 
 def scaled(factor):
     return lambda grads: {k: g * factor for k, g in grads.items()}
+
+
+def fault_hooks(kills, poisons, scales):
+    """The loop's hooks that inject the faults: kills as (step, moment), poisons as (batch, value), scales as
+    (batch, factor)."""
+    at = {moment: {step for step, m in kills if m == moment} for moment in MOMENTS}
+    changes = [(batch, poisoned(float(value))) for batch, value in poisons]
+    changes += [(batch, scaled(float(factor))) for batch, factor in scales]
+    return Hooks(step_taken=die_at(at["after-step"]), validating=die_at(at["validation"]),
+                 write_checkpoint=half_written_at(at["mid-save"]), gradients=changed_at(changes))
 
 
 def pair(text):
@@ -122,12 +123,7 @@ def main(argv=None):
     for step, moment in args.kill:
         if moment not in MOMENTS:
             parser.error(f"--kill {step}:{moment}: the moment is one of {', '.join(MOMENTS)}")
-        kill_at(step, moment)
-    for batch, value in args.poison:
-        change_gradients(batch, poisoned(float(value)))
-    for batch, factor in args.scale:
-        change_gradients(batch, scaled(float(factor)))
-    return cli_main(argv[split + 1:])
+    return cli_main(argv[split + 1:], hooks=fault_hooks(args.kill, args.poison, args.scale))
 
 
 if __name__ == "__main__":

@@ -417,7 +417,7 @@ MUTANTS = (
                  "gradient", "    if False:\n        raise NonFiniteError(f\"the gradient"),)),
     Mutant("train-step-ignores-a-nan-loss",
            "A step does not check its loss: a NaN loss with finite gradients is trained through.",
-           (edit("transformer/train.py:finite_loss_and_grads", "    if not math.isfinite(loss):", "    if False:"),)),
+           (edit("transformer/step.py:finite_loss_and_grads", "    if not math.isfinite(loss):", "    if False:"),)),
     Mutant("stop-keeps-the-sampler-past-the-bad-batch",
            "Stopping at a step that is not finite saves the sampler after the bad batch: the checkpoint is not "
            "the last good step, and a resume silently skips the batch.",

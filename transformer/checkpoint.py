@@ -60,7 +60,7 @@ class Checkpoint:
     extra: dict = field(default_factory=dict)  # training config, sampler state, times
 
 
-def save_checkpoint(path, ckpt: Checkpoint) -> Path:
+def save_checkpoint(path, ckpt: Checkpoint, write=None) -> Path:
     """Write a checkpoint atomically: a temporary file in the same folder, fsync, then a rename.
 
     Parameters
@@ -69,6 +69,8 @@ def save_checkpoint(path, ckpt: Checkpoint) -> Path:
         Where to write; the folder is created if needed.
     ckpt : Checkpoint
         What to write.
+    write : callable, optional
+        Writes the file's bytes into the open temporary file (see `write_npz_atomically`).
 
     Returns
     -------
@@ -80,7 +82,8 @@ def save_checkpoint(path, ckpt: Checkpoint) -> Path:
             "tokenizer": ckpt.tokenizer.to_dict(), "step": int(ckpt.step),
             "adam_step": None if ckpt.opt_state is None else int(ckpt.opt_state["step"]),
             "extra": ckpt.extra}
-    return write_npz_atomically(path, {"meta": np.array(json.dumps(meta)), **state_arrays(ckpt.params, ckpt.opt_state)})
+    arrays = {"meta": np.array(json.dumps(meta)), **state_arrays(ckpt.params, ckpt.opt_state)}
+    return write_npz_atomically(path, arrays, write)
 
 
 def state_arrays(params, opt_state) -> dict:
@@ -93,15 +96,36 @@ def state_arrays(params, opt_state) -> dict:
     return arrays
 
 
-def write_npz_atomically(path, arrays) -> Path:
+def write_npz(f, arrays):
+    """Write arrays into the open binary file f as the bytes of an .npz file (numpy's savez, uncompressed)."""
+    np.savez(f, **arrays)
+
+
+def write_npz_atomically(path, arrays, write=None) -> Path:
     """Write arrays to an .npz file: a temporary file in the same folder, fsync, then a rename, so a crash
-    leaves the previous file intact (checkpoints, and fine-tuning's adapter files)."""
+    leaves the previous file intact (checkpoints, and fine-tuning's adapter files).
+
+    Parameters
+    ----------
+    path : str or Path
+        The file to write; its folder is created if needed.
+    arrays : dict
+        Entry name to array.
+    write : callable, optional
+        Called as write(f, arrays) to write the bytes into the open temporary file f; `write_npz` when None.
+        A test of a crash mid-write passes one that stops halfway.
+
+    Returns
+    -------
+    Path
+        The path written.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+            (write or write_npz)(f, arrays)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private (0600); give it a normal file's mode

@@ -71,7 +71,7 @@ def build_parser(prog="python -m transformer"):
 
 
 def add_train_parser(sub):
-    from .train import TrainConfig
+    from .train_config import TrainConfig
 
     train = sub.add_parser("train", help="train a model on a UTF-8 text corpus",
                            description="Train on a text corpus; checkpoints and metrics go to --out.")
@@ -100,7 +100,7 @@ def add_finetune_parser(sub):
     from .finetune import QUANTIZE
     from .finetune_run import FINETUNE_DEFAULTS
     from .lora import TARGETS, LoRAConfig
-    from .train import TrainConfig
+    from .train_config import TrainConfig
 
     tune = sub.add_parser("finetune", help="fine-tune a trained model: LoRA adapters, QLoRA, or every parameter",
                           description="Fine-tune the checkpoint --checkpoint on a text corpus. LoRA (the default) "
@@ -226,8 +226,10 @@ def cmd_crosscheck(args):
     return 0 if report["passed"] else EXIT_CHECK_FAILED
 
 
-def cmd_train(args):
-    from .train import CHECKPOINT_NAME, TrainConfig, train
+def cmd_train(args, hooks=None):
+    from .run_folder import CHECKPOINT_NAME
+    from .train import train
+    from .train_config import TrainConfig
 
     given = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name) is not None}
     # The one setting --resume takes: what to do at a step that is not finite is a policy, not part of the
@@ -251,14 +253,15 @@ def cmd_train(args):
               "the learning rate never reaches its peak", file=sys.stderr)
     summary = train(corpus, args.out, model_cfg, train_cfg, resume=args.resume, overwrite=args.overwrite,
                     max_minutes=args.max_minutes, progress=False if args.no_progress else None,
-                    on_nonfinite=policy)
+                    on_nonfinite=policy, hooks=hooks)
     return report_summary(summary, f"python -m transformer train --resume --out {args.out}")
 
 
-def cmd_finetune(args):
-    from .finetune_run import ADAPTER_NAME, FINETUNE_DEFAULTS, finetune, load_adapter
+def cmd_finetune(args, hooks=None):
+    from .finetune_run import FINETUNE_DEFAULTS, finetune, load_adapter
     from .lora import LoRAConfig
-    from .train import CHECKPOINT_NAME, TrainConfig
+    from .run_folder import ADAPTER_NAME, CHECKPOINT_NAME
+    from .train_config import TrainConfig
 
     given = {f.name: getattr(args, f.name) for f in fields(TrainConfig)
              if f.name not in ("tokenizer", "engine") and getattr(args, f.name) is not None}
@@ -280,7 +283,7 @@ def cmd_finetune(args):
         corpus = corpus or os.environ.get(CORPUS_ENV)
         summary = finetune(args.checkpoint, corpus, args.out, None if full else LoRAConfig(), TrainConfig(),
                            resume=True, max_minutes=args.max_minutes,
-                           progress=False if args.no_progress else None, on_nonfinite=policy)
+                           progress=False if args.no_progress else None, on_nonfinite=policy, hooks=hooks)
         return report_summary(summary, f"python -m transformer finetune --resume --out {args.out}")
     if not args.checkpoint:
         raise TransformerError("no base: pass --checkpoint PATH (a checkpoint.npz written by train)")
@@ -300,7 +303,7 @@ def cmd_finetune(args):
                           defaults.alpha if args.lora_alpha is None else args.lora_alpha, targets)
     summary = finetune(args.checkpoint, corpus, args.out, lora, train_cfg, args.quantize or "none",
                        args.learn_from or 0, overwrite=args.overwrite, max_minutes=args.max_minutes,
-                       progress=False if args.no_progress else None)
+                       progress=False if args.no_progress else None, hooks=hooks)
     return report_summary(summary, f"python -m transformer finetune --resume --out {args.out}")
 
 
@@ -436,14 +439,33 @@ def cmd_gradcheck(args):
 
 
 COMMANDS = {"train": cmd_train, "finetune": cmd_finetune, "sample": cmd_sample, "gradcheck": cmd_gradcheck, "crosscheck": cmd_crosscheck}
+TRAINING = ("train", "finetune")  # the commands that run the training loop, and take its hooks
 
 
-def main(argv=None):
+def main(argv=None, hooks=None):
+    """Run one command line; the exit status.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments after the program's name; sys.argv's when None.
+    hooks : transformer.train.Hooks, optional
+        What the training loop of train and finetune calls at its moments (a fault injector's seam); none by
+        default.
+
+    Returns
+    -------
+    int
+        0, or EXIT_USER_ERROR for a mistake in the input (one line on stderr), EXIT_INTERRUPTED after Ctrl-C,
+        EXIT_CHECK_FAILED for a check that failed.
+    """
     args = build_parser(command_name()).parse_args(argv)
     from .memory import keep_freed_memory
 
     keep_freed_memory()  # faster steps, same results: see memory.py
     try:
+        if args.command in TRAINING:
+            return COMMANDS[args.command](args, hooks)
         return COMMANDS[args.command](args)
     except TransformerError as e:
         print(f"error: {e}", file=sys.stderr)

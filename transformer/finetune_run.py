@@ -24,9 +24,11 @@ from .lora import LoRAConfig, adapter_shapes, init_adapters
 from .model import param_shapes
 from .optim import adamw_init
 from .parallel import sharded
-from .train import DTYPES, RUN_FILES, Run, TrainConfig, restored_state, resumed_run, run_session, start_session
+from .run_folder import ADAPTER_NAME, CHECKPOINT_NAME
+from .run_state import Run, restored_state, resumed_run
+from .train import run_session, start_session
+from .train_config import DTYPES, TrainConfig
 
-ADAPTER_NAME = RUN_FILES[1]
 # Where fine-tuning's defaults differ from train's: a shorter run at a lower rate, from a trained model.
 FINETUNE_DEFAULTS = {"steps": 500, "lr": 1e-3, "min_lr": 1e-4, "warmup": 20, "eval_every": 100, "ckpt_every": 100}
 FORMAT = "numpy-transformer-adapter"
@@ -69,13 +71,15 @@ class AdapterFile:
     extra: dict = field(default_factory=dict)
 
 
-def save_adapter(path, f: AdapterFile) -> Path:
-    """Write an adapter file atomically (a crash leaves the previous one intact)."""
+def save_adapter(path, f: AdapterFile, write=None) -> Path:
+    """Write an adapter file atomically (a crash leaves the previous one intact); `write`, when given, writes
+    its bytes into the temporary file (see `checkpoint.write_npz_atomically`)."""
     meta = {"format": FORMAT, "version": VERSION, "lora": asdict(f.lora), "quantize": f.quantize,
             "base": {"path": f.base_path, "sha256": f.base_sha256, "config": f.base_cfg.to_dict()},
             "step": int(f.step), "adam_step": None if f.opt_state is None else int(f.opt_state["step"]),
             "extra": f.extra}
-    return write_npz_atomically(path, {"meta": np.array(json.dumps(meta)), **state_arrays(f.adapters, f.opt_state)})
+    arrays = {"meta": np.array(json.dumps(meta)), **state_arrays(f.adapters, f.opt_state)}
+    return write_npz_atomically(path, arrays, write)
 
 
 def load_adapter(path) -> AdapterFile:
@@ -146,8 +150,6 @@ class FineTuneRun(Run):
     base_sha256: str = ""
     learn_from: int = 0  # positions before it are context only
 
-    file_name = ADAPTER_NAME
-
     def loss_and_grads(self, x, y):
         def compute(adapters, x, y, cfg):
             return adapter_loss_and_grads(self.base, adapters, x, y, cfg, self.lora, self.learn_from)
@@ -157,10 +159,10 @@ class FineTuneRun(Run):
     def model_params(self):
         return frozen_params(self.base, self.params, self.lora)
 
-    def save(self, path, elapsed_s, corpus_path, corpus_sha256):
+    def save(self, path, elapsed_s, corpus_path, corpus_sha256, write=None):
         extra = {**self.extra(elapsed_s, corpus_path, corpus_sha256), "learn_from": self.learn_from}
         save_adapter(path, AdapterFile(self.params, self.lora, self.quantize, self.base_path, self.base_sha256,
-                                       self.model_cfg, self.step, self.opt_state, extra))
+                                       self.model_cfg, self.step, self.opt_state, extra), write)
 
 
 def new_finetune_run(base_path, lora: LoRAConfig, train_cfg: TrainConfig, quantize="none", learn_from=0):
@@ -206,10 +208,11 @@ def new_full_run(base_path, train_cfg: TrainConfig):
 
 def finetune(base_path, corpus_path, out_dir, lora: LoRAConfig | None, train_cfg: TrainConfig, quantize="none",
              learn_from=0, resume=False, overwrite=False, max_minutes=None, progress=None, on_step=None,
-             on_nonfinite=None):
-    """Fine-tune the adapters of a base checkpoint on a corpus; the arguments and the summary are those of
-    `train.train` (on_nonfinite included), plus the base, the LoRA settings, the quantization and learn_from. lora=None fine-tunes
-    every parameter instead (full fine-tuning; no quantization, every position learned), into checkpoint.npz.
+             on_nonfinite=None, hooks=None):
+    """Fine-tune the adapters of a base checkpoint on a corpus; the arguments (on_nonfinite and hooks included) and
+    the summary are those of `train.train`, plus the base, the LoRA settings, the quantization and learn_from.
+    lora=None fine-tunes every parameter instead (full fine-tuning; no quantization, every position learned),
+    into checkpoint.npz.
 
     Raises
     ------
@@ -223,21 +226,14 @@ def finetune(base_path, corpus_path, out_dir, lora: LoRAConfig | None, train_cfg
         if quantize != "none" or learn_from:
             raise ConfigError("full fine-tuning trains the dense base on every position: drop --quantize and "
                               "--learn-from, or give LoRA settings")
-        session = start_session(corpus_path, out_dir, resume, overwrite, max_minutes,
-                                lambda text: new_full_run(base_path, train_cfg), resumed_run,
-                                on_nonfinite=on_nonfinite)
-        return run_session(session, progress, on_step, "finetune")
-
-    if train_cfg.engine != "handwritten":  # FineTuneRun.loss_and_grads is the hand-written adapters' backward
-        raise ConfigError(f"LoRA fine-tuning runs the hand-written backward only, got engine {train_cfg.engine!r}: "
-                          "drop it, or fine-tune every parameter (lora=None), which the autograd engine can")
-
-    def new(text):
-        return new_finetune_run(base_path, lora, train_cfg, quantize, learn_from)
-
-    def resumed(path, corpus_sha256):
-        return resumed_finetune_run(path, corpus_sha256, base_path)
-
-    session = start_session(corpus_path, out_dir, resume, overwrite, max_minutes, new, resumed, ADAPTER_NAME,
-                            on_nonfinite)
+        new, resumed, file_name = (lambda text: new_full_run(base_path, train_cfg)), resumed_run, CHECKPOINT_NAME
+    else:
+        if train_cfg.engine != "handwritten":  # FineTuneRun.loss_and_grads is the hand-written adapters' backward
+            raise ConfigError(f"LoRA fine-tuning runs the hand-written backward only, got engine "
+                              f"{train_cfg.engine!r}: drop it, or fine-tune every parameter (lora=None), which the "
+                              "autograd engine can")
+        new, resumed, file_name = (lambda text: new_finetune_run(base_path, lora, train_cfg, quantize, learn_from),
+                                   lambda path, sha: resumed_finetune_run(path, sha, base_path), ADAPTER_NAME)
+    session = start_session(corpus_path, out_dir, resume, overwrite, max_minutes, new, resumed, file_name,
+                            on_nonfinite, hooks)
     return run_session(session, progress, on_step, "finetune")

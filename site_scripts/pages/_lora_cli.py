@@ -15,7 +15,8 @@ from transformer.cli import main
 from transformer.config import PRESETS
 from transformer.finetune import params_sha256
 from transformer.finetune_run import ADAPTER_NAME
-from transformer.train import TrainConfig, train
+from transformer.train import train
+from transformer.train_config import TrainConfig
 
 from ..common import md_table
 from ..examples import SEED

@@ -12,7 +12,9 @@ from transformer.config import PRESETS
 from transformer.data import train_val_split
 from transformer.errors import CheckpointError
 from transformer.model import init_params
-from transformer.train import TrainConfig, new_run, train_step
+from transformer.run_state import new_run
+from transformer.step import train_step
+from transformer.train_config import TrainConfig
 
 from .. import sections
 from ..examples import SEED, collapsed

@@ -8,7 +8,7 @@ from dataclasses import MISSING, fields
 from transformer.config import PRESETS, ModelConfig
 from transformer.model import param_count
 from transformer.optim import AdamWConfig
-from transformer.train import TrainConfig
+from transformer.train_config import TrainConfig
 
 from .. import sections
 

@@ -15,7 +15,8 @@ from transformer.generate import sample_rows
 from transformer.model import forward, init_params, loss_and_grads, param_count, param_shapes
 from transformer.optim import clip_grads, global_norm, is_decayed
 from transformer.softmax import cross_entropy_backward, cross_entropy_forward, softmax_forward
-from transformer.train import TrainConfig, finite_loss_and_grads, train_step
+from transformer.step import finite_loss_and_grads, train_step
+from transformer.train_config import TrainConfig
 
 from .. import code_facts, depends, sections
 from ..cache_inventory import inventory_md
@@ -336,7 +337,7 @@ def update_md():
     steps = (train_step.__name__, finite_loss_and_grads.__name__)  # the second refuses what is not finite
     calls = {name: next(p for p in code_facts.calls_named(name) if p.function in steps)
              for name in ("loss_and_grads", "clip_grads", "adamw_update")}
-    link = {n: f"[`train.py:{p.line}`]({sections.function_link(PAGE, p.path, p.function, p.line)})"
+    link = {n: f"[`{p.path.rsplit('/', 1)[-1]}:{p.line}`]({sections.function_link(PAGE, p.path, p.function, p.line)})"
             for n, p in calls.items()}
     seq_len = tc.seq_len or cfg.context_len
     return (f"`train_step` calls `loss_and_grads` (through `{steps[1]}`, which refuses a loss or a gradient that is "

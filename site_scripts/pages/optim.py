@@ -5,7 +5,7 @@ import numpy as np
 from transformer.config import PRESETS
 from transformer.model import init_params, loss_and_grads
 from transformer.optim import AdamWConfig, adamw_init, adamw_update, clip_grads, global_norm, is_decayed, lr_at
-from transformer.train import TrainConfig
+from transformer.train_config import TrainConfig
 
 from .. import sections
 from ..examples import SEED, TINY_IDS, TINY_TARGETS, default_note, illustrative, tiny

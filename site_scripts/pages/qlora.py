@@ -13,7 +13,8 @@ from transformer.model import forward, init_params, param_shapes
 from transformer.nf4 import NF4Weight, dequantize, quantize
 from transformer.optim import adamw_init, global_norm
 from transformer.quantized_linear import ROWS
-from transformer.train import TrainConfig, train_step
+from transformer.step import train_step
+from transformer.train_config import TrainConfig
 
 from .. import sections
 from ..common import md_table

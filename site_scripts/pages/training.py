@@ -12,7 +12,9 @@ from transformer.config import PRESETS
 from transformer.data import TRAIN_FRACTION, CharTokenizer, sample_batch, train_val_split
 from transformer.model import forward, init_params, loss_and_grads
 from transformer.parallel import Sharded, shard_rows
-from transformer.train import TrainConfig, new_run, train
+from transformer.run_state import new_run
+from transformer.train import train
+from transformer.train_config import TrainConfig
 
 from .. import memory, sections
 from ..examples import SEED

@@ -102,7 +102,7 @@ def test_the_package_hands_on_the_attention_backward_and_the_models_loss_and_gra
     picked = lines("transformer/block.py", "attn_backward = flash_attention_backward if")
     both = named("attention:attention_backward") & named("flash_attention:flash_attention_backward")
     assert picked and picked <= both
-    handed = lines("transformer/train.py", "else loss_and_grads")
+    handed = lines("transformer/run_state.py", "else loss_and_grads")
     assert handed and handed <= named("model:loss_and_grads") & named("autograd_model:loss_and_grads")
     assert not named("nf4:NF4Weight")  # a class named in isinstance checks
 

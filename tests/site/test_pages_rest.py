@@ -15,7 +15,7 @@ from transformer.config import PRESETS
 from transformer.gradcheck import ABS_FLOOR, REL_TOL, check_passes, numerical_grad, relative_gap
 from transformer.model import init_params
 from transformer.optim import AdamWConfig, adamw_init, adamw_update, global_norm, lr_at
-from transformer.train import TrainConfig
+from transformer.train_config import TrainConfig
 
 
 # ---------------------------------------------------------------- optim

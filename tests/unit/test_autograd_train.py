@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transformer import train as train_module
+from transformer import run_state
 from transformer.checkpoint import load_checkpoint
 from transformer.cli import main
 from transformer.config import PRESETS
 from transformer.errors import ConfigError
 from transformer.model import init_params
 from transformer.parallel import resolve, shard_rows
-from transformer.train import TrainConfig
+from transformer.train_config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAKESPEARE = Path(os.environ.get("TRANSFORMER_CORPUS", ROOT / "data" / "tinyshakespeare" / "input.txt"))
@@ -59,8 +59,8 @@ def test_autograd_engine_trains_to_the_same_losses_step_for_step(tmp_path, corpu
         calls.append(1)
         return engine(*args, **kwargs)
 
-    engine = train_module.autograd_loss_and_grads
-    monkeypatch.setattr(train_module, "autograd_loss_and_grads", counted)
+    engine = run_state.autograd_loss_and_grads
+    monkeypatch.setattr(run_state, "autograd_loss_and_grads", counted)
     handwritten = cli_losses(tmp_path, corpus, "handwritten")
     assert not calls
     autograd = cli_losses(tmp_path, corpus, "autograd")

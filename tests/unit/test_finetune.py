@@ -190,7 +190,8 @@ def test_qlora_training_changes_the_adapters_only():
     from transformer.finetune_run import FineTuneRun
     from transformer.model import init_params
     from transformer.optim import adamw_init
-    from transformer.train import TrainConfig, train_step
+    from transformer.step import train_step
+    from transformer.train_config import TrainConfig
 
     text = "to be or not to be, that is the question\n" * 40
     tokenizer = make_tokenizer("char", text)

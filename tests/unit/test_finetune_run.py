@@ -14,7 +14,8 @@ from transformer.finetune_run import ADAPTER_NAME, finetune, load_adapter, save_
 from transformer.lora import LoRAConfig, merge
 from transformer.runlock import LOCK_NAME
 from transformer.generate import generate
-from transformer.train import TrainConfig, train
+from transformer.train import Hooks, train
+from transformer.train_config import TrainConfig
 
 MODEL = PRESETS["default"].with_(context_len=16, emb_dim=16, num_layers=1, ff_dim=32, num_heads=2)
 LORA = LoRAConfig(rank=2, alpha=4.0, targets=("q", "v", "ff2"))
@@ -163,7 +164,7 @@ def test_a_corpus_the_base_cannot_spell_is_refused(files, tmp_path):
                  progress=False)
 
 
-def test_a_torn_adapter_file_is_refused_and_a_failed_save_keeps_the_previous_one(files, tmp_path, monkeypatch):
+def test_a_torn_adapter_file_is_refused_and_a_failed_save_keeps_the_previous_one(files, tmp_path):
     finetune(files / "base" / "checkpoint.npz", files / "reply.txt", tmp_path / "run", LORA, small(steps=4),
              progress=False)
     path = tmp_path / "run" / ADAPTER_NAME
@@ -172,12 +173,11 @@ def test_a_torn_adapter_file_is_refused_and_a_failed_save_keeps_the_previous_one
     with pytest.raises(CheckpointError, match="truncated or not an .npz file"):
         load_adapter(tmp_path / "torn.npz")
 
-    def crash(*args, **kwargs):
+    def crash(f, arrays):
         raise OSError("disk full")
 
-    monkeypatch.setattr(np, "savez", crash)
     with pytest.raises(OSError, match="disk full"):
-        save_adapter(path, load_adapter(path))
+        save_adapter(path, load_adapter(path), write=crash)
     assert path.read_bytes() == good and sorted(p.name for p in path.parent.iterdir()) == [ADAPTER_NAME,
                                                                                            "metrics.jsonl", LOCK_NAME]
 
@@ -195,29 +195,26 @@ def test_a_folder_holding_either_kind_of_run_is_refused_and_overwrite_removes_bo
 
 
 def test_fine_tuning_stops_at_a_non_finite_step_with_its_last_good_adapters_and_skips_on_resume(files, tmp_path,
-                                                                                               monkeypatch, capsys):
+                                                                                               capsys):
     """The same all-or-nothing step as train's: the adapter file keeps step 2, and a resume with
     --on-nonfinite skip goes on past the batch, counting it."""
-    import transformer.finetune_run as finetune_module
+    count = [0]
 
-    real, count = finetune_module.FineTuneRun.loss_and_grads, [0]
-
-    def poisoned(self, x, y):
-        loss, grads = real(self, x, y)
+    def poisoned(grads):
         count[0] += 1
         if count[0] in (3, 4):  # step 3, then the same batch again after the resume
             grads = {k: g * np.nan if k.endswith("lora_b") else g for k, g in grads.items()}
-        return loss, grads
+        return grads
 
-    monkeypatch.setattr(finetune_module.FineTuneRun, "loss_and_grads", poisoned)
-    out = tmp_path / "run"
+    hooks, out = Hooks(gradients=poisoned), tmp_path / "run"
     args = ["finetune", "--checkpoint", files / "base" / "checkpoint.npz", "--corpus", files / "reply.txt",
             "--out", out, "--steps", "6", "--batch-size", "4", "--seq-len", "8", "--lora-rank", "2", "--no-progress"]
-    assert main([str(a) for a in args]) == 2
+    assert main([str(a) for a in args], hooks=hooks) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: step 3: the gradient of b0.wq.lora_b is not finite") and err.count("\n") == 1
     assert load_adapter(out / ADAPTER_NAME).step == 2
-    assert main(["finetune", "--resume", "--out", str(out), "--on-nonfinite", "skip", "--no-progress"]) == 0
+    assert main(["finetune", "--resume", "--out", str(out), "--on-nonfinite", "skip", "--no-progress"],
+                hooks=hooks) == 0
     printed = capsys.readouterr().out
     assert "done: 6 steps" in printed and "1 batch skipped" in printed
     f = load_adapter(out / ADAPTER_NAME)

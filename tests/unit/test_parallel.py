@@ -19,7 +19,7 @@ from transformer.model import init_params, loss_and_grads
 from transformer import parallel
 from transformer.parallel import Sharded, shard_rows
 from transformer.shard_processes import ShardWorkerError, by_name, supported
-from transformer.train import evaluate
+from transformer.step import evaluate
 
 CFG = ModelConfig(vocab_size=11, context_len=8, emb_dim=8, num_heads=2, num_layers=2, ff_dim=12)
 

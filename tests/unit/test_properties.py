@@ -27,7 +27,7 @@ from transformer.kv_cache import KVCache, PagedCache, PagePool
 from transformer.lora import TARGETS, LoRAConfig, adapter_shapes, init_adapters
 from transformer.model import forward, init_params, param_count, param_shapes
 from transformer.optim import lr_at
-from transformer.train import TrainConfig
+from transformer.train_config import TrainConfig
 
 
 def prop(max_examples=100):

@@ -26,7 +26,9 @@ from transformer.errors import CheckpointError, TransformerError
 from transformer.finetune_run import finetune, load_adapter, resumed_finetune_run
 from transformer.lora import LoRAConfig
 from transformer.model import param_shapes
-from transformer.train import TrainConfig, resumed_run, train
+from transformer.run_state import resumed_run
+from transformer.train import train
+from transformer.train_config import TrainConfig
 
 MODEL = PRESETS["tiny"]  # vocab_size comes from the corpus
 TRAIN = TrainConfig(steps=4, batch_size=2, seq_len=4, warmup=1, eval_every=4, ckpt_every=2, lr=1e-2)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from transformer.config import PRESETS
-from transformer.train import TrainConfig, train
+from transformer.train import train
+from transformer.train_config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(os.environ.get("TRANSFORMER_CORPUS", ROOT / "data" / "tinyshakespeare" / "input.txt"))

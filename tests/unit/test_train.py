@@ -11,7 +11,9 @@ import pytest
 from transformer.checkpoint import load_checkpoint
 from transformer.config import PRESETS
 from transformer.errors import CheckpointError, ConfigError, CorpusError, NonFiniteError
-from transformer.train import TrainConfig, evaluate, train
+from transformer.step import evaluate
+from transformer.train import train
+from transformer.train_config import TrainConfig
 from transformer.model import init_params
 from transformer.softmax import cross_entropy_forward
 from transformer.model import forward

@@ -13,27 +13,28 @@ import numpy as np
 import pytest
 from test_train import MODEL, corpus, read_metrics, small_config, stop_at  # noqa: F401  (corpus: a fixture)
 
-import transformer.train as train_module
 from transformer.checkpoint import load_checkpoint
 from transformer.cli import main
 from transformer.errors import MaskedRowError, NonFiniteError, RunLockedError
-from transformer.train import MAX_SKIPS_IN_A_ROW, new_run, train, train_step
+from transformer.run_state import new_run
+from transformer.step import train_step
+from transformer.train import Hooks, train
+from transformer.train_config import MAX_SKIPS_IN_A_ROW
 
 
-def poison(monkeypatch, calls, value=np.nan, name="b0.wq"):
-    """From now on, the gradients of the given batches a run computes (counted from 1) hold `value` in one
+def poisoned(calls, value=np.nan, name="b0.wq"):
+    """Hooks under which the gradients of the given batches a run computes (counted from 1) hold `value` in one
     entry of `name`: a fault injected where the model's own arithmetic would produce it."""
-    real, count = train_module.Run.loss_and_grads, [0]
+    count = [0]
 
-    def poisoned(self, x, y):
-        loss, grads = real(self, x, y)
+    def gradients(grads):
         count[0] += 1
         if count[0] in calls:
             grads[name] = grads[name].copy()
             grads[name].flat[0] = value
-        return loss, grads
+        return grads
 
-    monkeypatch.setattr(train_module.Run, "loss_and_grads", poisoned)
+    return Hooks(gradients=gradients)
 
 
 def state_of(run):
@@ -113,57 +114,55 @@ def test_scores_that_overflow_to_minus_inf_are_a_non_finite_step_not_a_bad_input
 # ----------------------------------------------------------------- a run: stop or skip
 
 
-def test_stop_keeps_the_last_good_step_and_a_skip_resume_equals_a_run_that_skipped(tmp_path, corpus, monkeypatch):  # noqa: F811
+def test_stop_keeps_the_last_good_step_and_a_skip_resume_equals_a_run_that_skipped(tmp_path, corpus):  # noqa: F811
     """Stop at the poisoned step 4: the checkpoint is step 3 exactly (the sampler too: resuming draws the
     same batch again). Resumed with skip, past it, the run equals one that skipped from the start."""
-    poison(monkeypatch, {4})
-    skipped = train(corpus, tmp_path / "skip", MODEL, small_config(on_nonfinite="skip"), progress=False)
+    skipped = train(corpus, tmp_path / "skip", MODEL, small_config(on_nonfinite="skip"), progress=False,
+                    hooks=poisoned({4}))
     assert skipped["step"] == 12 and skipped["skipped"] == 1
     refused = [m for m in read_metrics(tmp_path / "skip") if "nonfinite" in m]
     assert [(m["step"], m["nonfinite"], m["skipped_batches"]) for m in refused] == [(4, "b0.wq", 1)]
 
-    poison(monkeypatch, {4, 5})  # call 5 is the resumed run's first: the same batch drawn again
+    hooks = poisoned({4, 5})  # call 5 is the resumed run's first: the same batch drawn again
     with pytest.raises(NonFiniteError, match=r"step 4: the gradient of b0.wq is not finite \(loss [0-9.]+\); "
                                              r"stopped, keeping the last good step, 3, in .*checkpoint.npz"):
-        train(corpus, tmp_path / "stop", MODEL, small_config(), progress=False)
+        train(corpus, tmp_path / "stop", MODEL, small_config(), progress=False, hooks=hooks)
     assert load_checkpoint(tmp_path / "stop" / "checkpoint.npz").step == 3
     summary = train(corpus, tmp_path / "stop", MODEL, small_config(), resume=True, progress=False,
-                    on_nonfinite="skip")
+                    on_nonfinite="skip", hooks=hooks)
     assert summary["skipped"] == 1
     assert_same_params(tmp_path / "skip" / "checkpoint.npz", tmp_path / "stop" / "checkpoint.npz")
     losses = {m["step"]: m["loss"] for m in read_metrics(tmp_path / "stop") if "loss" in m}
     assert losses == {m["step"]: m["loss"] for m in read_metrics(tmp_path / "skip") if "loss" in m}
 
 
-def test_a_run_stopped_after_a_skip_resumes_with_its_count_bit_for_bit(tmp_path, corpus, monkeypatch):  # noqa: F811
-    poison(monkeypatch, {2})
-    train(corpus, tmp_path / "straight", MODEL, small_config(on_nonfinite="skip"), progress=False)
-    poison(monkeypatch, {2})
+def test_a_run_stopped_after_a_skip_resumes_with_its_count_bit_for_bit(tmp_path, corpus):  # noqa: F811
+    train(corpus, tmp_path / "straight", MODEL, small_config(on_nonfinite="skip"), progress=False,
+          hooks=poisoned({2}))
     train(corpus, tmp_path / "broken", MODEL, small_config(on_nonfinite="skip"), progress=False,
-          on_step=stop_at(6))
+          on_step=stop_at(6), hooks=poisoned({2}))
     summary = train(corpus, tmp_path / "broken", MODEL, small_config(), resume=True, progress=False)
     assert summary["skipped"] == 1
     assert_same_params(tmp_path / "straight" / "checkpoint.npz", tmp_path / "broken" / "checkpoint.npz")
 
 
-def test_skipping_gives_up_when_every_batch_fails(tmp_path, corpus, monkeypatch):  # noqa: F811
-    poison(monkeypatch, set(range(3, 100)))
+def test_skipping_gives_up_when_every_batch_fails(tmp_path, corpus):  # noqa: F811
     with pytest.raises(NonFiniteError, match=f"after {MAX_SKIPS_IN_A_ROW} such batches in a row, keeping the last "
                                              "good step, 2,"):
-        train(corpus, tmp_path / "run", MODEL, small_config(on_nonfinite="skip"), progress=False)
+        train(corpus, tmp_path / "run", MODEL, small_config(on_nonfinite="skip"), progress=False,
+              hooks=poisoned(set(range(3, 100))))
     assert load_checkpoint(tmp_path / "run" / "checkpoint.npz").step == 2
 
 
-def test_the_command_line_reports_a_non_finite_step_on_one_line(tmp_path, corpus, monkeypatch, capsys):  # noqa: F811
+def test_the_command_line_reports_a_non_finite_step_on_one_line(tmp_path, corpus, capsys):  # noqa: F811
     from test_cli import SMALL, assert_one_line_error
 
-    poison(monkeypatch, {3})
-    out = tmp_path / "run"
-    code = main(["train", "--corpus", str(corpus), "--out", str(out), *SMALL, "--steps", "5"])
+    hooks, out = poisoned({3}), tmp_path / "run"
+    code = main(["train", "--corpus", str(corpus), "--out", str(out), *SMALL, "--steps", "5"], hooks=hooks)
     _, err = capsys.readouterr()
     assert_one_line_error(code, err, "step 3: the gradient of b0.wq is not finite")
     assert "keeping the last good step, 2" in err and "--on-nonfinite skip" in err
-    code = main(["train", "--resume", "--out", str(out), "--on-nonfinite", "skip", "--no-progress"])
+    code = main(["train", "--resume", "--out", str(out), "--on-nonfinite", "skip", "--no-progress"], hooks=hooks)
     printed, err = capsys.readouterr()
     assert code == 0 and err == ""  # the replayed batch is finite now (call 4): nothing skipped
     assert "done: 5 steps" in printed and "skipped" not in printed
