@@ -5,7 +5,7 @@ fault planted. Run with `scripts/test -m browser` (after `scripts/setup --browse
 
 import markdown
 import pytest
-from browsercheck import check_page, fault_path, plant_faults, serve
+from browsercheck import RENDERING_PROBLEMS, check_page, fault_path, plant_faults, playwright_error, serve
 from sitebuild import ROOT, nav_pages, page_dir
 
 pytestmark = pytest.mark.browser
@@ -24,6 +24,19 @@ def test_page_loads_cleanly_and_shows_its_formulas_diagrams_and_images(page, sit
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=SCREENSHOTS / (md[:-3].replace("/", "-") + ".png"), full_page=True)
     assert not problems, report(md, problems)
+
+
+@pytest.mark.parametrize("md", nav_pages())
+def test_page_opened_from_disk_typesets_its_formulas_and_draws_its_diagrams(page, built_site, md):
+    """site/.../index.html opened as a file (file://), where Material's page events never fire."""
+    page.goto((built_site / page_dir(md) / "index.html").as_uri())
+    try:  # until every formula is typeset and every diagram drawn; what is not, RENDERING_PROBLEMS names
+        page.wait_for_function("() => !document.querySelector('.arithmatex:not(:has(mjx-container))') && "
+                               "!document.querySelector('pre.mermaid')", timeout=15_000)
+    except playwright_error():
+        pass
+    problems = page.evaluate(RENDERING_PROBLEMS)
+    assert not problems, report(f"{md} from disk", problems)
 
 
 # ------------------------------------------------------------------ negative controls of check_page
