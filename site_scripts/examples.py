@@ -15,6 +15,7 @@ SEED = 0
 TINY_IDS = [2, 0, 2]
 TINY_TARGETS = [0, 2, 1]
 H_STEP = 1e-5
+MOVE = 0.1  # biases_moved: how far every 1-D parameter moves, in standard normal units
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def default_note(batch=True):
 def biases_moved(params, rng):
     """A copy of the parameters with every 1-D one (biases, gains) moved by 0.1 × N(0, 1), so that their
     gradient terms count in a check (at initialisation they are exactly 0 or 1)."""
-    return {k: v + 0.1 * rng.standard_normal(v.shape) if v.ndim == 1 else v.copy() for k, v in params.items()}
+    return {k: v + MOVE * rng.standard_normal(v.shape) if v.ndim == 1 else v.copy() for k, v in params.items()}
 
 
 def weighted_sum(dy, layer_forward, *args):

@@ -5,7 +5,9 @@ the n-th page of the m-th navigation section is Section m.n, its own headings ar
 (m.n.k, m.n.k.j), and a page outside any section (Home) opens the book unnumbered. Every equation that
 site_scripts/equations.py finds in the prose gets the next number, printed beside it. Links between pages
 become links inside the document, ids are made unique by the page's id, collapsed blocks are opened and
-code listings carry their line numbers inside each line, so a long line wraps under its number.
+code listings carry their line numbers inside each line, so a long line wraps under its number. A page's evidence
+(the block that site_scripts/anatomy.py folds at its end: symbols, code, checks) is left out, and a link to what it
+held keeps its words without its target: the print edition is the reading path, the site has the evidence.
 
 The numbers written here are the document's; the citations on the site are read back from the printed
 PDF (site_scripts/print_readback.py), not from here.
@@ -137,9 +139,31 @@ class Rewriter:
         return re.sub(r'(?<=\s)href="([^"]*)"', link, text)
 
 
+def without_evidence(text):
+    """The article without its evidence blocks (`<details class="... evidence ...">`, with the blocks inside)."""
+    while (start := text.find('<details class="abstract evidence"')) >= 0:
+        depth, at = 0, start
+        for tag in re.finditer(r"<(/?)details\b", text[start:]):
+            depth += -1 if tag[1] else 1
+            if depth == 0:
+                at = start + tag.end()
+                break
+        text = text[:start] + text[text.index(">", at) + 1:]
+    return text
+
+
+def unlinked_where_gone(document):
+    """A link to an id that the document no longer has (it was in an evidence block) keeps its words only."""
+    ids = set(re.findall(r'\bid="([^"]+)"', document))
+    return re.sub(r'<a\b[^>]*?\shref="#([^"]+)"[^>]*>(.*?)</a>', lambda m: m[0] if m[1] in ids else m[2],
+                  document, flags=re.S)
+
+
 def strip_for_print(text):
-    """Without the edit button and the headings' permalinks, with every collapsed block open, the diagrams
-    drawn from a fixed seed, and each code line carrying its number (the separate column of numbers is dropped: a wrapped line would leave it)."""
+    """Without the evidence, the edit button and the headings' permalinks, with every other collapsed block
+    open, the diagrams drawn from a fixed seed, and each code line carrying its number (the separate column of
+    numbers is dropped: a wrapped line would leave it)."""
+    text = without_evidence(text)
     text = re.sub(r'<a [^>]*class="md-content__button[^"]*"[^>]*>.*?</a>', "", text, flags=re.S)
     text = re.sub(r'<a class="headerlink"[^>]*>.*?</a>', "", text, flags=re.S)
     text = re.sub(r"<details( [^>]*)?>", lambda m: f"<details{m[1] or ''} open>", text)
@@ -207,4 +231,4 @@ def gather(site, equation_ids, site_url=None):
     if sorted(shown) != sorted(equation_ids):
         raise RuntimeError("print edition: the pages show equations " + ", ".join(sorted(set(shown) ^ set(equation_ids)))
                            + " that site_scripts/equations.py does not declare, or not the ones it does")
-    return Edition("\n".join(body), sections, equations)
+    return Edition(unlinked_where_gone("\n".join(body)), sections, equations)

@@ -1,8 +1,9 @@
-"""Generator of the LayerNorm page's fragments (see site_scripts/build.py).
+"""Generator of the LayerNorm page: the values its prose shows (docs/model/layernorm.md binds them), its
+tables and its picture.
 
 The backward examples follow the tiny model's real loss gradient at block 0's LN1: as initialised (from
-tiny_backward()) and with every gain and shift moved (from the model's own backward, `ln1_upstream`). The checks of
-the derivation's steps (`jacobian_check`, `row_identities`) take the backward as an argument, so that
+tiny_backward()) and with every gain and shift moved (from the model's own backward, `ln1_upstream`). The
+checks of the derivation's steps (`jacobian_check`, `row_identities`) take the backward as an argument, so that
 tests/site/test_pages_ln.py can show that each one fails on a planted mistake.
 """
 
@@ -17,24 +18,20 @@ from transformer.softmax import cross_entropy_backward, cross_entropy_forward
 
 from .. import sections
 from ..common import md_table, verdict_text
-from ..examples import (H_STEP, SEED, TINY_IDS, TINY_TARGETS, biases_moved, collapsed, default_note, default_run,
-                        illustrative, tiny, weighted_sum)
-from ..sections import gap_text
+from ..examples import (H_STEP, MOVE, SEED, TINY_IDS, TINY_TARGETS, biases_moved, default_note, default_run,
+                        tiny, weighted_sum)
+from ..figures import new_figure, png
+from ..prose import num
 from ..tiny_backward import tiny_backward
 
+SPREAD = 0.3  # the gradient check's gain and shift: 1 + SPREAD N(0, 1) and SPREAD N(0, 1), away from 1 and 0
 # A sum that is zero in exact arithmetic comes out of float64 as rounding: about 1e-16 of the size of the
 # terms summed. A missing term of the backward leaves a sum of the size of the terms themselves. Below this
 # fraction of the terms' size, a sum counts as zero.
 ROUNDING_TOL = 1e-12
-NOTATION = "../reference/notation.md"
 
 
-def num(v):
-    """A number as the tables print it, in parentheses when negative, for arithmetic written out."""
-    return f"({v:.4f})" if v < 0 else f"{v:.4f}"
-
-
-# ---------------------------------------------------------------- the real upstream gradient
+# ---------------------------------------------------------------- the cases: one LayerNorm, forward and backward
 
 def ln1_upstream(params, cfg, ids, targets):
     """The tiny model's real backward (mean cross-entropy against targets) at block 0's LN1: (block 0's LN1
@@ -68,11 +65,10 @@ class Case:
 
 def case(x, g, b, eps, du, backward=layer_norm_backward):
     u, cache = layer_norm_forward(x, g, b, eps)
-    xhat, rstd = cache.xhat, cache.rstd
     delta = du * g
     dx, dg, db = backward(du, cache)
-    return Case(x, g, b, eps, du, u, xhat, rstd, delta, delta.mean(axis=-1, keepdims=True),
-                (delta * xhat).mean(axis=-1, keepdims=True), dx, dg, db)
+    return Case(x, g, b, eps, du, u, cache.xhat, cache.rstd, delta, delta.mean(axis=-1, keepdims=True),
+                (delta * cache.xhat).mean(axis=-1, keepdims=True), dx, dg, db)
 
 
 def initial_case():
@@ -83,11 +79,6 @@ def initial_case():
 
 def moved_params():
     return biases_moved(tiny().params, np.random.default_rng(SEED))
-
-
-def moved_grads():
-    ex = tiny()
-    return loss_and_grads(moved_params(), ex.ids, np.array([TINY_TARGETS]), ex.cfg)[1]
 
 
 def moved_case():
@@ -108,9 +99,8 @@ class Agreement:
     def passed(self):
         return check_passes(self.gap, self.rel)
 
-    def text(self):
-        verdict = verdict_text(self.passed, False, "")
-        return f"largest gap {self.gap:.1e}, relative gap {self.rel:.1e}: {verdict}"
+    def values(self):
+        return {"gap": self.gap, "rel": self.rel, "verdict": verdict_text(self.passed, False, "")}
 
 
 @dataclass(frozen=True)
@@ -163,65 +153,11 @@ def row_identities(c):
                          np.abs(products).sum(axis=-1), predicted)
 
 
-def jacobian_md():
-    c, t = moved_case(), 0
-    check = jacobian_check(c.x[t], c.g, c.b, c.eps)
-    row_sums = np.abs(check.formula.sum(axis=1)).max()
-    return "\n".join([
-        f"Row \\(t\\) = {t} of the tiny example's \\(X^{{(0)}}\\), with the moved gain and shift of the second "
-        "backward example below (\\(\\gamma \\ne 1\\), so its factor shows). Entry [i', i] is "
-        "\\(\\partial u_{i'}/\\partial x_i\\).\n",
-        sections.array_md("γ_i' r ([i' = i] − 1/d − x̂_i' x̂_i / d)", check.formula, row_label="i'"),
-        sections.array_md("central differences", check.numeric, row_label="i'"),
-        f"The formula against central differences: {check.of_formula.text()}. The code against central "
-        "differences (`layer_norm_backward` called with the upstream gradient \\(e_{i'}\\) returns row \\(i'\\) of "
-        f"the matrix): {check.of_code.text()}. In float64 with step \\(\\Delta\\) = {H_STEP:g}; a pass is the "
-        f"gradient checks' rule (a relative gap below {REL_TOL:g}), and gaps of this size are the central "
-        "differences' own error, far below what a missing term leaves. Each row of the matrix sums to zero (the "
-        f"largest row sum is {row_sums:.0e}, rounding): adding the same number to every \\(x_i\\) changes no "
-        "\\(u_{i'}\\), as [below](#two-directions-that-get-no-gradient).\n",
-    ])
+# ---------------------------------------------------------------- the values the prose shows
 
-
-def identities_md():
-    c = initial_case()
-    ids = row_identities(c)
-    share = c.eps * c.rstd[:, 0] ** 2
-    cells = [[t, f"{s:.1e}", f"{scale:.4f}", f"{dot:.3e}", f"{pred:.3e}", f"{e:.1e}"] for t, (s, scale, dot, pred, e)
-             in enumerate(zip(ids.sums, ids.sum_scale, ids.dots, ids.predicted, share, strict=True))]
-    worst_sum = float(np.max(np.abs(ids.sums) / ids.sum_scale))
-    worst_dot = float(np.max(np.abs(ids.dots - ids.predicted) / ids.dot_scale))
-    dx, eps = r"\partial\ell/\partial x_i", r"\epsilon_{\mathrm{LN}}"
-    dot, predicted = rf"\sum_i \hat{{x}}_i\, {dx}", rf"{eps}\, r^3 \sum_i \delta_i \hat{{x}}_i"
-    return "\n".join([
-        md_table(["position \\(t\\)", f"\\(\\sum_i {dx}\\)", f"\\(\\sum_i \\lvert {dx} \\rvert\\)", f"\\({dot}\\)",
-                  f"\\({predicted}\\)", f"\\({eps}\\, r^2\\)"], cells),
-        f"**Row sums.** The largest is {worst_sum:.0e} of the size \\(\\sum_i \\lvert {dx} \\rvert\\) of what was "
-        f"summed: zero in exact arithmetic, so what is left is float64's rounding (its unit is "
-        f"{np.finfo(np.float64).eps:.1e}). A sum counts as zero below {ROUNDING_TOL:g} of the terms' size: "
-        f"{verdict_text(ids.sums_pass, False, '')}.\n",
-        f"**Against \\(\\hat{{x}}\\).** Each row's \\({dot}\\) is its predicted \\({predicted}\\) to within "
-        f"{worst_dot:.0e} of the terms' size: {verdict_text(ids.dots_pass, False, '')}. It is not zero: of the "
-        "direct term's component along \\(\\hat{x}\\), \\(r \\sum_i \\delta_i \\hat{x}_i\\), the variance term cancels "
-        f"all but the fraction \\({eps}\\, r^2\\) of the last column, from {share.min():.1e} to {share.max():.1e} "
-        f"here, small because these rows' variances ({', '.join(f'{v:.3f}' for v in 1 / c.rstd[:, 0] ** 2 - c.eps)}) "
-        f"are far above \\({eps}\\) = {c.eps:g}. For a row whose variance is \\({eps}\\) itself the fraction would "
-        "be 1/2.\n",
-    ])
-
-
-# ---------------------------------------------------------------- the stream's scale and the sub-layers'
-
-def initial_gains(params):
-    """The sentence that every LayerNorm has gain 1 and shift 0, as init_params makes them; an error if not."""
-    gains = {k: v for k, v in params.items() if k.endswith(("ln1_g", "ln2_g", "lnf_g"))}
-    shifts = {k: v for k, v in params.items() if k.endswith(("ln1_b", "ln2_b", "lnf_b"))}
-    if not (all(np.all(v == 1) for v in gains.values()) and all(np.all(v == 0) for v in shifts.values())):
-        raise RuntimeError("init_params no longer sets every LayerNorm gain to 1 and shift to 0: reword the page")
-    return f"every one of the {len(gains)} gains is 1 and every shift 0, as `init_params` makes them"
-
-def scale_md():
-    """The spread of the rows entering and leaving each LayerNorm of the tiny model, as initialised."""
+def scale():
+    """The spread of the rows entering and leaving each LayerNorm of the tiny model, as initialised: a table,
+    and its figures."""
     ex = tiny()
     _, cache = forward(ex.params, ex.ids, ex.cfg)
     norms = []
@@ -231,154 +167,153 @@ def scale_md():
     norms.append(("LN_f", f"\\(X^{{({ex.cfg.num_layers})}} = X^{{(L)}}\\)", cache.lnf_cache, ex.trace["lnf"]))
     spread_in = [np.sqrt(1 / ln.rstd[0, :, 0] ** 2 - ex.cfg.ln_eps) for _, _, ln, _ in norms]
     spread_out = [out[0].std(axis=-1) for *_, out in norms]
-    cells = [[name, reads, ", ".join(f"{v:.3f}" for v in s_in), ", ".join(f"{v:.5f}" for v in s_out)]
-             for (name, reads, _, _), s_in, s_out in zip(norms, spread_in, spread_out, strict=True)]
+    rows = [[name, reads, ", ".join(f"{v:.3f}" for v in s_in), ", ".join(f"{v:.5f}" for v in s_out)]
+            for (name, reads, _, _), s_in, s_out in zip(norms, spread_in, spread_out, strict=True)]
+    table = md_table(["LayerNorm", "reads", f"spread \\(\\sigma\\) of its input rows, \\(t\\) = "
+                      + ", ".join(map(str, range(len(TINY_IDS)))), "spread of its output rows"], rows)
     x0, x1 = ex.trace["embedding"], ex.trace["b0.out"]
     lo, hi = min(map(np.min, spread_in)), max(map(np.max, spread_in))
-    positions = ", ".join(map(str, range(len(TINY_IDS))))
-    eps = r"\epsilon_{\mathrm{LN}}"
-    return "\n".join([
-        md_table(["LayerNorm", "reads", f"spread \\(\\sigma\\) of its input rows, \\(t\\) = {positions}",
-                  "spread of its output rows"], cells),
-        f"On ids `{TINY_IDS}`, the rows of the stream that the LayerNorms read spread from \\(\\sigma\\) = {lo:.3f} "
-        f"to {hi:.3f}, a factor of {hi / lo:.1f}, and the average spread grows from {spread_in[0].mean():.3f} at "
-        f"\\(X^{{(0)}}\\) to {spread_in[-1].mean():.3f} at \\(X^{{(L)}}\\); block 0 alone changes the stream by "
-        f"\\(\\lVert X^{{(1)}} - X^{{(0)}} \\rVert / \\lVert X^{{(0)}} \\rVert\\) = "
-        f"{np.linalg.norm(x1 - x0) / np.linalg.norm(x0):.2f} of its size (the number the "
-        f"[Transformer block](block.md) page shows). The rows the sub-layers read ({initial_gains(ex.params)}) "
-        f"all spread from {min(map(np.min, spread_out)):.5f} to {max(map(np.max, spread_out)):.5f}: 1, less the "
-        f"share that \\({eps}\\) takes, \\(\\sigma r = \\sigma / \\sqrt{{\\sigma^2 + {eps}}}\\).\n",
-    ])
+    gains = [k for k in ex.params if k.endswith(("ln1_g", "ln2_g", "lnf_g"))]
+    return table, {"lo": lo, "hi": hi, "ratio": hi / lo, "first": spread_in[0].mean(), "last": spread_in[-1].mean(),
+                   "block0_change": np.linalg.norm(x1 - x0) / np.linalg.norm(x0), "gains": len(gains),
+                   "out_lo": min(map(np.min, spread_out)), "out_hi": max(map(np.max, spread_out))}
 
 
-# ---------------------------------------------------------------- the tiny example, forward and backward
-
-def forward_md(c):
+def forward_values(c):
     mean = c.x.mean(axis=-1)
     var = ((c.x - mean[:, None]) ** 2).mean(axis=-1)
-    eps = r"\epsilon_{\mathrm{LN}}"
-    return "\n".join([
-        sections.array_md("x (rows of X^(0))", c.x, row_label="position t"),
-        md_table(["position \\(t\\)", "mean \\(\\mu\\)", "variance \\(\\sigma^2\\)",
-                  f"\\(r = 1/\\sqrt{{\\sigma^2 + {eps}}}\\)"],
-                 [[t, f"{m:.4f}", f"{v:.4f}", f"{r:.4f}"] for t, (m, v, r) in
-                  enumerate(zip(mean, var, c.rstd[:, 0], strict=True))]),
-        sections.array_md("x̂ = (x − μ) r", c.xhat, row_label="position t"),
-        sections.array_md("u = γ ⊙ x̂ + β", c.u, row_label="position t"),
-        f"Each row of \\(u\\) has mean {np.abs(c.u.mean(axis=-1)).max():.0e} (0 up to rounding) and variance "
-        f"{c.u.var(axis=-1).min():.5f} to {c.u.var(axis=-1).max():.5f}: 1 less the share \\({eps}\\, r^2\\) that "
-        f"\\({eps}\\) takes ({(c.eps * c.rstd ** 2).min():.1e} to {(c.eps * c.rstd ** 2).max():.1e} for these "
-        "rows).\n",
-    ])
+    stats = md_table(["position \\(t\\)", "mean \\(\\mu\\)", "variance \\(\\sigma^2\\)",
+                      "\\(r = 1/\\sqrt{\\sigma^2 + \\epsilon_{\\mathrm{LN}}}\\)"],
+                     [[t, f"{m:.4f}", f"{v:.4f}", f"{r:.4f}"] for t, (m, v, r) in
+                      enumerate(zip(mean, var, c.rstd[:, 0], strict=True))])
+    tables = {"x": sections.array_md("x (rows of X^(0))", c.x, row_label="position t"), "stats": stats,
+              "xhat": sections.array_md("x̂ = (x − μ) r", c.xhat, row_label="position t"),
+              "u": sections.array_md("u = γ ⊙ x̂ + β", c.u, row_label="position t")}
+    share = c.eps * c.rstd ** 2
+    return tables, {"gamma": c.g, "beta": c.b, "u_xhat_gap": float(np.abs(c.u - c.xhat).max()),
+                    "u_mean": float(np.abs(c.u.mean(axis=-1)).max()), "u_var_lo": c.u.var(axis=-1).min(),
+                    "u_var_hi": c.u.var(axis=-1).max(), "share_lo": share.min(), "share_hi": share.max()}
 
 
-def entry_md(c):
-    """One entry of dx (the largest) and of dγ, their arithmetic written out from the arrays shown."""
-    t, i = np.unravel_index(np.abs(c.dx).argmax(), c.dx.shape)
+def backward_tables(c, prefix):
+    rows = [[t, f"{c.rstd[t, 0]:.4f}", f"{c.mean_delta[t, 0]:.4f}", f"{c.mean_delta_xhat[t, 0]:.4f}"]
+            for t in range(len(c.x))]
+    mean = r"\operatorname{mean}"
+    return {f"{prefix}du": sections.array_md("∂ℓ/∂u", c.du, row_label="position t"),
+            f"{prefix}delta": sections.array_md("δ = γ ⊙ ∂ℓ/∂u (dxhat)", c.delta, row_label="position t"),
+            f"{prefix}means": md_table(["position \\(t\\)", "\\(r\\)", f"\\({mean}(\\delta)\\) (`mean_dxhat`)",
+                                        f"\\({mean}(\\delta \\odot \\hat{{x}})\\) (`mean_dxhat_xhat`)"], rows),
+            f"{prefix}dx": sections.array_md("∂ℓ/∂x = r (δ − mean(δ) − x̂ mean(δ ⊙ x̂))", c.dx, row_label="position t"),
+            f"{prefix}dparams": md_table(["", *range(c.g.size)], [
+                [r"\(\partial\ell/\partial\gamma = \sum_t \partial\ell/\partial u \odot \hat{x}\)",
+                 *(f"{v:.4f}" for v in c.dg)],
+                [r"\(\partial\ell/\partial\beta = \sum_t \partial\ell/\partial u\)", *(f"{v:.4f}" for v in c.db)]])}
+
+
+def entry(c):
+    """One entry of dx (the largest) and of dγ, their arithmetic written out from the arrays shown; an error if
+    the arithmetic by hand disagrees with the code."""
+    t, i = (int(k) for k in np.unravel_index(np.abs(c.dx).argmax(), c.dx.shape))
     r, m1, m2 = c.rstd[t, 0], c.mean_delta[t, 0], c.mean_delta_xhat[t, 0]
     value = r * (c.delta[t, i] - m1 - c.xhat[t, i] * m2)
-    terms = " + ".join(f"{num(a)} × {num(b)}" for a, b in zip(c.du[:, i], c.xhat[:, i], strict=True))
     by_hand = {"dx": (value, c.dx[t, i]), "dg": (c.du[:, i] @ c.xhat[:, i], c.dg[i])}
     wrong = [name for name, (hand, code) in by_hand.items() if abs(hand - code) > ROUNDING_TOL * max(1, abs(code))]
     if wrong:
         raise RuntimeError(f"the LayerNorm page's arithmetic by hand disagrees with layer_norm_backward for {wrong}")
-    mean = r"\operatorname{mean}"
-    return "\n".join([
-        f"By hand, from the arrays above, for entry \\(t\\) = {t}, \\(i\\) = {i} (the largest of "
-        "\\(\\partial\\ell/\\partial x\\)); the factors are shown to 4 decimals, each result is computed from the full "
-        "values:\n",
-        f"- \\(\\delta_{{{i}}} = \\gamma_{{{i}}}\\, \\partial\\ell/\\partial u_{{{i}}}\\) = {num(c.g[i])} × "
-        f"{num(c.du[t, i])} = {num(c.delta[t, i])};",
-        f"- \\(\\partial\\ell/\\partial x_{{{i}}} = r\\,(\\delta_{{{i}}} - {mean}(\\delta) - \\hat{{x}}_{{{i}}}\\, "
-        f"{mean}(\\delta \\odot \\hat{{x}}))\\) = {num(r)} × ({num(c.delta[t, i])} − {num(m1)} − "
-        f"{num(c.xhat[t, i])} × {num(m2)}) = {num(value)}, which is what `layer_norm_backward` returned "
-        f"({num(c.dx[t, i])});",
-        "- the gain's gradient sums over the positions: "
-        f"\\(\\partial\\ell/\\partial \\gamma_{{{i}}} = \\sum_t \\partial\\ell/\\partial U_{{t,{i}}}\\, "
-        f"\\hat{{x}}_{{t,{i}}}\\) = {terms} = {num(c.dg[i])}.\n",
-    ])
+    return {"t": t, "i": i, "g": c.g[i], "du": c.du[t, i], "delta": c.delta[t, i], "r": r, "m1": m1, "m2": m2,
+            "xhat": c.xhat[t, i], "value": value, "returned": c.dx[t, i], "dg": c.dg[i],
+            "dg_terms": " + ".join(f"{num(a)} × {num(b)}" for a, b in zip(c.du[:, i], c.xhat[:, i], strict=True))}
 
 
-def backward_md(c, source):
-    cells = [[t, f"{c.rstd[t, 0]:.4f}", f"{c.mean_delta[t, 0]:.4f}", f"{c.mean_delta_xhat[t, 0]:.4f}"]
-             for t in range(len(c.x))]
-    mean = r"\operatorname{mean}"
-    return "\n".join([
-        f"Backward, in the order `layer_norm_backward` computes it. The upstream gradient is {source}.\n",
-        sections.array_md("∂ℓ/∂u", c.du, row_label="position t"),
-        sections.array_md("δ = γ ⊙ ∂ℓ/∂u (dxhat)", c.delta, row_label="position t"),
-        md_table(["position \\(t\\)", "\\(r\\)", f"\\({mean}(\\delta)\\) (`mean_dxhat`)",
-                  f"\\({mean}(\\delta \\odot \\hat{{x}})\\) (`mean_dxhat_xhat`)"], cells),
-        sections.array_md("∂ℓ/∂x = r (δ − mean(δ) − x̂ mean(δ ⊙ x̂))", c.dx, row_label="position t"),
-        md_table(["", *range(c.g.size)],
-                 [[r"\(\partial\ell/\partial\gamma = \sum_t \partial\ell/\partial u \odot \hat{x}\)",
-                   *(f"{v:.4f}" for v in c.dg)],
-                  [r"\(\partial\ell/\partial\beta = \sum_t \partial\ell/\partial u\)", *(f"{v:.4f}" for v in c.db)]]),
-        entry_md(c),
-    ])
+def jacobian():
+    c, t = moved_case(), 0
+    check = jacobian_check(c.x[t], c.g, c.b, c.eps)
+    tables = {"jac_formula": sections.array_md("γ_i' r ([i' = i] − 1/d − x̂_i' x̂_i / d)", check.formula,
+                                               row_label="i'"),
+              "jac_numeric": sections.array_md("central differences", check.numeric, row_label="i'")}
+    return tables, {"t": t, "formula": check.of_formula.values(), "code": check.of_code.values(),
+                    "row_sum": float(np.abs(check.formula.sum(axis=1)).max()), "h": H_STEP, "rel_tol": REL_TOL}
 
 
-def follow_md(c):
+def identities():
+    c = initial_case()
+    ids = row_identities(c)
+    share = c.eps * c.rstd[:, 0] ** 2
+    dx, eps = r"\partial\ell/\partial x_i", r"\epsilon_{\mathrm{LN}}"
+    cells = [[t, f"{s:.1e}", f"{scale:.4f}", f"{dot:.3e}", f"{pred:.3e}", f"{e:.1e}"] for t, (s, scale, dot, pred, e)
+             in enumerate(zip(ids.sums, ids.sum_scale, ids.dots, ids.predicted, share, strict=True))]
+    table = md_table(["position \\(t\\)", f"\\(\\sum_i {dx}\\)", f"\\(\\sum_i \\lvert {dx} \\rvert\\)",
+                      f"\\(\\sum_i \\hat{{x}}_i\\, {dx}\\)", f"\\({eps}\\, r^3 \\sum_i \\delta_i \\hat{{x}}_i\\)",
+                      f"\\({eps}\\, r^2\\)"], cells)
+    return table, {"worst_sum": float(np.max(np.abs(ids.sums) / ids.sum_scale)), "unit": float(np.finfo(np.float64).eps),
+                   "tol": ROUNDING_TOL, "sums": verdict_text(ids.sums_pass, False, ""),
+                   "worst_dot": float(np.max(np.abs(ids.dots - ids.predicted) / ids.dot_scale)),
+                   "dots": verdict_text(ids.dots_pass, False, ""), "share_lo": share.min(), "share_hi": share.max(),
+                   "variances": 1 / c.rstd[:, 0] ** 2 - c.eps}
+
+
+def follow(c):
     """Where LN1's dx goes next: into ∂ℓ/∂X^(0), the Embeddings page's input."""
     replay = tiny_backward()
     total = c.dx + replay.steps["b0.dmid"][0]
-    gap = np.abs(total - replay.steps["dembedding"][0]).max()
-    dg_gap = np.abs(c.dg - replay.grads["b0.ln1_g"]).max()
-    return ("Where this goes next: \\(\\partial\\ell/\\partial x\\) is LN1's share of "
-            "\\(\\partial\\ell/\\partial X^{(0)}\\). The residual path adds \\(\\partial\\ell/\\partial M\\) of "
-            f"block 0, and the sum is the replay's `dembedding` (largest gap {gap_text(gap)}), the gradient that the "
-            "[Embeddings](embeddings.md#tiny-numerical-example) page scatters into its tables; "
-            "\\(\\partial\\ell/\\partial\\gamma\\) is the model's gradient of `b0.ln1_g` (largest gap "
-            f"{gap_text(dg_gap)}).\n")
+    return {"embedding_gap": float(np.abs(total - replay.steps["dembedding"][0]).max()),
+            "dg_gap": float(np.abs(c.dg - replay.grads["b0.ln1_g"]).max())}
 
 
-def example_md():
-    c, m = initial_case(), moved_case()
-    moved_gap = np.abs(m.x - c.x).max()
-    return "\n".join([
-        illustrative(f"Block 0's LN1 on ids `{TINY_IDS}`: its input is the embedding output \\(X^{{(0)}}\\), rows "
-                     f"are positions, and its gain and shift are the model's own: \\(\\gamma\\) = {c.g.tolist()}, "
-                     f"\\(\\beta\\) = {c.b.tolist()}, as `init_params` makes every LayerNorm. So here "
-                     f"\\(u = \\hat{{x}}\\) (largest \\(\\lvert u - \\hat{{x}} \\rvert\\) = "
-                     f"{np.abs(c.u - c.xhat).max():g}) and \\(\\delta = \\partial\\ell/\\partial u\\); the second case "
-                     "below moves them."),
-        forward_md(c),
-        backward_md(c, "the tiny model's real one: the gradient of the mean cross-entropy against the targets "
-                       f"`{TINY_TARGETS}` that block 0's attention hands back to LN1 (`b0.dln1` of "
-                       "`site_scripts/tiny_backward.py`)"),
-        follow_md(c),
-        collapsed("The same LayerNorm with its gain and shift moved (u ≠ x̂)", "\n".join([
-            "Every 1-D parameter of the tiny model moved by \\(0.1\\,\\mathcal{N}(0, 1)\\) (`examples.biases_moved`, "
-            f"seed {SEED}). "
-            "That is another model, so its loss gradient is replayed again by the model's own backward functions "
-            "(`ln1_upstream` in this page's generator). Only gains and biases moved, so \\(X^{(0)}\\) is the same "
-            f"(largest change {moved_gap:g}).\n",
-            md_table(["", *range(m.g.size)], [["\\(\\gamma\\)", *(f"{v:.4f}" for v in m.g)],
-                                              ["\\(\\beta\\)", *(f"{v:.4f}" for v in m.b)]]),
-            sections.array_md("x̂ = (x − μ) r", m.xhat, row_label="position t"),
-            sections.array_md("u = γ ⊙ x̂ + β", m.u, row_label="position t"),
-            backward_md(m, "this model's real one, at the same place (block 0's attention hands it to LN1)"),
-            "\\(\\partial\\ell/\\partial\\gamma\\) is this model's gradient of `b0.ln1_g` as `loss_and_grads` gives it "
-            f"(largest gap {gap_text(np.abs(m.dg - moved_grads()['b0.ln1_g']).max())}).\n",
-        ])),
-    ])
+def moved():
+    ex, c, m = tiny(), initial_case(), moved_case()
+    grads = loss_and_grads(moved_params(), ex.ids, np.array([TINY_TARGETS]), ex.cfg)[1]
+    tables = backward_tables(m, "moved_")
+    tables["moved_params"] = md_table(["", *range(m.g.size)], [["\\(\\gamma\\)", *(f"{v:.4f}" for v in m.g)],
+                                                              ["\\(\\beta\\)", *(f"{v:.4f}" for v in m.b)]])
+    tables["moved_xhat"] = sections.array_md("x̂ = (x − μ) r", m.xhat, row_label="position t")
+    tables["moved_u"] = sections.array_md("u = γ ⊙ x̂ + β", m.u, row_label="position t")
+    return tables, {"x_change": float(np.abs(m.x - c.x).max()),
+                    "dg_gap": float(np.abs(m.dg - grads["b0.ln1_g"]).max())}
 
+
+# ---------------------------------------------------------------- the picture: rows before and after
+
+def rows_png():
+    """Each row of block 0's LN1 input (the default run's first window) and of its output: the entries of a row
+    as dots at its position, before and after, so the reader sees every row brought to mean 0 and spread 1."""
+    ex = default_run()
+    x = ex.trace["embedding"][0]
+    u = ex.trace["b0.ln1"][0]
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = new_figure(1, 2, figsize=(10, 3.4), sharey=True)
+    for ax, rows, title in ((axes[0], x, "input rows x (one window of X⁽⁰⁾)"), (axes[1], u, "output rows u = LN1(x)")):
+        t, mean, spread = np.arange(len(rows)), rows.mean(axis=1), rows.std(axis=1)
+        ax.scatter(np.repeat(t, rows.shape[1]), rows.reshape(-1), s=6, alpha=0.4, color="tab:blue")
+        ax.plot(t, mean, "k_", markersize=14, label="row mean")
+        ax.plot(np.r_[t, t], np.r_[mean - spread, mean + spread], "_", color="tab:red", markersize=14,
+                label="row mean ± spread σ")
+        ax.set_title(title)
+        ax.set_xlabel("position t")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0].set_ylabel("value of an entry")
+    for ax in axes:
+        ax.legend(loc="upper right", fontsize="small")
+    return png(fig)
+
+
+# ---------------------------------------------------------------- the evidence: symbols, gradient check
 
 def symbols_md():
     ex = default_run()
     x, eps, g, b = ex.trace["embedding"], ex.cfg.ln_eps, ex.params["b0.ln1_g"], ex.params["b0.ln1_b"]
     y, cache = layer_norm_forward(x, g, b, eps)
-    xhat, rstd = cache.xhat, cache.rstd
     dy = np.random.default_rng(SEED).standard_normal(y.shape)
     dx, dg, db = layer_norm_backward(dy, cache)
     row, whole = "the row of position \\((w, t)\\)", "for the whole batch"
     rows = [
         (r"x", "x[w, t]", x.shape[-1:], f"{row} of the embedding output, which block 0's LN1 reads"),
         (r"d", "x.shape[-1]", f"{x.shape[-1]}"),
-        (r"\mu, \sigma^2", "mean, var", rstd.shape, f"{whole}, one number per row"),
+        (r"\mu, \sigma^2", "mean, var", cache.rstd.shape, f"{whole}, one number per row"),
         (r"\epsilon_{\mathrm{LN}}", "eps (cfg.ln_eps)", f"{eps:g}"),
-        (r"r", "rstd", rstd.shape, f"{whole}, one number per row"),
-        (r"\hat{x}", "xhat", xhat.shape, whole),
+        (r"r", "rstd", cache.rstd.shape, f"{whole}, one number per row"),
+        (r"\hat{x}", "xhat", cache.xhat.shape, whole),
         (r"\gamma", "g (b{l}.ln1_g, ...)", g.shape),
         (r"\beta", "b (b{l}.ln1_b, ...)", b.shape),
         (r"U", "y", y.shape, f"{whole}: block 0's LN1 output, \\(U_1\\)"),
@@ -393,23 +328,29 @@ def symbols_md():
 
 
 def gradcheck_md():
+    """The backward against central differences of the fake loss, with a random gain and shift away from 1 and 0
+    so that every term counts (the prose above the table says so)."""
     ex, rng = tiny(), np.random.default_rng(SEED)
     x, eps = ex.trace["embedding"][0].copy(), ex.cfg.ln_eps
-    g = 1.0 + 0.3 * rng.standard_normal(ex.cfg.emb_dim)  # away from 1 and 0 so every term counts
-    b = 0.3 * rng.standard_normal(ex.cfg.emb_dim)
+    g = 1.0 + SPREAD * rng.standard_normal(ex.cfg.emb_dim)
+    b = SPREAD * rng.standard_normal(ex.cfg.emb_dim)
     dy = rng.standard_normal(x.shape)
     dx, dg, db = layer_norm_backward(dy, layer_norm_forward(x, g, b, eps)[1])
     rows = sections.gradcheck_rows(weighted_sum(dy, layer_norm_forward, x, g, b, eps),
                                    [("dx", dx, x), ("dg", dg, g), ("db", db, b)], H_STEP)
-    return (f"The backward against central differences of the [fake loss]({NOTATION}#fake-loss) "
-            "\\(f = \\sum \\mathcal{F} \\odot R\\) with \\(\\mathcal{F} = U\\), for a random \\(R\\) "
-            f"(seed {SEED}) and a random gain \\(\\gamma = 1 + 0.3\\,\\mathcal{{N}}(0, 1)\\) and shift "
-            "\\(\\beta = 0.3\\,\\mathcal{N}(0, 1)\\) (away from 1 and 0 so that every term counts), on the tiny "
-            "example's rows of \\(X^{(0)}\\). `dx`, `dg`, `db` are \\(\\partial f/\\partial x\\), "
-            "\\(\\partial f/\\partial\\gamma\\), \\(\\partial f/\\partial\\beta\\).\n\n"
-            + sections.gradcheck_table(rows))
+    return sections.gradcheck_table(rows)
 
 
 def generate(context):
-    return {"symbols": symbols_md(), "example": example_md(), "gradcheck": gradcheck_md(), "scale": scale_md(),
-            "jacobian": jacobian_md(), "identities": identities_md()}
+    c = initial_case()
+    scale_table, scale_values = scale()
+    forward_tables, forward_values_ = forward_values(c)
+    jacobian_tables, jacobian_values = jacobian()
+    identities_table, identities_values = identities()
+    moved_tables, moved_values = moved()
+    values = {"ids": TINY_IDS, "targets": TINY_TARGETS, "seed": SEED, "move": MOVE, "spread": SPREAD, "scale": scale_values,
+              "forward": forward_values_, "entry": entry(c), "follow": follow(c), "jacobian": jacobian_values,
+              "identities": identities_values, "moved": moved_values}
+    return {"values": values, "scale": scale_table, **forward_tables, **backward_tables(c, ""), **jacobian_tables,
+            "identities": identities_table, **moved_tables, "rows.png": rows_png(), "symbols": symbols_md(),
+            "gradcheck": gradcheck_md()}

@@ -3,7 +3,6 @@ no circle anywhere), nothing edits sys.path, the base layers know nothing of the
 outside the package reads a cache by position."""
 
 import ast
-from pathlib import Path
 
 import pytest
 

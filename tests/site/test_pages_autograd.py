@@ -6,7 +6,6 @@ import pytest
 
 from site_scripts.pages import _autograd_anatomy as anatomy
 from transformer import autograd as ag
-from transformer import autograd_functions as agf
 from transformer.config import PRESETS
 from transformer.gradcheck import check_passes
 

@@ -59,11 +59,6 @@ def test_the_row_identities_fail_when_a_term_is_missing(backward, failing):
     assert not getattr(layernorm.row_identities(planted), failing)
 
 
-def test_the_scale_sentence_refuses_gains_that_are_not_the_initial_ones():
-    with pytest.raises(RuntimeError, match="no longer sets every LayerNorm gain to 1"):
-        layernorm.initial_gains(layernorm.moved_params())
-
-
 def test_the_repeated_id_check_passes_for_add_at_and_fails_for_fancy_index_assignment():
     dx = tiny_backward().steps["dembedding"][0]
     assert embeddings.repeated_check(TINY_IDS, dx, embedding_backward).passed

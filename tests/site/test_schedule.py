@@ -9,7 +9,7 @@ import pytest
 from schedule_probe import die, raise_two_part, record, write_pid
 from sitebuild import ROOT
 
-from site_scripts import build, notebooks, registry
+from site_scripts import build, registry
 from site_scripts.schedule import Task, jobs_from_env, order, run
 
 

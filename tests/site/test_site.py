@@ -410,15 +410,27 @@ def test_a_page_that_explains_a_backward_without_deriving_it_stops_the_build(mon
                                          "'## Derivation'"]
 
 
-def test_the_anatomy_renders_the_sections_whose_fragments_exist_and_refuses_a_mistyped_marker():
-    text = anatomy.expand("# T\n\n<!-- anatomy to example -->\n\n## Own\n\n<!-- anatomy from used -->\n", "p",
+def test_the_anatomy_shows_the_example_then_folds_the_evidence_and_refuses_a_mistyped_marker():
+    text = anatomy.expand("# T\n\n<!-- lead used -->\nWho calls it.\n<!-- end lead -->\n\n<!-- anatomy to example -->"
+                          "\n\n## Own\n\n<!-- anatomy from implementation -->\n", "p",
                           {"symbols", "example", "implementation", "used", "provenance"})
-    headings = re.findall(r"^## (.+)$", text, flags=re.M)
-    assert headings == ["Symbols and tensor shapes", "Tiny numerical example", "Own", "Where is it used?"]
+    open_part, evidence = text.split("??? abstract evidence", 1)
+    assert re.findall(r"^## (.+)$", open_part, flags=re.M) == ["Tiny numerical example", "Own"]
+    assert re.findall(r"^    ## (.+)$", evidence, flags=re.M) == ["Symbols and tensor shapes", "Actual implementation",
+                                                                 "Where is it used?"]
+    assert "    Who calls it.\n\n    --8<-- \"p/used.md\"" in evidence and "lead" not in text
     assert text.rstrip().endswith('--8<-- "p/provenance.md"')
     for wrong in ("<!-- anatomy form used -->", "<!-- anatomy to nothing -->"):
         with pytest.raises(ValueError, match="anatomy"):
             anatomy.expand(f"# T\n\n{wrong}\n", "p", {"used"})
+    with pytest.raises(ValueError, match="a lead for gradcheck"):
+        anatomy.expand("<!-- lead gradcheck -->\nx\n<!-- end lead -->\n<!-- anatomy -->\n", "p", {"used"})
+
+
+def test_a_fragment_the_page_never_shows_stops_the_build():
+    """Negative control: a table the generator made and no include shows would be a number lost."""
+    with pytest.raises(ValueError, match="made lost, which the page never shows"):
+        anatomy.expand("# T\n\n<!-- anatomy -->\n", "p", {"symbols", "lost"})
 
 
 def test_a_page_key_covers_the_modules_its_generator_imports_by_name_but_not_what_the_shared_modules_import():
