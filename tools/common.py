@@ -75,13 +75,13 @@ def hash_parts(*parts) -> str:
     return digest.hexdigest()
 
 
-def files_text(*names, root=ROOT):
+def files_text(*names, root=ROOT, code=False):
     """The paths and texts of the named files and of the .py files under the named folders, in order: what a
-    key holds of them. The folders are listed once until `list_files_again()`; the files are read again
-    whenever their size or modification time changed."""
+    key holds of them (with code=True, each .py file as `code_text`). The folders are listed once until
+    `list_files_again()`; the files are read again whenever their size or modification time changed."""
     paths = [p for name in names for p in _files(Path(root), name)]
     states = tuple((p, *_stat(p)) for p in paths)
-    return _joined(Path(root), states)
+    return _joined(Path(root), states, code)
 
 
 def list_files_again():
@@ -103,9 +103,26 @@ def _stat(path):
 
 
 @lru_cache(maxsize=512)
-def _joined(root, states):
+def _joined(root, states, code):
     cut = len(str(root)) + 1
-    return "".join(f"{path[cut:]}\0{_read(path, mtime, size)}\0" for path, mtime, size in states)
+    texts = (_read(path, mtime, size) for path, mtime, size in states)
+    return "".join(f"{path[cut:]}\0{code_text(text) if code and path.endswith('.py') else text}\0"
+                   for (path, _, _), text in zip(states, texts))
+
+
+@lru_cache(maxsize=1024)
+def code_text(source):
+    """Python source as the interpreter sees it: without comments, docstrings or layout (the code `ast` reads,
+    written back). A key that holds code this way does not change when only its words do."""
+    import ast
+
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
 
 
 def read_text(path):

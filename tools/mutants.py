@@ -37,14 +37,15 @@ import math
 import os
 import re
 import sys
+import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
 
-from .common import (CORPUS, ROOT, cores, ensure_corpus, environment, files_text, hash_parts, pinned_corpus_digest,
-                     positive_int)
+from .common import (CORPUS, ROOT, code_text, cores, ensure_corpus, environment, files_text, hash_parts,
+                     pinned_corpus_digest, positive_int)
 from .keyed_report import KeyedReport
 from .mutant_catalogue import MUTANTS
 from .project_copy import UNIT_TESTS, project_copy, run_in, run_pytest
@@ -155,7 +156,7 @@ def edited_text(mutant, root=ROOT):
     for e in mutant.edits:
         source = (root / e.path).read_text()
         start, end = function_span(source, e.function, e.path) if e.function else (0, len(source))
-        parts.append(f"{e.path}:{e.function}\0{source[start:end]}")
+        parts.append(f"{e.path}:{e.function}\0{code_text(textwrap.dedent(source[start:end]))}")
     return parts
 
 
@@ -300,7 +301,7 @@ def bigram_loss(path=CORPUS):
 def definition(check, root=ROOT):
     """The text that defines a check: its function and the helpers it runs, its settings, its own files."""
     corpus = [pinned_corpus_digest()] if check.name == "training" else []
-    return [*check_code(check.name), files_text(*check.files, root=root), *corpus]
+    return [*check_code(check.name), files_text(*check.files, root=root, code=True), *corpus]
 
 
 @cache
@@ -309,7 +310,8 @@ def check_code(name):
     helpers = (run, crash_line, run_pytest, run_in) + ((unit_test_files, imported_modules) if name == "tests"
                                                         else (bigram_loss,) if name == "training" else ())
     settings = [TIMEOUT_S] + ([TRAINING] if name == "training" else [])
-    return tuple([inspect.getsource(f) for f in (CHECK_FUNCTIONS[name], *helpers)] + [str(s) for s in settings])
+    return tuple([code_text(textwrap.dedent(inspect.getsource(f))) for f in (CHECK_FUNCTIONS[name], *helpers)]
+                 + [str(s) for s in settings])
 
 
 def entry_key(mutant, check, value, root=ROOT):
@@ -318,11 +320,12 @@ def entry_key(mutant, check, value, root=ROOT):
     come to catch it)."""
     parts = [environment(), *definition(check, root)]
     if mutant is None:
-        return hash_parts(*parts, files_text(PACKAGE, UNIT_TESTS, "pyproject.toml", root=root))
+        return hash_parts(*parts, files_text(PACKAGE, UNIT_TESTS, "pyproject.toml", root=root, code=True))
     parts += [*(f"{e.path}:{e.function}\0{e.old}\0{e.new}" for e in mutant.edits), *edited_text(mutant, root)]
     if check.name == "tests":  # the file that caught it (all of them, if none did or the detail names none)
         found = re.search(r"first failure: ([^:\s]+)::", value["detail"]) if value and value["caught"] else None
-        parts.append(files_text(found[1] if found and (root / found[1]).exists() else UNIT_TESTS, root=root))
+        parts.append(files_text(found[1] if found and (root / found[1]).exists() else UNIT_TESTS, root=root,
+                                code=True))
     return hash_parts(*parts)
 
 

@@ -148,19 +148,21 @@ def test_an_entrys_key_changes_with_what_it_depends_on_and_not_with_the_rest(tre
     before = keys()
     assert before["grad caught"] == before["grad missed"]  # the outcome of finite differences is not an input
     assert len(set(before.values())) == len(before) - 1
-    append(tree / "transformer/linear.py", "\n# an edit of another file\n")
+    append(tree / "transformer/linear.py", "\nEDITED = 1  # an edit of another file\n")
     after = keys()
     assert after["grad caught"] == before["grad caught"] and after["tests caught"] == before["tests caught"]
     assert after["grad missed"] == before["grad missed"] and after["unchanged"] != before["unchanged"]
     assert after["tests missed"] == before["tests missed"]  # a package edit: the tests are the same
-    append(tree / "tests/unit/test_model.py", "\n# an edit of a test file that did not catch it\n")
+    append(tree / "tests/unit/test_model.py", "\nEDITED = 1  # an edit of a test file that did not catch it\n")
     again = keys()
     assert again["tests caught"] == after["tests caught"] and again["tests missed"] != after["tests missed"]
-    append(tree / "tests/unit/test_layers.py", "\n# an edit of the test file that caught it\n")
+    append(tree / "tests/unit/test_layers.py", "\nEDITED = 1  # an edit of the test file that caught it\n")
     assert keys()["tests caught"] != again["tests caught"]
     last = keys()
     replace(tree / "transformer/layernorm.py", "    dx = dxhat  #", "    dx = dxhat  # an edited comment  #")
-    assert all(keys()[k] != last[k] for k in ("grad caught", "tests caught", "grad missed"))
+    assert keys() == last  # words are not code: a comment changes no result
+    replace(tree / "transformer/layernorm.py", "    dx = dxhat  #", "    dx = 1 * dxhat  #")
+    assert all(keys()[k] != last[k] for k in ("grad caught", "tests caught", "grad missed", "unchanged"))
 
 
 def test_computing_a_key_fetches_and_runs_nothing(tmp_path, monkeypatch):
