@@ -29,6 +29,7 @@ import json
 import os
 import re
 import sys
+import time
 
 from . import checked, depends, equations, prose, registry, schedule
 from .common import (MODES, ROOT, hash_parts, is_current, mode, numpy_version, package_version, positive_int,
@@ -296,12 +297,18 @@ class Plan:
         names = pages or page_names()
         # The reports kept in the repository, brought up to date before any page's key reads them; then the state
         # again, so that their new entries are not taken for an edit by the next build.
+        from . import profile
+
         if any(registry.BY_ID[name].functions for name in names):
+            start = time.perf_counter()
             checked.report(log)
+            profile.record("reports/checked-by.json brought up to date", time.perf_counter() - start)
         if "mutants" in names:
             from tools import mutants
 
+            start = time.perf_counter()
             mutants.update(jobs=schedule.jobs_from_env(), log=log)
+            profile.record("reports/mutants.json brought up to date", time.perf_counter() - start)
         self.state = (context, pages, source_state())  # before any key reads them: a file edited now is seen next time
         keys = {name: is_stale(name, context, force) for name in names}
         self.pages = [name for name, key in keys.items() if key is not None]

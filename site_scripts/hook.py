@@ -8,13 +8,14 @@ and each equation of its prose gets the links to its code (site_scripts/equation
 built, the print edition is printed from them and cited under each equation (site_scripts/print_edition.py)."""
 
 import re
+import time
 from pathlib import Path
 
 from mkdocs.exceptions import PluginError
 
 try:  # mkdocs loads this file by path; the project root is on sys.path when mkdocs runs as `python -m mkdocs` from it
-    from site_scripts import (anatomy, build, equations, notebooks, print_edition, prose, registry, render_cache,
-                              schedule, sections)
+    from site_scripts import (anatomy, build, equations, notebooks, print_edition, profile, prose, registry,
+                              render_cache, schedule, sections, site_state)
 except ModuleNotFoundError as e:
     if e.name not in ("site_scripts", "tools"):
         raise
@@ -23,6 +24,7 @@ except ModuleNotFoundError as e:
 
 SNIPPETS = build.SNIPPETS.relative_to(build.ROOT).as_posix()  # mkdocs.yml's base path of the fragments
 COMMAND = "build"  # or "serve", "gh-deploy": on_startup says which
+PRE_BUILT = {}  # when the pages' markdown was ready: mkdocs converts it to HTML from then to on_post_build
 
 
 def on_startup(command, **kwargs):
@@ -56,13 +58,17 @@ def on_pre_build(config, **kwargs):
         jobs = schedule.jobs_from_env()
     except ValueError as e:
         raise PluginError(str(e)) from None
+    profile.start()
     try:  # the pages and the notebooks that need it, `jobs` at a time
         pages = build.Plan({"repo_url": config["repo_url"]}, log=log.info)
-        schedule.run(pages.tasks + notebooks.tasks(repo_url=config["repo_url"]), jobs, log.info,
-                     fresh=COMMAND == "serve")  # a long-lived process: its imports may predate an edit
+        ran = schedule.run(pages.tasks + notebooks.tasks(repo_url=config["repo_url"]), jobs, log.info,
+                           fresh=COMMAND == "serve")  # a long-lived process: its imports may predate an edit
         pages.record()
     except (RuntimeError, LookupError) as e:  # a check that failed, or a page linking to what no page shows
         raise PluginError(str(e)) from None
+    for name, seconds in ran.items():
+        profile.record(name, seconds)
+    PRE_BUILT["at"] = time.perf_counter()
 
 
 def on_files(files, config, **kwargs):
@@ -120,15 +126,24 @@ def on_post_template(output_content, template_name, **kwargs):
 
 
 def on_post_build(config, **kwargs):
-    """Print the edition from the built pages, then cite it under their equations."""
+    """Write the build's profile into its page, print the edition from the built pages, then cite it under
+    their equations."""
     import logging
 
     log = logging.getLogger("mkdocs.hooks.site_scripts")
     render_cache.prune()
-    if not print_edition.wanted(COMMAND):
-        log.info(f"print edition skipped ({print_edition.SKIP_ENV}=0 or mkdocs serve)")
-        return
+    if "at" in PRE_BUILT:
+        profile.record("pages converted to HTML by mkdocs", time.perf_counter() - PRE_BUILT.pop("at"))
+    site = Path(config["site_dir"])
     try:
-        print_edition.build(Path(config["site_dir"]), config, log=log.info)
+        profile.fill(site)
+        if print_edition.wanted(COMMAND):
+            start = time.perf_counter()
+            print_edition.build(site, config, log=log.info)
+            profile.record("print edition (typeset, printed, read back, cited)", time.perf_counter() - start)
+        else:
+            log.info(f"print edition skipped ({print_edition.SKIP_ENV}=0 or mkdocs serve)")
     except RuntimeError as e:
         raise PluginError(str(e)) from None
+    if COMMAND == "build":
+        site_state.record(site)  # scripts/site builds nothing while it holds

@@ -83,18 +83,20 @@ def ended(task, seconds):
 
 
 def run(tasks, jobs=1, log=print, fresh=False):
-    """Run every task; log "<name> in <s> s" as each ends. The first failure stops the run: no task starts
-    after it, the running ones are waited for, the failed task is logged and its exception raised. `fresh`:
-    in worker processes even with one job."""
+    """Run every task; log "<name> in <s> s" as each ends, and return {name: seconds}. The first failure stops
+    the run: no task starts after it, the running ones are waited for, the failed task is logged and its
+    exception raised. `fresh`: in worker processes even with one job."""
     tasks = order(tasks)  # also checks the names and the order
+    seconds = {}
     if not tasks or (jobs <= 1 and not fresh):
         for task in tasks:
             try:
-                log(ended(task, timed_call(task)))
+                seconds[task.name] = timed_call(task)
             except Exception:
                 log(f"{task.name} failed")
                 raise
-        return [t.name for t in tasks]
+            log(ended(task, seconds[task.name]))
+        return seconds
     done, running, left = set(), {}, list(tasks)
     with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=get_context("spawn")) as pool:
         while left or running:
@@ -123,5 +125,6 @@ def run(tasks, jobs=1, log=print, fresh=False):
                                            f"({error})") from None
                     raise error
                 done.add(task.name)
-                log(ended(task, future.result()))
-    return [t.name for t in tasks]
+                seconds[task.name] = future.result()
+                log(ended(task, seconds[task.name]))
+    return seconds
