@@ -5,6 +5,7 @@ both folders (site_scripts imports tools, never the other way).
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -45,10 +46,23 @@ def stamps(root, folder, pattern):
     return tuple(found)
 
 
+CODE_SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)")
+
+
+def table_cell(text):
+    """A cell's text with each | escaped, except inside a code span: a table does not split a row at a | between
+    backticks, and a backslash there would show."""
+    text, parts, last = str(text), [], 0
+    for span in CODE_SPAN.finditer(text):
+        parts += [text[last:span.start()].replace("|", "\\|"), span[0]]
+        last = span.end()
+    return "".join(parts + [text[last:].replace("|", "\\|")])
+
+
 def md_table(header, rows):
-    """A markdown table; a `|` inside a cell is escaped."""
-    lines = ["| " + " | ".join(str(h).replace("|", "\\|") for h in header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    """A markdown table; a `|` inside a cell is escaped, except inside a code span."""
+    lines = ["| " + " | ".join(map(table_cell, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(table_cell, row)) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 

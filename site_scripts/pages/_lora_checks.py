@@ -2,7 +2,8 @@
 merged model against the adapted one, the adapters' gradients against the dense model's by the chain rule, and
 the loss over part of a window (its logit gradient zero outside the range, the context's targets ignored).
 
-Each check prints its verdict from the numbers it computed; a failed one prints **FAIL**."""
+Each check's verdict comes from the numbers it computed; a failed one reads **FAIL**. Tables and values only:
+the words are in docs/finetuning/lora.md."""
 
 import numpy as np
 
@@ -13,9 +14,11 @@ from transformer.softmax import cross_entropy_time_range_backward, cross_entropy
 
 from .. import sections
 from ..common import md_table
-from ..examples import SEED, default_note, default_run
+from ..examples import SEED, default_run
 
 CHECK_LORA = LoRAConfig(rank=4, alpha=8.0, targets=tuple(TARGETS))  # every target, so every path is checked
+MOVE = 0.2  # setting(): how far the adapters move off their start, in standard normal units
+MOVED_AT_LEAST = 1e-3  # the merge check means something only if the adapters move a logit by more than this
 
 
 def setting():
@@ -23,7 +26,7 @@ def setting():
     ex = default_run()
     targets = np.random.default_rng(SEED + 1).integers(0, ex.cfg.vocab_size, ex.ids.shape)
     rng = np.random.default_rng(SEED + 2)
-    adapters = {k: 0.2 * rng.standard_normal(v.shape)
+    adapters = {k: MOVE * rng.standard_normal(v.shape)
                 for k, v in init_adapters(param_shapes(ex.cfg), CHECK_LORA, seed=SEED).items()}
     return ex, targets, adapters
 
@@ -47,19 +50,19 @@ def merge_row(ex, adapters):
     moved = float(np.abs(adapted - ex.trace["logits"]).max())
     gap, verdict = sections.agreement(merged, adapted)
     return [["merged model's logits = the adapted model's", "largest gap", sections.gap_text(gap),
-             verdict if moved > 1e-3 else "**FAIL** (the adapters changed nothing)"]], moved
+             verdict if moved > MOVED_AT_LEAST else "**FAIL** (the adapters changed nothing)"]], moved
 
 
 def chain_rows(ex, targets, adapters):
-    """Per adapted weight: the gaps of dA against s G B^T and of dB against s A^T G, G the merged model's
-    gradient of that weight."""
+    """Per adapted weight: the gaps of dA against s (dl/dW_merged) B^T and of dB against s A^T (dl/dW_merged),
+    dl/dW_merged the dense model's gradient of that weight in the merged parameters."""
     loss, grads = adapter_loss_and_grads(ex.params, adapters, ex.ids, targets, ex.cfg, CHECK_LORA)
     merged_loss, dense = loss_and_grads(merge(ex.params, adapters, CHECK_LORA), ex.ids, targets, ex.cfg)
     s, rows = CHECK_LORA.scale, []
     for weight in (k[: -len(".lora_a")] for k in adapters if k.endswith(".lora_a")):
-        a, bm, G = adapters[f"{weight}.lora_a"], adapters[f"{weight}.lora_b"], dense[weight]
-        gap_a, ok_a = sections.agreement(grads[f"{weight}.lora_a"], s * G @ bm.T)
-        gap_b, ok_b = sections.agreement(grads[f"{weight}.lora_b"], s * a.T @ G)
+        a, bm, dmerged = adapters[f"{weight}.lora_a"], adapters[f"{weight}.lora_b"], dense[weight]
+        gap_a, ok_a = sections.agreement(grads[f"{weight}.lora_a"], s * dmerged @ bm.T)
+        gap_b, ok_b = sections.agreement(grads[f"{weight}.lora_b"], s * a.T @ dmerged)
         rows.append([f"`{weight}`", sections.gap_text(gap_a), ok_a, sections.gap_text(gap_b), ok_b])
     return rows, abs(loss - merged_loss)
 
@@ -90,7 +93,8 @@ def time_range_rows(ex, targets, adapters):
     ]
 
 
-def checks_md():
+def checks():
+    """(the two tables, their values)."""
     ex, targets, adapters = setting()
     rows = step0_row(ex)
     merged, moved = merge_row(ex, adapters)
@@ -98,27 +102,12 @@ def checks_md():
     learn_from, time_rows = time_range_rows(ex, targets, adapters)
     rows += time_rows
     chain, loss_gap = chain_rows(ex, targets, adapters)
-    return (f"On {default_note()}, float64, adapters of rank {CHECK_LORA.rank} on every target "
-            f"(\\(\\alpha_{{\\mathrm{{LoRA}}}}\\) = {CHECK_LORA.alpha:g}); where the adapters must have moved, "
-            f"\\(W_B\\) is drawn off zero (seed {SEED + 2}), as training leaves it (the largest logit it moves is "
-            f"{moved:.3f}). A *largest gap* passes by the gradient checks' rule (relative gap below their "
-            "tolerance, or the gap below their absolute floor).\n\n"
-            + md_table(["Check", "Measured", "Value", "Result"], rows)
-            + "\nAt step 0 the frozen layers compute \\(q\\), \\(k\\) and \\(v\\) one by one, the base model in one "
-              "fused matrix: the same sums, which may round apart, so the second row allows rounding. The loss over "
-              f"part of a window counts positions {learn_from} to {ex.ids.shape[1] - 1}: "
-              "[its gradient](#eq-time-range-grad) outside them is exactly zero.\n\n"
-              "**The chain rule, weight by weight.** The adapters' gradients from the frozen layers "
-              "(`adapter_loss_and_grads`) against \\(s_{\\mathrm{LoRA}}\\, G\\, W_B^\\top\\) and "
-              "\\(s_{\\mathrm{LoRA}}\\, W_A^\\top G\\), where \\(G = \\partial\\ell/\\partial W_{\\mathrm{merged}}\\) "
-              "comes from the dense model's `loss_and_grads` on the merged parameters (which never sees an adapter). "
-              f"The two losses differ by {sections.gap_text(loss_gap)}.\n\n"
-              + md_table(["weight", "\\(\\partial\\ell/\\partial W_A\\): largest gap", "result",
-                          "\\(\\partial\\ell/\\partial W_B\\): largest gap", "result"], chain)
-            + "\n" + verdict_note(rows, chain))
-
-
-def verdict_note(rows, chain):
-    failed = sum("**FAIL**" in " ".join(r) for r in rows + chain)
-    return ("Every check above passed.\n" if failed == 0 else
-            f"**{failed} of the {len(rows) + len(chain)} checks above failed.**\n")
+    verdicts = [r[-1] for r in rows] + [v for r in chain for v in (r[2], r[4])]
+    tables = {"checks": md_table(["Check", "Measured", "Value", "Result"], rows),
+              "chain": md_table(["weight", "\\(\\partial\\ell/\\partial W_A\\): largest gap", "result",
+                                 "\\(\\partial\\ell/\\partial W_B\\): largest gap", "result"], chain)}
+    return tables, {"rank": CHECK_LORA.rank, "alpha": CHECK_LORA.alpha, "seed": SEED + 2, "move": MOVE,
+                    "moved": moved, "moved_at_least": MOVED_AT_LEAST, "learn_from": learn_from,
+                    "last": int(ex.ids.shape[1] - 1), "loss_gap": loss_gap,
+                    "failed": sum("**FAIL**" in v for v in verdicts), "total": len(verdicts),
+                    "batch": int(ex.ids.shape[0]), "T": int(ex.ids.shape[1])}

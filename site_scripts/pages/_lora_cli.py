@@ -1,6 +1,7 @@
 """The LoRA page's command-line section, run for real at build time in a temporary folder: a small base trained
 by `train`, `finetune` on a second corpus, the adapter file it wrote (read back array by array), `sample
---adapter`, and the refusals. Paths are printed relative to that folder, so two builds print the same text."""
+--adapter`, and the refusals. Paths are shown relative to that folder, so two builds show the same text.
+Values and tables only: the words are in docs/finetuning/lora.md."""
 
 import contextlib
 import io
@@ -27,6 +28,7 @@ FINETUNE = ["finetune", "--checkpoint", "base/checkpoint.npz", "--corpus", "repl
             "--lora-rank", "4", "--lora-alpha", "8", "--lora-targets", "q,v,ff2", "--learn-from", "2",
             "--steps", "30", "--lr", "0.02", "--batch-size", "4", "--seq-len", "8", "--eval-every", "10", "--no-progress"]
 SAMPLE = ["sample", "--checkpoint", "base/checkpoint.npz", "--prompt", "to", "--tokens", "40", "--seed", "0"]
+BASE_STEPS = 8  # the base's training steps
 
 
 def run_cli(args, root):
@@ -51,23 +53,20 @@ def make_files(root):
     for name, seed in (("base", SEED), ("other", SEED + 1)):
         with contextlib.redirect_stdout(io.StringIO()):  # its progress lines
             train(root / "corpus.txt", root / name, BASE_MODEL,
-                  TrainConfig(steps=8, batch_size=4, seq_len=8, eval_every=8, seed=seed), progress=False)
+                  TrainConfig(steps=BASE_STEPS, batch_size=4, seq_len=8, eval_every=8, seed=seed), progress=False)
 
 
-def adapter_md(root):
-    """The arrays of the adapter file, and its description's base hash against the base's parameters."""
+def adapter_file(root):
+    """(table of the adapter file's arrays, values of its description and of the base's hash recomputed: the
+    first 16 hex digits of each; tests/site/test_pages_lora.py compares them whole)."""
     with np.load(root / "tuned" / ADAPTER_NAME, allow_pickle=False) as f:
         arrays = {k: f[k] for k in f.files}
     meta = json.loads(str(arrays.pop("meta")))
     rows = [[f"`{k}`", f"`{v.shape}`", v.dtype.name] for k, v in arrays.items()]
     sha = params_sha256(load_checkpoint(root / "base" / "checkpoint.npz").params)
-    same = "the same" if sha == meta["base"]["sha256"] else "**different (FAIL)**"
-    return (md_table(["array", "shape", "dtype"], rows)
-            + f"\nBeside the arrays, the `meta` entry (JSON) holds the format and its version, the LoRA settings "
-              f"(`{json.dumps(meta['lora'])}`), the quantization (`{meta['quantize']}`), the steps trained "
-              f"({meta['step']}), the training settings and sampler state, and the base: its path, its "
-              f"configuration and `params_sha256` of its parameters, `{meta['base']['sha256'][:16]}…`. Hashing "
-              f"`base/checkpoint.npz` again gives {same} digest.\n")
+    return md_table(["array", "shape", "dtype"], rows), {
+        "lora": json.dumps(meta["lora"]), "quantize": meta["quantize"], "step": meta["step"],
+        "sha": meta["base"]["sha256"][:16], "rehash": sha[:16]}
 
 
 REFUSALS = (
@@ -88,14 +87,13 @@ def refusals_md(root):
     return md_table(["input", "command", "exit status", "stderr"], rows)
 
 
-def differ_text(plain, adapted):
-    """How many characters of the two samples differ, position by position (the prompt's included)."""
-    n = sum(a != b for a, b in zip(plain, adapted)) + abs(len(plain) - len(adapted))
-    return (f"they differ at {n} of {max(len(plain), len(adapted))} characters" if n else
-            "**they are the same** (the adapter changed nothing that this sample shows)")
+def differ(plain, adapted):
+    """(characters of the two samples that differ position by position, the prompt's included; the longer length)."""
+    return sum(a != b for a, b in zip(plain, adapted)) + abs(len(plain) - len(adapted)), max(len(plain), len(adapted))
 
 
-def cli_md():
+def cli():
+    """(the adapter file's and the refusals' tables, the values of the run)."""
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         make_files(root)
@@ -104,24 +102,12 @@ def cli_md():
             raise RuntimeError(f"the page's finetune command failed ({code}): {err}")
         plain = run_cli(SAMPLE, root)
         adapted = run_cli(SAMPLE + ["--adapter", "tuned/adapter.npz"], root)
-        files = adapter_md(root)
+        files, meta = adapter_file(root)
         refusals = refusals_md(root)
-    cfg = BASE_MODEL
-    return (f"Run in a fresh folder when this page was built: a base of \\(d\\) = {cfg.emb_dim}, \\(L\\) = "
-            f"{cfg.num_layers}, \\(F\\) = {cfg.ff_dim} trained by `train` for 8 steps on `corpus.txt` (random "
-            f"words, seed {SEED}), then fine-tuned on `reply.txt` (a smaller vocabulary of the same words):\n\n"
-            f"```text\n{command(FINETUNE)}\n```\n\n"
-            f"It exited with status {code}. `--learn-from 2` makes the first two positions of every window "
-            "context only ([the loss over part of a window](#eq-time-range-loss)); `--quantize nf4` would store "
-            "the base in NF4 ([QLoRA](qlora.md)); `--full` trains every parameter instead, into a checkpoint.npz. "
-            "`finetune --resume --out tuned` continues a stopped run exactly, after checking the base's hash.\n\n"
-            "**The adapter file**, `tuned/adapter.npz`, read back with `np.load`: the adapters (`param/`) and their "
-            "AdamW moments (`adam_m/`, `adam_v/`), and nothing of the base.\n\n" + files
-            + "\n**Sampling with the adapter.** `sample --adapter` checks the base's hash, merges the adapters into "
-              f"the weights ([merge](#eq-lora-merge)) and samples from the merged model:\n\n"
-              f"```text\n$ {command(SAMPLE)}\n{plain[1].rstrip()}\n"
-              f"$ {command(SAMPLE + ['--adapter', 'tuned/adapter.npz'])}\n{adapted[1].rstrip()}\n```\n\n"
-              f"Exit statuses {plain[0]} and {adapted[0]}. With the same seed, the two samples differ only by the "
-              f"adapter: {differ_text(plain[1], adapted[1])}.\n\n"
-              "**Refusals.** Each wrong input is one line on stderr and a non-zero exit, before anything is "
-              "trained or written:\n\n" + refusals)
+    cfg, (n, chars) = BASE_MODEL, differ(plain[1], adapted[1])
+    return {"adapter_file": files, "refusals": refusals}, {
+        "d": cfg.emb_dim, "L": cfg.num_layers, "F": cfg.ff_dim, "base_steps": BASE_STEPS, "seed": SEED,
+        "finetune": command(FINETUNE), "status": code, "learn_from": int(FINETUNE[FINETUNE.index("--learn-from") + 1]),
+        "meta": meta, "sample": command(SAMPLE), "sample_adapter": command(SAMPLE + ["--adapter", "tuned/adapter.npz"]),
+        "plain": plain[1].rstrip(), "adapted": adapted[1].rstrip(), "plain_status": plain[0],
+        "adapted_status": adapted[0], "differ": n, "chars": chars}

@@ -2,14 +2,22 @@
 array by array, every difference counted and its reason checked rather than assumed.
 
 bitsandbytes (and torch, which it needs) are imported here only, inside the functions: transformer/ never
-imports them, and a machine without bitsandbytes builds the page with a sentence saying so.
+imports them, and a machine without bitsandbytes builds the page with a table row saying that nothing was
+compared. Values and tables only; the words are in docs/finetuning/nf4.md.
 """
 
+import inspect
 from dataclasses import dataclass
 
 import numpy as np
 
 from transformer import nf4
+
+from .. import sections
+from ..common import md_table, package_version
+
+BLOCK = inspect.signature(nf4.quantize).parameters["block_size"].default  # the one QLoRA uses
+SHAPES = ((64, 256), (37, 129), (1024, 1024))  # a short last block in the second; each weight seeded by its rows
 
 
 @dataclass(frozen=True)
@@ -105,3 +113,40 @@ def compare_double(bnb, w, block_size, device):
                        "4e-7 of their block's scale, the offset's last bit")
     return [exact("packed codes (bytes), double", ours.packed, packed.cpu().numpy()), offset, absmax2, nested,
             weights]
+
+
+def cells(c):
+    return [c.what, f"{c.elements:,}", f"{c.differ:,}", c.reason, "pass" if c.explained else "**FAIL**"]
+
+
+def compared(bnb, weight):
+    """Every Compared of the tables and of each shape, single then double, on each device: (device, input, c)."""
+    out = []
+    for device in devices():
+        out += [(device, "tables", c) for c in tables(bnb, device)]
+        for shape in SHAPES:
+            w = weight(shape, seed=shape[0])
+            label = f"{sections.shape_text(shape)}, \\(n_b\\) = {BLOCK}"
+            out += [(device, label, c) for c in (*compare_single(bnb, w, BLOCK, device),
+                                                  *compare_double(bnb, w, BLOCK, device))]
+    return out
+
+
+SINGLE = ("packed codes (bytes)", "\\(\\operatorname{absmax}\\), plain", "\\(\\hat{\\theta}\\), single")
+
+
+def comparison(weight):
+    """(table, values): bitsandbytes against transformer/nf4.py on the weights `weight(shape, seed)` draws."""
+    bnb = functional()
+    header = ["device", "input", "compared", "elements", "differ", "why", "result"]
+    if bnb is None:
+        return md_table(header, [["—", "bitsandbytes is not installed on the machine that built this page", "nothing",
+                                  "—", "—", "—", "not run"]]), {
+            "version": "not installed", "torch": package_version("torch"), "devices": [], "single_differ": 0,
+            "single_elements": 0, "shapes": [f"{r} × {c}" for r, c in SHAPES], "block": BLOCK}
+    found = compared(bnb, weight)
+    single = [c for _, label, c in found if label == "tables" or c.what in SINGLE]
+    return md_table(header, [[device, label, *cells(c)] for device, label, c in found]), {
+        "version": package_version("bitsandbytes"), "torch": package_version("torch"), "devices": devices(),
+        "single_differ": sum(c.differ for c in single), "single_elements": sum(c.elements for c in single),
+        "shapes": [f"{r} × {c}" for r, c in SHAPES], "block": BLOCK}

@@ -1,5 +1,6 @@
-"""The NF4 page's sections on the NF4 linear layer: equal to a dense layer holding the decoded weight, its dx
-against central differences, and its peak memory (tracemalloc) beside a dense float32 layer's.
+"""The NF4 page's numbers on the NF4 linear layer: the tiny example's layer forward and backward group by group,
+equal to a dense layer holding the decoded weight, its dx against central differences, and its peak memory
+(tracemalloc) beside a dense float32 layer's. Values and tables only; the words are in docs/finetuning/nf4.md.
 
 The peaks move by a few hundred bytes from one process to the next (Python's and numpy's small allocations
 depend on what ran before), so they are measured once per change of the code they measure and kept in
@@ -20,7 +21,9 @@ from transformer.quantized_linear import ROWS, nf4_linear_backward, nf4_linear_f
 
 from .. import depends, sections
 from ..common import CACHE, cached_json, hash_parts, md_table, numpy_version
-from ..examples import H_STEP, SEED, weighted_sum
+from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, tiny, weighted_sum
+from ..prose import num
+from ..tiny_backward import tiny_backward
 
 EQUAL_SHAPE = (200, 48)  # three groups of ROWS rows and a short fourth
 EQUAL_ROWS = (1, 7, ROWS, EQUAL_SHAPE[0])  # one row at a time, groups that do not divide the rows, all at once
@@ -28,11 +31,53 @@ EQUAL_BAR = 1e-12  # float64: the products are the same, summed in another order
 GRAD_SHAPE = (150, 24)
 MEMORY_BATCH = 16  # input rows of the memory measurement
 WAYS = ("dense float32", "NF4, decoded whole", "NF4, by groups of rows")
+EXAMPLE_ROWS = 2  # the tiny example decodes its 4 input rows 2 at a time: two groups
+SPREAD = 0.1  # layer_inputs: the spread of the weights drawn for the equality and gradient checks
+
+
+# ---------------------------------------------------------------- the tiny example's layer, group by group
+
+def by_group(q, rows):
+    """(start, stop) of each group of input rows the layer decodes at once."""
+    return [(start, min(start + rows, q.shape[0])) for start in range(0, q.shape[0], rows)]
+
+
+def tiny_layer():
+    """(tables, values): block 0's ff1 of the tiny model stored in NF4, run forward and back EXAMPLE_ROWS input
+    rows at a time; its upstream gradient is the float model's real ∂ℓ/∂G (tiny_backward's b0.dpre)."""
+    ex = tiny()
+    w, b, x = ex.params["b0.ff1_w"], ex.params["b0.ff1_b"], ex.trace["b0.ln2"][0]
+    q = nf4.quantize(w)
+    decoded = nf4.dequantize(q).astype(np.float64)
+    y, cache = nf4_linear_forward(x, q, b, EXAMPLE_ROWS)
+    dy = tiny_backward().steps["b0.dpre"][0]
+    dx = nf4_linear_backward(dy, cache)
+    groups = by_group(q, EXAMPLE_ROWS)
+    tables = {"layer_x": sections.array_md("A", x, row_label="position"),
+              "layer_w": sections.array_md("W_NF4 (input row i \\ output column)", decoded),
+              "layer_y": sections.array_md("Y", y, row_label="position"),
+              "layer_dy": sections.array_md("∂ℓ/∂Y", dy, row_label="position"),
+              "layer_dx": sections.array_md("∂ℓ/∂A", dx, row_label="position")}
+    for g, (start, stop) in enumerate(groups):
+        group = dy @ decoded[start:stop].T  # columns start..stop-1 of ∂ℓ/∂A
+        tables[f"layer_group{g}"] = sections.array_md(f"∂ℓ/∂Y W_NF4[{start}:{stop}]ᵀ", group, row_label="position")
+    t, i = (int(n) for n in np.unravel_index(np.abs(dx).argmax(), dx.shape))
+    value = dy[t] @ decoded[i]
+    if abs(value - dx[t, i]) > 1e-12 * max(1.0, abs(value)):
+        raise RuntimeError("the NF4 page's ∂ℓ/∂A by hand disagrees with nf4_linear_backward")
+    return tables, {
+        "ids": TINY_IDS, "targets": TINY_TARGETS, "shape": list(w.shape), "size": w.size, "block": q.block_size,
+        "blocks": len(q.scales()), "rows": EXAMPLE_ROWS, "groups": len(groups),
+        "bias_max": float(np.abs(b).max()), "y_gap": float(np.abs(y - (x @ decoded + b)).max()),
+        "dy_zeros": int(np.count_nonzero(dy == 0)), "dy_entries": dy.size,
+        "t": t, "i": i, "terms": " + ".join(f"{num(a)} × {num(c)}" for a, c in zip(dy[t], decoded[i], strict=True)),
+        "value": float(value), "returned": float(dx[t, i]), "dx_gap": float(np.abs(dx - dy @ decoded.T).max()),
+        "float_gap": float(np.abs(dx - dy @ w.T).max()), "dx_max": float(np.abs(dy @ w.T).max())}
 
 
 def layer_inputs(shape, rng, dtype=np.float64):
     """An NF4 weight (double-quantized, of an N(0, 0.1²) draw), a bias, an input batch and an upstream gradient."""
-    q = nf4.quantize(rng.standard_normal(shape) * 0.1)
+    q = nf4.quantize(rng.standard_normal(shape) * SPREAD)
     b = rng.standard_normal(shape[1]).astype(dtype)
     x = rng.standard_normal((2, 5, shape[0])).astype(dtype)
     dy = rng.standard_normal((2, 5, shape[1])).astype(dtype)
@@ -54,27 +99,21 @@ def equality_rows():
     return out
 
 
-def equality_md():
+def equality():
+    """(table, values) of the NF4 layer against the dense one, for several group sizes."""
     cells = [[rows, -(-EQUAL_SHAPE[0] // rows), f"{gy:.1e}", f"{gdx:.1e}",
               "pass" if max(gy, gdx) <= EQUAL_BAR else "**FAIL**"] for rows, gy, gdx in equality_rows()]
-    return (f"`nf4_linear_forward` and `nf4_linear_backward` against the dense `linear_forward` and "
-            f"`linear_backward` holding `dequantize(q)`, in float64, for a {EQUAL_SHAPE[0]} × {EQUAL_SHAPE[1]} "
-            f"weight, a batch of 2 × 5 input rows and a random upstream gradient (seed {SEED}). The gaps are "
-            "`relative_gap` (the largest difference over the larger array's largest entry).\n\n"
-            + md_table(["\\(n_{\\mathrm{rows}}\\)", "groups", "\\(Y\\)", "\\(\\partial\\ell/\\partial A\\)",
-                        f"both ≤ {EQUAL_BAR:g}"], cells)
-            + "\nThe grouped products add the same terms in another order, so a gap is rounding, not zero.\n")
+    table = md_table(["\\(n_{\\mathrm{rows}}\\)", "groups", "\\(Y\\)", "\\(\\partial\\ell/\\partial A\\)",
+                      f"both ≤ {EQUAL_BAR:g}"], cells)
+    return table, {"shape": list(EQUAL_SHAPE), "seed": SEED, "spread": SPREAD, "bar": EQUAL_BAR}
 
 
-def gradcheck_md():
+def gradcheck():
     rng = np.random.default_rng(SEED)
     q, b, x, dy = layer_inputs(GRAD_SHAPE, rng)
     dx = nf4_linear_backward(dy, nf4_linear_forward(x, q, b)[1])
     rows = sections.gradcheck_rows(weighted_sum(dy, nf4_linear_forward, x, q, b), [("dx", dx, x)], H_STEP)
-    return (f"The [fake loss](../reference/notation.md#fake-loss) \\(f = \\sum Y \\odot R\\) of `nf4_linear_forward` "
-            f"(groups of {ROWS} rows) on a {GRAD_SHAPE[0]} × {GRAD_SHAPE[1]} NF4 weight, an input of shape "
-            f"`{x.shape}` and a random \\(R\\) (seed {SEED}). Only \\(\\partial\\ell/\\partial A\\) exists: the weight "
-            "and the bias are frozen, and the backward returns dx alone.\n\n" + sections.gradcheck_table(rows))
+    return sections.gradcheck_table(rows), {"rows": ROWS, "shape": list(GRAD_SHAPE), "x_shape": x.shape, "seed": SEED}
 
 
 # ---------------------------------------------------------------- memory
@@ -134,36 +173,31 @@ def measurements():
 def memory_shapes():
     default, b = param_shapes(PRESETS["default"]), param_shapes(PRESETS["B"])
     return [("default: `ff1_w`", default["b0.ff1_w"]), ("B: `ff1_w`", b["b0.ff1_w"]), ("B: `ff2_w`", b["b0.ff2_w"]),
-            ("the issue's", (1024, 512)), ("a large model's (d, d)", (4096, 4096))]
+            ("a tall weight, twice as many inputs as outputs", (1024, 512)), ("a large model's (d, d)", (4096, 4096))]
 
 
-def memory_md():
+def memory():
+    """(table, values) of the three ways of running a frozen layer, at each shape."""
     rows, below, above, per_group = [], [], [], []
     for (where, shape), found in zip(memory_shapes(), measurements(), strict=True):
         dense, grouped = found[0], found[2]
         worst = max(grouped.forward, grouped.backward)
-        (below if worst < dense.stored else above).append(f"{sections.shape_text(shape)}")
+        (below if worst < dense.stored else above).append(shape)
         per_group.append(worst / (min(ROWS, shape[0]) * shape[1] * 4))
         for m in found:
             total = m.stored + max(m.forward, m.backward)
             rows.append([where, sections.shape_text(shape), m.way, f"{m.stored:,}", f"{m.forward:,}", f"{m.backward:,}",
                          f"{total:,}", f"{total / (dense.stored + max(dense.forward, dense.backward)):.2f}"])
-    return (f"Peak bytes measured with tracemalloc on {MEMORY_BATCH} float32 input rows, for three ways of running a "
-            "frozen layer: a dense float32 weight; the NF4 weight decoded whole with `dequantize` and then used as a "
-            "dense one; and `nf4_linear_forward` / `nf4_linear_backward`. *Stored* is the weight as kept between "
-            "steps (the float32 array, or `NF4Weight.nbytes`); the forward and backward columns are the most bytes "
-            "allocated at once during the call, output included, above what existed before it; *at peak* adds the "
-            "stored bytes to the larger of the two.\n\n"
-            + md_table(["weight", "shape", "way", "stored", "forward peak", "backward peak", "at peak",
-                        "at peak / dense"], rows)
-            + f"\nDecoding whole brings back a float32 copy of the weight, and the temporaries that make it, at every "
-              f"call. By groups of {ROWS} rows the largest array is one group's rows, but decoding a group also makes "
-              "its scales repeated to its length and its looked-up values: the grouped peak was "
-              f"{min(per_group):.1f} to {max(per_group):.1f} times one group's float32 bytes. So it stays below the "
-              f"dense weight's own bytes only when the weight has enough groups: below for "
-              f"{', '.join(below) or 'no shape measured'}; above for {', '.join(above) or 'no shape measured'}.\n")
+    table = md_table(["weight", "shape", "way", "stored", "forward peak", "backward peak", "at peak",
+                      "at peak / dense"], rows)
+    return table, {"batch": MEMORY_BATCH, "rows": ROWS, "per_group_lo": min(per_group), "per_group_hi": max(per_group),
+                   "below": [f"{r} × {c}" for r, c in below], "above": [f"{r} × {c}" for r, c in above]}
 
 
-def layer_md():
-    return ("### Equal to a dense layer holding the decoded weight\n\n" + equality_md()
-            + "\n### Peak memory\n\n" + memory_md())
+def layer():
+    """(tables, values) of the tiny example's layer, the equality check and the memory."""
+    tiny_tables, tiny_values = tiny_layer()
+    equality_table, equality_values = equality()
+    memory_table, memory_values = memory()
+    return {**tiny_tables, "equality": equality_table, "memory": memory_table}, {
+        "tiny": tiny_values, "equality": equality_values, "memory": memory_values}

@@ -1,6 +1,7 @@
 """The QLoRA page's memory section: the bytes of weights, gradients and AdamW state of full fine-tuning, LoRA
-and QLoRA, read from the real arrays and set beside their formula; and the peak memory (tracemalloc) and time
-of one float32 training step of each. The quick build (SITE_QUICK=1) times the larger config not at all.
+and QLoRA, read from the real arrays and set beside their formula (with their picture); and the peak memory
+(tracemalloc) and time of one float32 training step of each. The quick build (SITE_QUICK=1) times the larger
+config not at all. Values, tables and the picture only: the words are in docs/finetuning/qlora.md.
 
 The steps' peaks and times are measured once per change of the code they run and kept in build/cache/, as
 site_scripts/memory.py keeps the memory policies': a forced rerun of the page prints the same times."""
@@ -24,6 +25,7 @@ from tools.memory_policies import traced_peak
 from .. import depends
 from ..common import CACHE, cached_json, hash_parts, md_table, mode, numpy_version
 from ..examples import SEED
+from ..figures import new_figure, png
 
 # The block sizes quantize_base stores the base with (its defaults).
 BLOCK, BLOCK2 = (inspect.signature(quantize_base).parameters[name].default for name in ("block_size", "block_size2"))
@@ -92,31 +94,45 @@ def mib(n):
     return f"{n / MIB:.3f}"
 
 
-def bytes_md():
-    rows, disagree = [], []
-    totals = {}
+def bytes_held():
+    """(tables, values, {(config, method): Bytes}) of every config and method: the measured bytes beside the
+    formula's, and full fine-tuning's total over QLoRA's."""
+    rows, found = [], {}
     for name, cfg in CONFIGS.items():
         for method in METHODS:
             got, want = measured(cfg, method), formula(cfg, method)
-            totals[name, method] = got.total
-            if got != want:
-                disagree.append(f"{name} {method}")
+            found[name, method] = got
             rows.append([name, method, mib(got.weights), mib(got.grads), mib(got.state), mib(got.total),
                          "equal" if got == want else f"**differs**: {want}"])
-    ratios = ", ".join(f"{totals[n, 'full'] / totals[n, 'QLoRA']:.1f} times at {n}" for n in CONFIGS)
-    return (f"Float32 arrays, adapters of rank {LORA.rank} on {', '.join(LORA.targets)} (`LoRAConfig`'s defaults). "
-            "*Weights* is everything the model holds (for LoRA and QLoRA, the frozen base as stored plus the "
-            "adapters), *gradients* the arrays one step's backward returned, *AdamW state* the two moments of "
-            "every trained array, all summed from `.nbytes` of the real arrays. The formula: with \\(N_\\theta\\) "
-            "parameters and \\(N_A\\) adapter scalars, full fine-tuning holds \\(4N_\\theta + 4N_\\theta + "
-            "8N_\\theta\\) bytes, LoRA \\(4(N_\\theta + N_A) + 4N_A + 8N_A\\), and QLoRA the same with each linear "
-            "weight of \\(n\\) values at `nf4.payload_bytes(n)` instead of \\(4n\\): \\(\\lceil n/2 \\rceil\\) bytes "
-            f"of codes, one byte per block of {BLOCK}, four per {BLOCK2} blocks, and a four-byte offset.\n\n"
-            + md_table(["config", "method", "weights (MiB)", "gradients (MiB)", "AdamW state (MiB)", "total (MiB)",
-                        "the formula's bytes"], rows)
-            + ("\nEvery measured number equals its formula to the byte. " if not disagree else
-               f"\n**The formula and the arrays disagree** at {', '.join(disagree)}. ")
-            + f"Full fine-tuning's total over QLoRA's: {ratios}.\n")
+    ratios = [[name, f"{found[name, 'full'].total / found[name, 'QLoRA'].total:.1f}",
+               f"{found[name, 'full'].total / found[name, 'LoRA'].total:.1f}"] for name in CONFIGS]
+    tables = {"bytes": md_table(["config", "method", "weights (MiB)", "gradients (MiB)", "AdamW state (MiB)",
+                                 "total (MiB)", "the formula's bytes"], rows),
+              "ratios": md_table(["config", "full's total / QLoRA's", "full's total / LoRA's"], ratios)}
+    values = {"rank": LORA.rank, "targets": list(LORA.targets), "block": BLOCK, "block2": BLOCK2,
+              "rows": len(rows), "equal": sum(r[-1] == "equal" for r in rows)}
+    return tables, values, found
+
+
+def bytes_png(found):
+    """Stacked bars of weights, gradients and AdamW state of each method, one panel (its own linear scale) per
+    config."""
+    fig, axes = new_figure(1, len(CONFIGS), figsize=(12, 3.4))
+    parts = (("weights", "weights", "tab:gray"), ("gradients", "grads", "tab:orange"),
+             ("AdamW state", "state", "tab:blue"))
+    for ax, name in zip(axes, CONFIGS, strict=True):
+        bottom = np.zeros(len(METHODS))
+        for label, field, colour in parts:
+            heights = np.array([getattr(found[name, method], field) / MIB for method in METHODS])
+            ax.bar(METHODS, heights, 0.7, bottom=bottom, color=colour, label=label)
+            bottom += heights
+        ax.set_title(f"config {name}", fontsize=9)
+        ax.tick_params(labelsize=8)
+    axes[0].set_ylabel("MiB held")
+    axes[0].legend(fontsize=8)
+    fig.supxlabel("method", fontsize=9)
+    axes[0].set_xlabel(" ")  # the shared label is the figure's
+    return png(fig)
 
 
 def peak_and_time(cfg, method):
@@ -153,7 +169,8 @@ def step_measurements():
                        lambda: {n: {m: peak_and_time(CONFIGS[n], m) for m in METHODS} for n in timed_configs()})
 
 
-def peak_md():
+def steps():
+    """(table, values) of one timed training step of each method at each timed config."""
     rows = []
     measured_steps = step_measurements()
     for name in timed_configs():
@@ -162,16 +179,6 @@ def peak_md():
             peak, seconds = found[method]
             rows.append([name, method, mib(peak), f"{seconds * 1000:.1f}",
                          f"{seconds / found['full'][1]:.2f}"])
-    banner = (f'!!! warning "Quick run"\n    This build timed {", ".join(timed_configs())} only (SITE_QUICK=1); '
-              f"`scripts/site` also times d = 512, L = 8.\n\n") if mode() == "quick" else ""
-    return (banner + f"One float32 training step on \\(B\\) = {BATCH} windows of \\(T\\) = {T}: the loss and its "
-            "gradients, the global-norm clip and AdamW, on the trained arrays alone. The *peak* is the most bytes "
-            "numpy held at once during the step (tracemalloc) above what the model and the AdamW state already "
-            "held before it: the gradients, the forward's caches and, for QLoRA, the rows of a weight decoded at "
-            f"once. The times are the median of {STEPS} steps without tracemalloc, on the machine that built this "
-            "page, and change with its load; the bytes do not.\n\n"
-            + md_table(["config", "method", "step peak (MiB)", "time per step (ms)", "time / full's"], rows))
-
-
-def memory_md():
-    return "### Bytes held\n\n" + bytes_md() + "\n### One training step\n\n" + peak_md()
+    table = md_table(["config", "method", "step peak (MiB)", "time per step (ms)", "time / full's"], rows)
+    return table, {"batch": BATCH, "T": T, "steps": STEPS, "timed": list(timed_configs()),
+                   "untimed": [n for n in CONFIGS if n not in timed_configs()]}

@@ -1,6 +1,10 @@
-"""Generator of the Transformer Block page's fragments: the symbol table, the tiny example forward and
-backward (block 0 of the tiny model, driven by its real loss gradient), the derivation's numeric checks
-and the gradient check."""
+"""Generator of the Transformer Block page: the values its prose shows (docs/model/block.md binds them), its tables,
+its written-out arithmetic (display maths only) and its picture.
+
+The tiny example is block 0 of the tiny model, forward and driven backward by the model's real loss gradient (from
+tiny_backward()). The checks of the derivation (`central_rows`, `planted_rows`) return their rows, so that
+tests/site/test_pages_attn.py can show that each passes and that the planted mistakes are caught.
+"""
 
 from dataclasses import dataclass
 
@@ -9,17 +13,20 @@ import numpy as np
 from transformer.activations import ACTIVATION_FUNCTIONS
 from transformer.attention import attention_forward
 from transformer.block import BLOCK_KEYS, block_backward, block_forward, block_params
+from transformer.config import PRESETS
 from transformer.gradcheck import numerical_grad
 from transformer.layernorm import layer_norm_forward
 from transformer.linear import linear_forward
+from transformer.model import backward, forward
+from transformer.softmax import cross_entropy_backward, cross_entropy_forward
 
 from .. import sections
 from ..common import md_table
-from ..examples import (H_STEP, SEED, TINY_IDS, biases_moved, collapsed, default_note, default_run, illustrative,
-                        tiny, weighted_sum)
+from ..examples import H_STEP, SEED, TINY_IDS, biases_moved, default_note, default_run, tiny, weighted_sum
+from ..figures import new_figure, png
 from ..tiny_backward import tiny_backward
-from .attention import (BACK, FAKE_LOSS, aligned, bias_table, caught, gap_cells, grad, latex_table, number, products,
-                        tex, verdict, weight_table)
+from .attention import (BACK, aligned, bias_table, caught, gap_cells, grad, latex_table, number, products, tex,
+                        verdict, weight_table)
 
 ROW = 0  # the position whose numbers the example follows by hand
 
@@ -61,77 +68,58 @@ def forward_steps():
     m = x + attn
     u2 = layer_norm_forward(m, p["ln2_g"], p["ln2_b"], cfg.ln_eps)[0]
     g, hidden, out = ffn(u2, p, cfg.activation)
-    forward, backward = ACTIVATION_FUNCTIONS[cfg.activation]
-    slope = backward(np.ones_like(g), forward(g)[1])  # the backward multiplies by φ'(G): times 1, φ'(G) itself
+    forward_, backward_ = ACTIVATION_FUNCTIONS[cfg.activation]
+    slope = backward_(np.ones_like(g), forward_(g)[1])  # the backward multiplies by φ'(G): times 1, φ'(G) itself
     return Forward(cfg, p, x, u1, attn, m, u2, g, hidden, out, m + out, slope)
 
-
-# ---------------------------------------------------------------- the tiny example, forward
 
 def rms(a):
     """Each row's root mean square."""
     return np.sqrt((a ** 2).mean(-1))
 
 
-def growth_md(fw):
-    """‖X^(l+1) − X‖ / ‖X‖, and what it means for a pre-norm block."""
-    ratio = np.linalg.norm(fw.out - fw.x) / np.linalg.norm(fw.x)
-    sub = np.concatenate([rms(fw.u1), rms(fw.u2)])
-    return (f"At initialisation this block changes the stream by \\(\\lVert X^{{(l+1)}} - X \\rVert / \\lVert X "
-            f"\\rVert\\) = {ratio:.2f} (Frobenius norms of the whole `(T, d)` arrays): what the two branches add, "
-            f"\\(\\operatorname{{Attn}}(U_1) + \\operatorname{{FFN}}(U_2)\\), is {ratio:.2f} times as large as the "
-            f"stream it is added to. The embeddings start small (the rows of \\(X\\) have a root mean square of "
-            f"{rms(fw.x).min():.2f} to {rms(fw.x).max():.2f}), while each branch reads a LayerNorm output, whose rows "
-            f"have a root mean square within {np.abs(sub - 1).max():.0e} of 1 whatever the stream's scale; so the rows "
-            f"of \\(X^{{(l+1)}}\\) come out at {rms(fw.out).min():.2f} to {rms(fw.out).max():.2f}. With pre-norm the "
-            "stream's scale is free to drift like this, block after block, and that is not a problem for the "
-            "sub-layers: LayerNorm fixes the scale of each sub-layer's input, not of the stream, and the final "
-            "LayerNorm does the same for the head.\n")
+# ---------------------------------------------------------------- the tiny example, forward
+
+def forward_tables(fw):
+    return {"x": latex_table("X", fw.x), "u1": latex_table("U_1 = \\operatorname{LN}_1(X)", fw.u1),
+            "attn": latex_table("\\operatorname{Attn}(U_1)", fw.attn),
+            "m": latex_table("M = X + \\operatorname{Attn}(U_1)", fw.m),
+            "u2": latex_table("U_2 = \\operatorname{LN}_2(M)", fw.u2),
+            "w1": weight_table("W_1", fw.p["ff1_w"]), "b1": bias_table("1", fw.p["ff1_b"]),
+            "w2": weight_table("W_2", fw.p["ff2_w"]), "b2": bias_table("2", fw.p["ff2_b"]),
+            "g": latex_table("G = U_2 W_1 + b_1", fw.g), "hidden": latex_table("\\phi(G)", fw.hidden),
+            "ffn": latex_table("\\operatorname{FFN}(U_2) = \\phi(G) W_2 + b_2", fw.ffn),
+            "out": latex_table("X^{(l+1)} = M + \\operatorname{FFN}(U_2)", fw.out),
+            "follow_forward": follow_forward_md(fw)}
 
 
 def follow_forward_md(fw):
-    """X^(l+1)[ROW, 0] = M + FFN, with FFN's entry written out from φ(G) and W_2."""
+    """X^(l+1)[ROW, 0] = M + FFN, with FFN's entry written out from φ(G) and W_2: display maths only."""
     t, w2, b2 = ROW, fw.p["ff2_w"], fw.p["ff2_b"]
     terms = products([(tex(fw.hidden[t, i]), tex(w2[i, 0])) for i in range(len(w2))])  # i: a hidden unit
-    lines = [f"\\operatorname{{FFN}}(U_2)_{{{t}0}} &= \\textstyle\\sum_i \\phi(G)_{{{t}i}} W_{{2,i0}} + b_{{2,0}} "
-             f"\\\\ &= {terms} + {tex(b2[0])} = {number(fw.ffn[t, 0])}",
-             f"X^{{(l+1)}}_{{{t}0}} &= M_{{{t}0}} + \\operatorname{{FFN}}(U_2)_{{{t}0}} = {tex(fw.m[t, 0])} + "
-             f"{tex(fw.ffn[t, 0])} = {number(fw.out[t, 0])}"]
-    return (f"Follow one number forward, position {t}, column 0 (factors rounded to the tables' digits; results from "
-            "the unrounded arrays, equal to their entries above):\n\n" + aligned(lines))
+    return aligned([f"\\operatorname{{FFN}}(U_2)_{{{t}0}} &= \\textstyle\\sum_i \\phi(G)_{{{t}i}} W_{{2,i0}} + "
+                    f"b_{{2,0}} \\\\ &= {terms} + {tex(b2[0])} = {number(fw.ffn[t, 0])}",
+                    f"X^{{(l+1)}}_{{{t}0}} &= M_{{{t}0}} + \\operatorname{{FFN}}(U_2)_{{{t}0}} = {tex(fw.m[t, 0])} + "
+                    f"{tex(fw.ffn[t, 0])} = {number(fw.out[t, 0])}"])
 
 
-def forward_md(fw):
-    trace_gap = np.abs(tiny().trace["b0.out"][0] - fw.out).max()
-    weights = collapsed("The feed-forward weights (the tiny model's block 0)", "\n".join([
-        weight_table("W_1", fw.p["ff1_w"]), bias_table("1", fw.p["ff1_b"]),
-        weight_table("W_2", fw.p["ff2_w"]), bias_table("2", fw.p["ff2_b"])]))
-    return "\n".join([
-        illustrative(f"Block 0 of the tiny model (activation `{fw.cfg.activation}`) on ids `{TINY_IDS}`, each "
-                     "step recomputed with the model's functions; the "
-                     "[Attention page](attention.md#tiny-numerical-example) shows the attention sub-layer's own "
-                     "steps."),
-        "### Forward\n",
-        latex_table("X", fw.x), latex_table("U_1 = \\operatorname{LN}_1(X)", fw.u1),
-        latex_table("\\operatorname{Attn}(U_1)", fw.attn), latex_table("M = X + \\operatorname{Attn}(U_1)", fw.m),
-        latex_table("U_2 = \\operatorname{LN}_2(M)", fw.u2), weights,
-        latex_table("G = U_2 W_1 + b_1", fw.g), latex_table("\\phi(G)", fw.hidden),
-        latex_table("\\operatorname{FFN}(U_2) = \\phi(G) W_2 + b_2", fw.ffn),
-        latex_table("X^{(l+1)} = M + \\operatorname{FFN}(U_2)", fw.out),
-        f"The forward trace's `b0.out` is the same (largest difference {trace_gap:.1e}).\n",
-        follow_forward_md(fw), growth_md(fw)])
+def forward_values(fw):
+    cfg, sub = PRESETS["tiny"], np.concatenate([rms(fw.u1), rms(fw.u2)])
+    ratio = np.linalg.norm(fw.out - fw.x) / np.linalg.norm(fw.x)
+    return {"activation": fw.cfg.activation, "row": ROW,
+            "sizes": {"n_v": cfg.vocab_size, "t_max": cfg.context_len, "d": cfg.emb_dim, "h": cfg.num_heads,
+                      "l": cfg.num_layers, "f": cfg.ff_dim},
+            "trace_gap": float(np.abs(tiny().trace["b0.out"][0] - fw.out).max()),
+            "growth": {"ratio": ratio, "x_lo": rms(fw.x).min(), "x_hi": rms(fw.x).max(),
+                       "sub_dev": float(np.abs(sub - 1).max()), "out_lo": rms(fw.out).min(),
+                       "out_hi": rms(fw.out).max()}}
 
 
 # ---------------------------------------------------------------- the tiny example, backward
 
-STEPS = (  # (symbol, how the step computes it, the replay's step, column index), in block_backward's order
-    ("X^{(l+1)}", "\\text{the upstream gradient, from block 1}", "b0.dout", "i"),
-    ("\\phi(G)", grad("X^{(l+1)}") + "\\, W_2^\\top", "b0.dhidden", "i"),
-    ("G", grad("\\phi(G)") + " \\odot \\phi'(G)", "b0.dpre", "i"),
-    ("U_2", grad("G") + "\\, W_1^\\top", "b0.dln2", "i"),
-    ("M", grad("X^{(l+1)}") + " + \\text{the feed-forward branch's term}", "b0.dmid", "i"),
-    ("U_1", "\\text{attention's backward of } " + grad("M"), "b0.dln1", "i"),
-    ("X", grad("M") + " + \\text{the attention branch's term}", "b0.din", "i"),
+STEPS = (  # (fragment, symbol, the replay's step), in block_backward's order
+    ("dout", "X^{(l+1)}", "b0.dout"), ("dhidden", "\\phi(G)", "b0.dhidden"), ("dpre", "G", "b0.dpre"),
+    ("dln2", "U_2", "b0.dln2"), ("dmid", "M", "b0.dmid"), ("dln1", "U_1", "b0.dln1"), ("din", "X", "b0.din"),
 )
 
 
@@ -140,103 +128,58 @@ def branch_terms(steps):
     return (steps["b0.dmid"] - steps["b0.dout"])[0], (steps["b0.din"] - steps["b0.dmid"])[0]
 
 
-def follow_backward_md(fw, steps):
-    """One entry of ∂ℓ/∂G and one of ∂ℓ/∂X, written out from the arrays above."""
-    t, w2 = ROW, fw.p["ff2_w"]
-    u = int(np.argmax(fw.slope[t] > 0)) if (fw.slope[t] > 0).any() else 0  # a hidden unit the activation passes
+def backward_tables(fw, steps):
+    ffn_part, attn_part = branch_terms(steps)
+    tables = {name: latex_table(grad(symbol), steps[key][0], decimals=BACK) for name, symbol, key in STEPS}
+    tables["ffn_term"] = latex_table(f"{grad('M')} - {grad('X^{(l+1)}')}", ffn_part, decimals=BACK)
+    tables["attn_term"] = latex_table(f"{grad('X')} - {grad('M')}", attn_part, decimals=BACK)
+    return {**tables, **follow_backward(fw, steps)}
+
+
+def hidden_unit(fw):
+    """A hidden unit of row ROW that the activation passes (its slope is not 0), else 0."""
+    open_units = fw.slope[ROW] > 0
+    return int(np.argmax(open_units)) if open_units.any() else 0
+
+
+def follow_backward(fw, steps):
+    """One entry of ∂ℓ/∂φ(G) and ∂ℓ/∂G, and one of ∂ℓ/∂X split into its three terms: display maths only."""
+    t, u, w2 = ROW, hidden_unit(fw), fw.p["ff2_w"]
     dout, dhid, dpre = steps["b0.dout"][0], steps["b0.dhidden"][0], steps["b0.dpre"][0]
     ffn_part, attn_part = branch_terms(steps)
     terms = products([(tex(dout[t, i], BACK), tex(w2[u, i], BACK)) for i in range(w2.shape[1])], per_line=2)
-    lines = [f"\\frac{{\\partial\\ell}}{{\\partial \\phi(G)_{{{t}{u}}}}} &= \\textstyle\\sum_{{i'}} "
-             f"\\frac{{\\partial\\ell}}{{\\partial X^{{(l+1)}}_{{{t}i'}}}} W_{{2,{u}i'}} \\\\ &= {terms} = "
-             f"{number(dhid[t, u], BACK)}",
-             f"\\frac{{\\partial\\ell}}{{\\partial G_{{{t}{u}}}}} &= \\frac{{\\partial\\ell}}{{\\partial "
-             f"\\phi(G)_{{{t}{u}}}}}\\, \\phi'(G_{{{t}{u}}}) = {tex(dhid[t, u], BACK)} \\cdot "
-             f"{tex(fw.slope[t, u], BACK)} = {number(dpre[t, u], BACK)}",
-             f"\\frac{{\\partial\\ell}}{{\\partial X_{{{t}0}}}} &= \\underbrace{{{tex(dout[t, 0], BACK)}}}_"
-             f"{{\\text{{identity}}}} + \\underbrace{{{tex(ffn_part[t, 0], BACK)}}}_{{\\text{{FFN branch}}}} + "
-             f"\\underbrace{{{tex(attn_part[t, 0], BACK)}}}_{{\\text{{attention branch}}}} = "
-             f"{number(steps['b0.din'][0][t, 0], BACK)}"]
-    return (f"Follow numbers backward, position {t} (\\(G_{{{t}{u}}}\\) = {number(fw.g[t, u])}, so "
-            f"\\(\\phi'(G_{{{t}{u}}})\\) = {number(fw.slope[t, u])}; factors rounded, results from the unrounded "
-            "arrays). In the last line the identity term is the entry of \\(\\partial\\ell/\\partial X^{(l+1)}\\), "
-            "the two branch terms the entries of the two branch tables above, and the result the entry of "
-            "\\(\\partial\\ell/\\partial X\\):\n\n" + aligned(lines))
+    hidden = aligned([f"\\frac{{\\partial\\ell}}{{\\partial \\phi(G)_{{{t}{u}}}}} &= \\textstyle\\sum_{{i'}} "
+                      f"\\frac{{\\partial\\ell}}{{\\partial X^{{(l+1)}}_{{{t}i'}}}} W_{{2,{u}i'}} \\\\ &= {terms} = "
+                      f"{number(dhid[t, u], BACK)}",
+                      f"\\frac{{\\partial\\ell}}{{\\partial G_{{{t}{u}}}}} &= \\frac{{\\partial\\ell}}{{\\partial "
+                      f"\\phi(G)_{{{t}{u}}}}}\\, \\phi'(G_{{{t}{u}}}) = {tex(dhid[t, u], BACK)} \\cdot "
+                      f"{tex(fw.slope[t, u], BACK)} = {number(dpre[t, u], BACK)}"])
+    split = aligned([f"\\frac{{\\partial\\ell}}{{\\partial X_{{{t}0}}}} &= \\underbrace{{{tex(dout[t, 0], BACK)}}}_"
+                     f"{{\\text{{identity}}}} + \\underbrace{{{tex(ffn_part[t, 0], BACK)}}}_{{\\text{{FFN branch}}}} + "
+                     f"\\underbrace{{{tex(attn_part[t, 0], BACK)}}}_{{\\text{{attention branch}}}} = "
+                     f"{number(steps['b0.din'][0][t, 0], BACK)}"])
+    return {"follow_hidden": hidden, "follow_input": split}
 
 
-def shares_md(steps):
-    """∂ℓ/∂X − ∂ℓ/∂X^(l+1): the branches' part of the input's gradient, against the identity path's."""
-    dout, din = steps["b0.dout"][0], steps["b0.din"][0]
-    (ffn_part, attn_part), both = branch_terms(steps), din - dout
-    norm = np.linalg.norm
-    return (f"\\(\\partial\\ell/\\partial X - \\partial\\ell/\\partial X^{{(l+1)}}\\) ranges from {both.min():.4f} to "
-            f"{both.max():.4f}: it is what the two branches add on top of the identity path, which hands "
-            f"\\(\\partial\\ell/\\partial X^{{(l+1)}}\\) (entries from {dout.min():.4f} to {dout.max():.4f}) to the "
-            f"input unchanged. In norms: the identity path carries {norm(dout):.4f}, the feed-forward branch adds "
-            f"{norm(ffn_part):.4f} (\\(\\partial\\ell/\\partial M - \\partial\\ell/\\partial X^{{(l+1)}}\\)) and the "
-            f"attention branch {norm(attn_part):.4f} (\\(\\partial\\ell/\\partial X - \\partial\\ell/\\partial M\\)), "
-            f"{norm(attn_part) / norm(dout):.1f} times the identity path's. At initialisation the branches' gradients "
-            "are not small; what the identity path guarantees is that \\(\\partial\\ell/\\partial X^{(l+1)}\\) "
-            "arrives whatever they do.\n")
-
-
-def ln_factor_md(fw, steps):
-    """Where the attention branch's large share comes from: the attention's backward, then LN_1's factor r."""
-    r = 1 / np.sqrt(fw.x.var(-1) + fw.cfg.ln_eps)
-    norm = np.linalg.norm
-    return (f"Where the attention branch's share comes from: the attention's backward turns "
-            f"\\(\\partial\\ell/\\partial M\\) (norm {norm(steps['b0.dmid']):.4f}) into "
-            f"\\(\\partial\\ell/\\partial U_1\\) (norm {norm(steps['b0.dln1']):.4f}), and "
-            f"\\(\\operatorname{{LN}}_1\\)'s backward multiplies by each row's \\(r = 1/\\sqrt{{\\sigma^2 + "
-            f"\\epsilon_{{\\mathrm{{LN}}}}}}\\) ([LayerNorm](layernorm.md#eq-ln-grad)), which is {r.min():.2f} to "
-            f"{r.max():.2f} for these small rows of \\(X\\): a LayerNorm divides its input by the row's spread, so "
-            "its backward multiplies by the reciprocal.\n")
-
-
-BRANCH_TABLES = {  # after the step named: (branch, the two gradients whose difference is its term, which table)
-    "b0.dmid": ("feed-forward", "M", "X^{(l+1)}", 0),
-    "b0.din": ("attention", "X", "M", 1),
-}
-
-
-def branch_table_md(steps, name):
-    """The branch term a residual step adds, as the difference of the step's table and the one it started from."""
-    branch, mine, start, which = BRANCH_TABLES[name]
-    label = f"{grad(mine)} - {grad(start)}"
-    return (f"The {branch} branch's term of the [residual rule](#eq-block-residual-grad), \\({label}\\): the table "
-            f"just above minus the one of \\({grad(start)}\\).\n\n"
-            + latex_table(label, branch_terms(steps)[which], decimals=BACK))
-
-
-def backward_md(fw):
-    replay = tiny_backward()
-    steps = replay.steps
+def backward_values(fw, steps, loss):
     _, cache = block_forward(fw.x[None], fw.p, fw.cfg)
     dx, _ = block_backward(steps["b0.dout"], cache)
-    gap = float(np.abs(dx - steps["b0.din"]).max())
-    parts = ["### Backward\n",
-             f"The upstream gradient is the tiny model's real one: the mean cross-entropy (loss {replay.loss:.4f}) "
-             "of the next tokens, replayed call by call (`site_scripts/tiny_backward.py`); block 0 receives "
-             "\\(\\partial\\ell/\\partial X^{(l+1)}\\) from block 1 (`b0.dout`). The gradients below are the replay's, "
-             "in the order `block_backward` computes them, each under the replay's name.\n"]
-    for symbol, how, name, cols in STEPS:
-        parts.append(f"`{name}`: \\({grad(symbol)} = {how}\\)\n")
-        parts.append(latex_table(grad(symbol), steps[name][0], cols=cols, decimals=BACK))
-        if name in BRANCH_TABLES:
-            parts.append(branch_table_md(steps, name))
-    parts += [f"`block_backward` called with `b0.dout` returns `b0.din` (largest difference {gap:.1e}).\n",
-              follow_backward_md(fw, steps), shares_md(steps), ln_factor_md(fw, steps)]
-    return "\n".join(parts)
-
-
-def example_md():
-    fw = forward_steps()
-    return forward_md(fw) + "\n" + backward_md(fw)
+    dout, din = steps["b0.dout"][0], steps["b0.din"][0]
+    (ffn_part, attn_part), both, norm = branch_terms(steps), din - dout, np.linalg.norm
+    u = hidden_unit(fw)
+    return {"loss": loss, "block_gap": float(np.abs(dx - steps["b0.din"]).max()),
+            "follow": {"unit": u, "g": fw.g[ROW, u], "slope": fw.slope[ROW, u]},
+            "shares": {"both_lo": both.min(), "both_hi": both.max(), "dout_lo": dout.min(), "dout_hi": dout.max(),
+                       "identity": norm(dout), "ffn": norm(ffn_part), "attn": norm(attn_part),
+                       "attn_ratio": norm(attn_part) / norm(dout)},
+            "ln1": {"dmid": norm(steps["b0.dmid"]), "dln1": norm(steps["b0.dln1"]),
+                    "r_lo": (1 / np.sqrt(fw.x.var(-1) + fw.cfg.ln_eps)).min(),
+                    "r_hi": (1 / np.sqrt(fw.x.var(-1) + fw.cfg.ln_eps)).max()}}
 
 
 # ---------------------------------------------------------------- the derivation, checked
 
-def central_differences_md(fw, steps):
+def central_rows(fw, steps):
     """The replay's gradients against central differences of f = Σ X^(l+1) ⊙ ∂ℓ/∂X^(l+1), from four places."""
     p, cfg, r = fw.p, fw.cfg, steps["b0.dout"][0]
     g, u2, m, x = fw.g.copy(), fw.u2.copy(), fw.m.copy(), fw.x[None].copy()
@@ -249,42 +192,93 @@ def central_differences_md(fw, steps):
     rows += sections.gradcheck_rows(f(lambda: after_mid(m, p, cfg)), [("b0.dmid", steps["b0.dmid"][0], m)], H_STEP)
     rows += sections.gradcheck_rows(f(lambda: block_forward(x, p, cfg)[0][0]), [("b0.din", steps["b0.din"], x)],
                                     H_STEP)
-    return (f"Each step's gradient against central differences. Holding the upstream gradient fixed, "
-            f"\\(f = \\sum X^{{(l+1)}} \\odot \\partial\\ell/\\partial X^{{(l+1)}}\\) (the [fake loss]({FAKE_LOSS}) "
-            "with \\(R\\) = `b0.dout`, the real upstream gradient) has, at this point, the same gradients as "
-            "\\(\\ell\\). Each row moves one array entry by entry by \\(\\pm\\Delta\\) and reruns the block from there "
-            "with the model's functions: \\(G\\), \\(U_2\\), \\(M\\) (through \\(\\operatorname{LN}_2\\), the "
-            "feed-forward network and the residual) and \\(X\\) (the whole `block_forward`).\n\n"
-            + sections.gradcheck_table(rows))
+    return rows
 
 
-def planted_md(fw, steps):
+PLANTED = (("all three terms (`b0.din`)", (1, 1, 1)),
+           ("without the identity path \\(\\partial\\ell/\\partial X^{(l+1)}\\) (a planted mistake)", (0, 1, 1)),
+           ("without the feed-forward branch (a planted mistake)", (1, 0, 1)),
+           ("without the attention branch (a planted mistake)", (1, 1, 0)))
+
+
+def planted_rows(fw, steps):
     """∂ℓ/∂X with one of its three terms left out, against the same central differences: each must be caught."""
     r, x = steps["b0.dout"], fw.x[None].copy()
     numeric = numerical_grad(lambda: float(np.sum(block_forward(x, fw.p, fw.cfg)[0] * r)), x, H_STEP)
-    identity, ffn_part, attn_part = r, steps["b0.dmid"] - r, steps["b0.din"] - steps["b0.dmid"]
-    cases = [("all three terms (`b0.din`)", identity + ffn_part + attn_part),
-             ("without the identity path \\(\\partial\\ell/\\partial X^{(l+1)}\\)", ffn_part + attn_part),
-             ("without the feed-forward branch", identity + attn_part),
-             ("without the attention branch", identity + ffn_part)]
+    terms = (r, steps["b0.dmid"] - r, steps["b0.din"] - steps["b0.dmid"])
     rows = []
-    for n, (name, analytic) in enumerate(cases):
-        gap, rel = gap_cells(analytic, numeric)
-        rows.append([name if n == 0 else name + " (a planted mistake)", f"{gap:.1e}", f"{rel:.1e}",
-                     verdict(gap, rel) if n == 0 else caught(gap, rel)])
-    return ("The [identity argument](#eq-block-grad-identity) splits \\(\\partial\\ell/\\partial X\\) into three "
-            "terms. Against the central differences of the last row above, the sum of all three agrees, and each "
-            "sum with one term left out is told apart:\n\n"
-            + md_table(["\\(\\partial\\ell/\\partial X\\) from", "Largest gap", "Relative gap", "Result"], rows))
+    for n, (name, keep) in enumerate(PLANTED):
+        gap, rel = gap_cells(sum(k * term for k, term in zip(keep, terms, strict=True)), numeric)
+        rows.append([name, f"{gap:.1e}", f"{rel:.1e}", verdict(gap, rel) if n == 0 else caught(gap, rel)])
+    return rows
 
 
-def derivation_checks_md():
-    fw, steps = forward_steps(), tiny_backward().steps
-    return "\n".join([illustrative("Block 0, with the tiny model's real upstream gradient (`b0.dout`)."),
-                      central_differences_md(fw, steps), planted_md(fw, steps)])
+def check_tables(fw, steps):
+    return {"central": sections.gradcheck_table(central_rows(fw, steps)),
+            "planted": md_table(["\\(\\partial\\ell/\\partial X\\) from", "Largest gap", "Relative gap", "Result"],
+                                planted_rows(fw, steps))}
 
 
-# ---------------------------------------------------------------- the symbols and the gradient check
+# ---------------------------------------------------------------- the picture, and what it costs
+
+def default_block():
+    """Block 0 of the default run: its input X, M and output X^(l+1), and the gradients its real backward (mean
+    cross-entropy against random targets) hands on."""
+    ex = default_run()
+    targets = np.random.default_rng(SEED).integers(0, ex.cfg.vocab_size, ex.ids.shape)
+    logits, cache = forward(ex.params, ex.ids, ex.cfg)
+    steps = {}
+    backward(cross_entropy_backward(1.0, cross_entropy_forward(logits, targets)[1]), cache, trace=steps)
+    x = ex.trace["embedding"]
+    mid = x + attention_forward(ex.trace["b0.ln1"], block_params(ex.params, 0), ex.cfg.num_heads)[0]
+    return (x, mid, ex.trace["b0.out"]), steps
+
+
+def flow_png():
+    """Per position of the default run's first window: the rows' size in the stream and in what each branch
+    adds (forward), and the size of each term of ∂ℓ/∂X (backward)."""
+    (x, mid, out), steps = default_block()
+    x, mid, out = x[0], mid[0], out[0]
+    dout, dmid, din = steps["b0.dout"][0], steps["b0.dmid"][0], steps["b0.din"][0]
+    t = np.arange(len(x))
+    fig, (left, right) = new_figure(1, 2, figsize=(10, 3.4))
+    for a, label in ((x, "X (the stream in)"), (mid - x, "Attn(U₁), added"), (out - mid, "FFN(U₂), added"),
+                     (out, "X⁽ˡ⁺¹⁾ (the stream out)")):
+        left.plot(t, rms(a), marker=".", label=label)
+    for a, label in ((dout, "identity: ∂ℓ/∂X⁽ˡ⁺¹⁾"), (dmid - dout, "feed-forward branch's term"),
+                     (din - dmid, "attention branch's term")):
+        right.plot(t, np.linalg.norm(a, axis=-1), marker=".", label=label)
+    left.set_title("forward: root mean square of each row")
+    right.set_title("backward: norm of each row of a term of ∂ℓ/∂X")
+    from matplotlib.ticker import MaxNLocator
+
+    for ax, y in ((left, "row RMS"), (right, "row norm")):
+        ax.set_xlabel("position t")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(y)
+        ax.legend(fontsize="small")
+    return png(fig)
+
+
+def flow_values():
+    (x, _, out), steps = default_block()
+    dout, dmid, din = steps["b0.dout"], steps["b0.dmid"], steps["b0.din"]
+    norm = np.linalg.norm
+    return {"growth": norm(out - x) / norm(x), "identity": norm(dout), "ffn": norm(dmid - dout),
+            "attn": norm(din - dmid)}
+
+
+def costs():
+    """Parameters and multiply-adds per token of one block at the default config, and what its cache keeps."""
+    ex = default_run()
+    cfg, p = ex.cfg, block_params(ex.params, 0)
+    matrices = sum(v.size for k, v in p.items() if v.ndim == 2)
+    _, cache = block_forward(ex.trace["embedding"], p, cfg)
+    return {"params": sum(v.size for v in p.values()), "matrices": matrices, "d": cfg.emb_dim,
+            "fields": [f for f in cache._fields if f.endswith("_cache")]}
+
+
+# ---------------------------------------------------------------- the evidence
 
 def symbols_md():
     ex, rng = default_run(), np.random.default_rng(SEED)
@@ -324,11 +318,14 @@ def gradcheck_md():
         dx, grads = block_backward(dy, block_forward(x, p, cfg)[1])
         checks = [(f"{activation}: dx", dx, x)] + [(f"{activation}: d{k}", grads[k], p[k]) for k in BLOCK_KEYS]
         rows_all += sections.gradcheck_rows(weighted_sum(dy, block_forward, x, p, cfg), checks, H_STEP)
-    return (f"The [fake loss]({FAKE_LOSS}) \\(f = \\sum X^{{(l+1)}} \\odot R\\) through a whole block (tiny sizes, "
-            f"1-D parameters moved off their initial values, random \\(X\\) and \\(R\\), seed {SEED}), once with "
-            "ReLU and once with GELU.\n\n" + sections.gradcheck_table(rows_all))
+    return sections.gradcheck_table(rows_all)
 
 
 def generate(context):
-    return {"symbols": symbols_md(), "example": example_md(), "derivation-checks": derivation_checks_md(),
+    fw, replay = forward_steps(), tiny_backward()
+    values = {"seed": SEED, "ids": TINY_IDS, "forward": forward_values(fw),
+              "backward": backward_values(fw, replay.steps, replay.loss), "default": flow_values(),
+              "cost": costs()}
+    return {"values": values, **forward_tables(fw), **backward_tables(fw, replay.steps),
+            **check_tables(fw, replay.steps), "flow.png": flow_png(), "symbols": symbols_md(),
             "gradcheck": gradcheck_md()}

@@ -1,5 +1,8 @@
-"""Generator of the Checkpoints page's fragments: a real save and load, and the refusals."""
+"""Generator of the Checkpoints page: the values its prose shows (docs/training/checkpoints.md binds them) and its
+tables. A real checkpoint is written, loaded, written again through a write that fails halfway, and a few files
+that loading must refuse are written beside it, all at build time in a temporary folder."""
 
+import errno
 import hashlib
 import json
 import tempfile
@@ -7,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from transformer.checkpoint import FORMAT, VERSION, load_checkpoint, save_checkpoint
+from transformer.checkpoint import FORMAT, VERSION, load_checkpoint, save_checkpoint, write_npz
 from transformer.config import PRESETS
 from transformer.data import train_val_split
 from transformer.errors import CheckpointError
@@ -17,40 +20,88 @@ from transformer.step import train_step
 from transformer.train_config import TrainConfig
 
 from .. import sections
-from ..examples import SEED, collapsed
+from ..common import md_table, verdict_text
+from ..examples import SEED
 
-TEXT = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 4
+LINES = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n"
+REPEATS = 4
+TEXT = LINES * REPEATS
 STEPS = 3
+ELAPSED = 0.0  # the elapsed time the checkpoint records: fixed, so that the page is the same on every machine
+REFUSED = [("a file that does not exist", "missing.npz"), ("half of a real checkpoint", "truncated.npz"),
+           ("a text file", "notes.txt"), ("another program's .npz", "foreign.npz"),
+           ("parameters of another size", "wrong-shapes.npz"), ("an object array (needs pickle)", "pickled.npz")]
 
 
-def make(folder):
-    """A checkpoint as `train` writes it, in folder: a small run on TEXT, after STEPS real training steps."""
+def run_to_save():
+    """A small run on TEXT after STEPS real training steps, as `train` would save it, and its steps' losses."""
     tc = TrainConfig(steps=STEPS, batch_size=2, seq_len=8, warmup=1, dtype="float64", seed=SEED)
     run = new_run(TEXT, PRESETS["tiny"].with_(context_len=8), tc)
     train_ids, _ = train_val_split(run.tokenizer.encode(TEXT), tc.seq_len)
-    for _ in range(STEPS):
-        train_step(run, train_ids, tc.seq_len)
-    ckpt = run.checkpoint(0.0, "corpus.txt", hashlib.sha256(TEXT.encode()).hexdigest())
-    return save_checkpoint(folder / "checkpoint.npz", ckpt), ckpt
+    losses = [train_step(run, train_ids, tc.seq_len)["loss"] for _ in range(STEPS)]
+    return run, train_ids, tc, losses
 
 
-def layout_md(path, ckpt):
-    with np.load(path, allow_pickle=False) as npz:
-        entries = [[f"`{k}`", sections.shape_text(npz[k].shape), str(npz[k].dtype)] for k in npz.files]
-        meta = json.loads(str(npz["meta"]))
-    loaded = load_checkpoint(path)
-    same = all(np.array_equal(loaded.params[k], v) for k, v in ckpt.params.items()) and all(
+def make(folder):
+    """The checkpoint's path and contents, and the run it came from (run, training split, config, losses)."""
+    run, train_ids, tc, losses = run_to_save()
+    ckpt = run.checkpoint(ELAPSED, "corpus.txt", hashlib.sha256(TEXT.encode()).hexdigest())
+    return save_checkpoint(folder / "checkpoint.npz", ckpt), ckpt, (run, train_ids, tc, losses)
+
+
+def same_state(loaded, ckpt):
+    """Every parameter and moment of `loaded` equal to `ckpt`'s, bit for bit."""
+    return all(np.array_equal(loaded.params[k], v) for k, v in ckpt.params.items()) and all(
         np.array_equal(loaded.opt_state[g][k], ckpt.opt_state[g][k]) for g in ("m", "v") for k in ckpt.params)
-    return (f"The checkpoint of a small run written at build time ({STEPS} training steps of the tiny model's sizes "
-            f"on a two-line text, seed {SEED}; the elapsed time is set to 0 so that the page is the same on every "
-            f"machine) holds {len(entries)} arrays:\n\n"
-            + collapsed("Every entry of the file", sections.md_table(["Entry", "Shape", "dtype"], entries)) + "\n"
-            + "Its `meta` entry, as JSON:\n\n```json\n" + json.dumps(meta, indent=2) + "\n```\n\n"
-            + f"Loading it back with `load_checkpoint` gives every parameter and moment bit for bit: "
-              f"**{'yes' if same else 'NO'}**.\n")
 
 
-def refusals_md(path):
+def layout(path, ckpt):
+    """The file's entries, grouped by their prefix, and its meta JSON."""
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    entries = md_table(["Entry", "Shape", "dtype"], [[f"`{k}`", sections.shape_text(v.shape), str(v.dtype)]
+                                                       for k, v in arrays.items()])
+    groups = {}
+    for k, v in arrays.items():
+        prefix = k.split("/")[0] + ("/" if "/" in k else "")
+        count, scalars, size = groups.get(prefix, (0, 0, 0))
+        groups[prefix] = (count + 1, scalars + v.size, size + v.nbytes)
+    summary = md_table(["Entries", "Arrays", "Scalars", "Bytes of data"],
+                       [[f"`{p}`" + ("…" if p.endswith("/") else ""), *g] for p, g in groups.items()])
+    meta = json.loads(str(arrays["meta"]))
+    size = path.stat().st_size
+    overhead = size - sum(g[2] for g in groups.values())
+    values = {"arrays": len(arrays), "file_bytes": size, "overhead": overhead, "per_entry": round(overhead / len(arrays)),
+              "param_bytes": groups["param/"][2], "moment_bytes": groups["adam_m/"][2] + groups["adam_v/"][2],
+              "ratio": (groups["param/"][2] + groups["adam_m/"][2] + groups["adam_v/"][2]) / groups["param/"][2],
+              "loaded": verdict_text(same_state(load_checkpoint(path), ckpt), False, "")}
+    return {"entries": entries, "groups": summary, "meta": "```json\n" + json.dumps(meta, indent=2) + "\n```\n"}, values
+
+
+def half_write(f, arrays):
+    """A write that stops halfway, as a full disk would: half of the file's bytes, then ENOSPC."""
+    import io
+
+    buffer = io.BytesIO()
+    write_npz(buffer, arrays)
+    f.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def crash(path, state):
+    """One more step, saved over the checkpoint through a write that fails halfway: what is left."""
+    run, train_ids, tc, _ = state
+    train_step(run, train_ids, tc.seq_len)
+    try:
+        save_checkpoint(path, run.checkpoint(ELAPSED, "corpus.txt", ""), write=half_write)
+        message = ""
+    except OSError as e:
+        message = str(e).replace(str(path.parent) + "/", "")
+    return {"message": message, "tried_step": run.step, "loaded_step": load_checkpoint(path).step,
+            "files": sorted(p.name for p in path.parent.iterdir())}
+
+
+def refusals(path):
     """What `load_checkpoint` says to files it must refuse, written beside the good checkpoint at path."""
     folder, good = path.parent, path.read_bytes()
     (folder / "truncated.npz").write_bytes(good[: len(good) // 2])
@@ -62,23 +113,20 @@ def refusals_md(path):
     np.savez(folder / "wrong-shapes.npz", meta=np.array(json.dumps(bad)), **{f"param/{k}": v for k, v in other.items()})
     np.savez(folder / "pickled.npz", meta=np.array([{"a": 1}], dtype=object))
     cases = []
-    for label, name in [("a file that does not exist", "missing.npz"),
-                        ("half of a real checkpoint", "truncated.npz"),
-                        ("a text file", "notes.txt"),
-                        ("another program's .npz", "foreign.npz"),
-                        ("parameters of another size", "wrong-shapes.npz"),
-                        ("an object array (needs pickle)", "pickled.npz")]:
+    for label, name in REFUSED:
         try:
             load_checkpoint(folder / name)
             message = "**loaded without error**"
         except CheckpointError as e:
             message = "`" + str(e).replace(str(folder) + "/", "") + "`"
         cases.append([label, message])
-    return ("Each of these was written and then loaded at build time; the message is the real one (with the "
-            "temporary folder's name removed):\n\n" + sections.md_table(["Given", "`load_checkpoint` says"], cases))
+    return md_table(["Given", "`load_checkpoint` says"], cases)
 
 
 def generate(context):
     with tempfile.TemporaryDirectory() as folder:
-        path, ckpt = make(Path(folder))
-        return {"layout": layout_md(path, ckpt), "refusals": refusals_md(path)}
+        path, ckpt, state = make(Path(folder))
+        tables, values = layout(path, ckpt)
+        values.update({"losses": state[3], "steps": STEPS, "seed": SEED, "lines": LINES.count("\n"), "repeats": REPEATS,
+                       "elapsed": ELAPSED, "crash": crash(path, state)})
+        return {"values": values, **tables, "refusals": refusals(path)}

@@ -1,7 +1,8 @@
-"""Generator of the Embeddings page's fragments (see site_scripts/build.py).
+"""Generator of the Embeddings page: the values its prose shows (docs/model/embeddings.md binds them), its tables
+and its picture.
 
 The backward example scatters the tiny model's real gradient of the embedding output (tiny_backward()'s
-`dembedding`). `repeated_check` and `order_gaps` take what they test as arguments, so that
+`dembedding`). `repeated_check` and `order_facts` take what they test as arguments, so that
 tests/site/test_pages_ln.py can show each one fails on a planted mistake.
 """
 
@@ -10,19 +11,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from transformer.embedding import embedding_backward, embedding_forward
+from transformer.errors import InputError
 from transformer.model import forward
 
 from .. import sections
 from ..common import md_table, verdict_text
-from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, tiny, weighted_sum
+from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, tiny, weighted_sum
+from ..figures import new_figure, png
 from ..sections import gap_text
 from ..tiny_backward import tiny_backward
 
 # Two results that are equal in exact arithmetic but summed in another order differ by float64 rounding,
 # about 1e-16 of their size; below this fraction of the size they count as equal.
 ROUNDING_TOL = 1e-12
-NOTATION = "../reference/notation.md"
-DX = r"\(\partial\ell/\partial X^{(0)}\)"  # how the sentences write the embedding output's gradient
+FOLLOW = (1, 0)  # the entry of X^(0) whose sum the example writes out: position t, entry i
 
 
 def second_window():
@@ -36,6 +38,12 @@ def fancy_index_backward(dx, cache):
     dtok = np.zeros(cache.tok_shape)
     dtok[cache.ids.reshape(-1)] += dx.reshape(-1, cache.tok_shape[1])
     return dtok, embedding_backward(dx, cache)[1]
+
+
+def tiny_sizes():
+    cfg = tiny().cfg
+    return {"n_v": cfg.vocab_size, "t_max": cfg.context_len, "d": cfg.emb_dim, "h": cfg.num_heads,
+            "l": cfg.num_layers, "f": cfg.ff_dim}
 
 
 # ---------------------------------------------------------------- the repeated id
@@ -63,24 +71,18 @@ def repeated_check(ids, dx, backward=embedding_backward):
     return RepeatedCheck(token, positions, expected, dtok[token], float(np.abs(dtok[token] - expected).max()))
 
 
-def repeated_md():
-    dx = tiny_backward().steps["dembedding"][0]
+def repeated(dx):
+    """The table of the repeated id's rows, and its values."""
     right, wrong = repeated_check(TINY_IDS, dx), repeated_check(TINY_IDS, dx, fancy_index_backward)
-    rows = [[f"{DX} at \\(t\\) = {t}", *(f"{v:.4f}" for v in dx[t])] for t in right.positions]
+    dx_label = r"\(\partial\ell/\partial X^{(0)}\)"
+    rows = [[f"{dx_label} at \\(t\\) = {t}", *(f"{v:.4f}" for v in dx[t])] for t in right.positions]
     rows += [["their sum", *(f"{v:.4f}" for v in right.expected)],
              [f"row {right.token} from `np.add.at`", *(f"{v:.4f}" for v in right.got)],
              [f"row {right.token} from `dtok_emb[ids] += dx`", *(f"{v:.4f}" for v in wrong.got)]]
-    last = right.positions[-1]
-    return "\n".join([
-        f"Token {right.token} stands at positions {right.positions} of ids `{TINY_IDS}`; {DX} is the tiny "
-        f"model's real gradient (`dembedding` of `site_scripts/tiny_backward.py`).\n",
-        md_table(["", *range(dx.shape[1])], rows),
-        f"`np.add.at` gives the sum: largest gap {gap_text(right.gap)}, {verdict_text(right.passed, False, '')}. "
-        f"The fancy-index assignment gives position {last}'s row alone (the last write): its gap to the sum is "
-        f"{wrong.gap:.4f}, the largest entry of the rows it dropped, and the same check "
-        f"{'passes (wrongly)' if wrong.passed else 'fails on it'}. The [mutation run](../verification/mutants.md) "
-        "plants this mistake in the model's code (`embedding-grad-fancy-index`) and reports which tests catch it.\n",
-    ])
+    values = {"token": right.token, "positions": right.positions, "gap": right.gap,
+              "verdict": verdict_text(right.passed, False, ""), "last": right.positions[-1], "wrong_gap": wrong.gap,
+              "planted": "caught" if not wrong.passed else "**NOT CAUGHT**"}
+    return md_table(["", *range(dx.shape[1])], rows), values
 
 
 # ---------------------------------------------------------------- order without a position table
@@ -137,43 +139,42 @@ def order_facts(params, cfg, ids=tuple(TINY_IDS)):
                       constant_gaps(no_pos, cfg, ids[-1], len(ids)), float(np.abs(trace["b0.out"]).max()))
 
 
-def order_md(facts=None):
+def order():
+    """The table of the three comparisons (the prose states what they show; tests/site/test_pages_ln.py holds
+    the claims to the numbers), and its values."""
     ex = tiny()
-    facts = facts or order_facts(ex.params, ex.cfg)
-    if facts.problems():
-        raise RuntimeError("the Embeddings page's prose on order no longer holds: " + "; ".join(facts.problems()))
-    word = lambda gap: f"{gap_text(gap)} (the same)" if facts.same(gap) else f"{gap:.4f} (different)"
+    facts = order_facts(ex.params, ex.cfg)
+    word = lambda gap: f"{gap_text(gap)} (the same)" if facts.same(gap) else f"{gap:.4f} (different)"  # noqa: E731
     blocks = [f"after block {l}" for l in range(len(facts.without))]
     rows = [[f"`{facts.ids}` against `{facts.swapped}`, last position", "zero", *map(word, facts.without)],
             [f"`{facts.ids}` against `{facts.swapped}`, last position", "as initialised", *map(word, facts.with_pos)],
             [f"`{[facts.ids[-1]] * len(facts.ids)}`, every position against position 0", "zero",
              *map(word, facts.constant)]]
-    return "\n".join([
-        md_table(["windows compared", "position table", *blocks], rows),
-        "Each cell is the largest difference between the two residual-stream rows compared (a row of "
-        f"\\(X^{{(l+1)}}\\), entries of size up to {facts.scale:.2f} here); \"the same\" means below "
-        f"{ROUNDING_TOL:g} of that size, where the only difference left is rounding (the same terms summed in "
-        "another order). Without a position table, block 0 gives the last position the same row for both orders "
-        "and block 1 does not: the second layer reads what the first computed at positions 0 and 1, which "
-        "depended on their order. With the position table, block 0 already tells the orders apart. A window of "
-        "one repeated token stays the same at every position after every block: with nothing to tell positions "
-        "apart, no depth helps.\n",
-    ])
+    return md_table(["windows compared", "position table", *blocks], rows), {"scale": facts.scale, "tol": ROUNDING_TOL}
 
 
 # ---------------------------------------------------------------- the tiny example, forward and backward
 
-def zero_rows_text(table, used, what):
-    """Which rows were not used, and whether every entry of them is exactly zero."""
+def forward_part(ex):
+    p, x = ex.params, ex.trace["embedding"][0]
+    t, i = FOLLOW
+    tables = {"tok": sections.array_md("E_tok (tok_emb)", p["tok_emb"], row_label="token id j"),
+              "pos": sections.array_md("E_pos (pos_emb)", p["pos_emb"], row_label="position t"),
+              "x": sections.array_md("X^(0) = E_tok[id] + E_pos[:T]", x, row_label="position t")}
+    follow = {"t": t, "i": i, "id": TINY_IDS[t], "tok": p["tok_emb"][TINY_IDS[t], i], "pos": p["pos_emb"][t, i],
+              "x": x[t, i]}
+    if abs(follow["tok"] + follow["pos"] - follow["x"]) > ROUNDING_TOL:
+        raise RuntimeError("the Embeddings page's sum by hand disagrees with embedding_forward")
+    return tables, {"T": len(TINY_IDS), "follow": follow}
+
+
+def unused_rows(table, used):
+    """The rows a window never reads, and the largest entry of them in size (0 when every one is exactly 0)."""
     unused = [j for j in range(len(table)) if j not in used]
-    if not unused:
-        return f"Every {what} is used, so no row is left at zero."
-    exact = all(np.all(table[j] == 0) for j in unused)
-    state = "exactly 0.0 in every entry" if exact else "**not all zero**"
-    return f"The rows of the {what}s not used ({unused}) are {state}"
+    return unused, float(np.abs(table[unused]).max()) if unused else 0.0
 
 
-def batch_sum_md():
+def batch_sum():
     """dE_pos over two windows against the sum of their rows of dX, for a random upstream gradient."""
     ex = tiny()
     ids = np.array([TINY_IDS, second_window()])
@@ -181,41 +182,70 @@ def batch_sum_md():
     _, dpos = embedding_backward(dx, embedding_forward(ids, ex.params["tok_emb"], ex.params["pos_emb"])[1])
     T = ids.shape[1]
     gap = float(np.abs(dpos[:T] - (dx[0] + dx[1])).max())
-    passed = gap <= ROUNDING_TOL * np.abs(dpos).max()
-    return (f"With two windows (ids `{ids.tolist()}`, a random upstream gradient \\(R\\) of seed {SEED}), the first "
-            f"{T} rows of \\(\\partial\\ell/\\partial E_{{\\mathrm{{pos}}}}\\) are the two windows of \\(R\\) added: "
-            f"largest gap {gap_text(gap)}, {verdict_text(passed, False, '')}.\n")
+    return {"ids": str(ids.tolist()), "T": T, "gap": gap,
+            "verdict": verdict_text(gap <= ROUNDING_TOL * np.abs(dpos).max(), False, "")}
 
 
-def example_md():
-    ex, replay = tiny(), tiny_backward()
-    p, T, dx = ex.params, len(TINY_IDS), replay.steps["dembedding"][0]
-    x = ex.trace["embedding"][0]
-    dtok, dpos = replay.grads["tok_emb"], replay.grads["pos_emb"]
-    return "\n".join([
-        illustrative(f"ids `{TINY_IDS}` (one window, \\(T\\) = {T} of \\(T_{{\\max}}\\) = {ex.cfg.context_len} "
-                     "positions); the tables as initialised."),
-        sections.array_md("E_tok (tok_emb)", p["tok_emb"], row_label="token id j"),
-        sections.array_md("E_pos (pos_emb)", p["pos_emb"], row_label="position t"),
-        sections.array_md("X^(0) = E_tok[id] + E_pos[:T]", x, row_label="position t"),
-        "Backward. The upstream gradient is the tiny model's real one, the gradient of the mean cross-entropy "
-        f"against the targets `{TINY_TARGETS}` that reaches the embedding output (`dembedding` of "
-        "`site_scripts/tiny_backward.py`: block 0's \\(\\partial\\ell/\\partial M\\) plus its LN1's share, worked out "
-        "on the "
-        "[LayerNorm](layernorm.md#tiny-numerical-example) page):\n",
-        sections.array_md("∂ℓ/∂X^(0)", dx, row_label="position t"),
-        sections.array_md("∂ℓ/∂E_tok", dtok, row_label="token id j"),
-        f"Row \\(j\\) is the sum of the rows of {DX} at the positions where id \\(j\\) stands: "
-        + "; ".join(f"row {j} from positions {[t for t, v in enumerate(TINY_IDS) if v == j]}"
-                    for j in sorted(set(TINY_IDS)))
-        + f" (the [check above](#into-the-token-table)). {zero_rows_text(dtok, TINY_IDS, 'id')}: the window "
-        "never reads them, so \\(\\ell\\) does not depend on them.\n",
-        sections.array_md("∂ℓ/∂E_pos", dpos, row_label="position t"),
-        f"Rows 0 to {T - 1} are {DX} itself, summed over one window. "
-        f"{zero_rows_text(dpos, range(T), 'position')}: a window of \\(T\\) = {T} never reads them.\n",
-        batch_sum_md(),
-    ])
+def backward_part(dx, dtok, dpos):
+    positions = [[j, ", ".join(str(t) for t, v in enumerate(TINY_IDS) if v == j)] for j in sorted(set(TINY_IDS))]
+    tables = {"dx": sections.array_md("∂ℓ/∂X^(0)", dx, row_label="position t"),
+              "dtok": sections.array_md("∂ℓ/∂E_tok", dtok, row_label="token id j"),
+              "where": md_table(["id \\(j\\)", "positions \\(t\\) where it stands"], positions),
+              "dpos": sections.array_md("∂ℓ/∂E_pos", dpos, row_label="position t")}
+    unused_ids, ids_max = unused_rows(dtok, TINY_IDS)
+    unused_pos, pos_max = unused_rows(dpos, range(len(TINY_IDS)))
+    return tables, {"unused_ids": unused_ids, "unused_ids_max": ids_max, "unused_pos": unused_pos,
+                    "unused_pos_max": pos_max, "last": len(TINY_IDS) - 1, "batch": batch_sum()}
 
+
+# ---------------------------------------------------------------- the picture, and what it costs
+
+WINDOW = 1  # the default run's window the picture shows: it holds two tokens twice each
+
+
+def lookup_png():
+    """The default run's window WINDOW: the token rows looked up, the position rows, and their sum X^(0); the
+    rows of the first repeated id are framed. Returns the figure and its values."""
+    from matplotlib.patches import Rectangle
+
+    ex = default_run()
+    ids, T, d = ex.ids[WINDOW], ex.ids.shape[1], ex.cfg.emb_dim
+    token = next(int(v) for v in ids if list(ids).count(v) > 1)
+    where = [t for t, v in enumerate(ids) if v == token]
+    tok, x = ex.params["tok_emb"][ids], ex.trace["embedding"][WINDOW]
+    parts = ((tok, "token rows E_tok[id_t]"), (ex.params["pos_emb"][:T], "position rows E_pos[t]"),
+             (x, "their sum X⁽⁰⁾, the stream's start"))
+    top = max(np.abs(a).max() for a, _ in parts)
+    fig, axes = new_figure(1, 3, figsize=(12, 3.8), sharey=True)
+    for ax, (a, title) in zip(axes, parts, strict=True):
+        image = ax.imshow(a, cmap="RdBu_r", vmin=-top, vmax=top, aspect="auto")
+        ax.set(title=title, xlabel="entry i of the row (of d)")
+        for t in where:
+            ax.add_patch(Rectangle((-0.5, t - 0.5), d, 1, fill=False, edgecolor="black", lw=1.5))
+    axes[0].set_yticks(range(T), [f"t={t}: id {v}" for t, v in enumerate(ids)], fontsize="x-small")
+    axes[0].set_ylabel("position t and its token id")
+    fig.colorbar(image, ax=list(axes), label="value of the entry", shrink=0.9)
+    values = {"window": WINDOW, "T": T, "token": token, "where": where,
+              "tok_gap": float(np.abs(tok[where[0]] - tok[where[1]]).max()),
+              "x_gap": float(np.abs(x[where[0]] - x[where[1]]).max())}
+    return png(fig), values
+
+
+def cost():
+    """The lookup against the one-hot product it stands for, and the refusal of a window longer than T_max."""
+    ex = default_run()
+    (B, T), cfg = ex.ids.shape, ex.cfg
+    try:
+        forward(ex.params, np.zeros((1, cfg.context_len + 1), dtype=int), cfg)
+        refusal = "none"
+    except InputError as e:
+        refusal = str(e)
+    return {"B": B, "T": T, "n_v": cfg.vocab_size, "d": cfg.emb_dim, "lookup": B * T * cfg.emb_dim,
+            "onehot": B * T * cfg.vocab_size * cfg.emb_dim, "t_max": cfg.context_len, "too_long": cfg.context_len + 1,
+            "refusal": refusal}
+
+
+# ---------------------------------------------------------------- the evidence
 
 def symbols_md():
     ex = default_run()
@@ -247,13 +277,19 @@ def gradcheck_md():
     dtok, dpos = embedding_backward(dx, embedding_forward(ids, tok, pos)[1])
     rows = sections.gradcheck_rows(weighted_sum(dx, embedding_forward, ids, tok, pos),
                                    [("dtok_emb", dtok, tok), ("dpos_emb", dpos, pos)], H_STEP)
-    return (f"The [fake loss]({NOTATION}#fake-loss) \\(f = \\sum \\mathcal{{F}} \\odot R\\) with "
-            f"\\(\\mathcal{{F}} = X^{{(0)}}\\), for ids `{ids.tolist()}` (a repeated id in each window) and a random "
-            f"\\(R\\) (seed {SEED}); `dtok_emb` and `dpos_emb` are "
-            "\\(\\partial f/\\partial E_{\\mathrm{tok}}\\) and \\(\\partial f/\\partial E_{\\mathrm{pos}}\\).\n\n"
-            + sections.gradcheck_table(rows))
+    return sections.gradcheck_table(rows)
 
 
 def generate(context):
-    return {"symbols": symbols_md(), "example": example_md(), "gradcheck": gradcheck_md(), "order": order_md(),
-            "repeated": repeated_md()}
+    ex, replay = tiny(), tiny_backward()
+    dx = replay.steps["dembedding"][0]
+    order_table, order_values = order()
+    forward_tables, forward_values = forward_part(ex)
+    backward_tables, backward_values = backward_part(dx, replay.grads["tok_emb"], replay.grads["pos_emb"])
+    repeated_table, repeated_values = repeated(dx)
+    picture, picture_values = lookup_png()
+    values = {"ids": TINY_IDS, "targets": TINY_TARGETS, "seed": SEED, "sizes": tiny_sizes(), "picture": picture_values,
+              "order": order_values, "forward": forward_values, "backward": backward_values,
+              "repeated": repeated_values, "cost": cost()}
+    return {"values": values, "order": order_table, **forward_tables, **backward_tables, "repeated": repeated_table,
+            "lookup.png": picture, "symbols": symbols_md(), "gradcheck": gradcheck_md()}

@@ -1,6 +1,7 @@
-"""Generator of the Flash attention page's fragments: the symbol table, the online softmax of one query row
-tile by tile, the equality with the materialized path, the gradient check, and the memory and time of the four
-memory policies (tools/memory_policies.py, through site_scripts/memory.py) with their figure.
+"""Generator of the Flash attention page: the values its prose shows (docs/model/flash-attention.md binds them),
+its tables and its pictures: the tiles and one row's running maximum, the online softmax of that row tile by tile,
+the backward's row term D, the equality with the materialized path, the gradient check, and the memory and time of
+the four memory policies (tools/memory_policies.py, through site_scripts/memory.py).
 
 The example recomputes the recurrence from the page's equations for one row and compares where it ends with
 what `flash_core_forward` returns and with the materialized softmax."""
@@ -16,14 +17,14 @@ from transformer.gradcheck import relative_gap
 from transformer.layernorm import layer_norm_forward
 
 from .. import memory, sections
-from ..cache_inventory import ATTENTION, inventory_md
-from ..common import md_table, mode
-from ..examples import H_STEP, SEED, biases_moved, default_note, default_run, illustrative, tiny, weighted_sum
+from ..common import md_table
+from ..examples import H_STEP, SEED, biases_moved, default_note, default_run, tiny, weighted_sum
 from ..figures import new_figure, png
+from ..prose import num
 
 EXAMPLE_T, EXAMPLE_TILE = 7, 3  # three tiles, the last one narrower
 EQUAL_T, EQUAL_TILES = (1, 7, 8, 9, 64), (1, 3, 8, 64)  # T below, at and above a tile's width
-EQUAL_BAR = 1e-12  # the issue's bar for flash against materialized, relative, float64
+EQUAL_BAR = 1e-12  # flash against materialized, relative, float64: rounding is about 1e-16
 FIGURE = "memory.png"
 
 
@@ -52,49 +53,138 @@ def online_row(s_row, v, tile):
     return records, acc / z
 
 
-def example_md():
+def rescaling_head(q_scaled, k, v, t):
+    """The head whose row t has its maximum raised by the most tiles after the first (the example shows that row):
+    (head, its records, its output, how many tiles raised the maximum)."""
+    heads = [online_row(q_scaled[0, h, t] @ k[0, h].T, v[0, h], EXAMPLE_TILE) for h in range(q_scaled.shape[1])]
+    raises = [sum(r[4] < 1 for r in records[1:]) for records, _ in heads]
+    h = int(np.argmax(raises))
+    return h, heads[h][0], heads[h][1], raises[h]
+
+
+def example():
+    """One query row of the online softmax, tile by tile, and where it ends against the code and the materialized
+    softmax: the tables and their values."""
     cfg, p, x = tiny_inputs(EXAMPLE_T, np.random.default_rng(SEED))
     (q_scaled, k, v), _ = qkv_forward(x, p, cfg.num_heads)
     out, row_max, row_sum = flash_core_forward(q_scaled, k, v, EXAMPLE_TILE)
     trace = {}
     attention_forward(x, p, cfg.num_heads, trace)
-    alpha = trace["attention"]
-    # The row shown: the last one (it sees every tile), in the head whose maximum grows most often.
-    t = EXAMPLE_T - 1
-    heads = [online_row(q_scaled[0, h, t] @ k[0, h].T, v[0, h], EXAMPLE_TILE) for h in range(cfg.num_heads)]
-    raises = [sum(r[4] < 1 for r in records[1:]) for records, _ in heads]
-    h = int(np.argmax(raises))
-    records, o_row = heads[h]
-    if raises[h] == 0:
-        raise RuntimeError("no tile raises the maximum of the rows shown: the example would show no rescaling")
-    rows = [[f"{t0} to {t1 - 1}", " ".join(sections.fixed(s) for s in q_scaled[0, h, t] @ k[0, h, t0:t1].T),
-             sections.fixed(tmax), sections.fixed(m), sections.fixed(omega), sections.fixed(z),
-             " ".join(sections.fixed(a) for a in acc)] for t0, t1, tmax, m, omega, z, acc in records]
-    o_mat = alpha[0, h, t] @ v[0, h]
+    t = EXAMPLE_T - 1  # the last row: it sees every tile
+    h, records, o_row, raises = rescaling_head(q_scaled, k, v, t)
+    s_row = q_scaled[0, h, t] @ k[0, h].T
+    rows = [[f"{t0} to {t1 - 1}", " ".join(sections.fixed(s) for s in s_row[t0:t1]), sections.fixed(tmax),
+             sections.fixed(m), sections.fixed(omega), sections.fixed(z), " ".join(sections.fixed(a) for a in acc)]
+            for t0, t1, tmax, m, omega, z, acc in records]
+    o_mat = trace["attention"][0, h, t] @ v[0, h]
+    fixed = lambda a: " ".join(sections.fixed(x) for x in a)  # noqa: E731
     checks = [["\\(S^{\\max}_t\\)", sections.fixed(records[-1][3]), sections.fixed(row_max[0, h, t]),
-               sections.fixed((q_scaled[0, h, t] @ k[0, h].T).max()), "the largest score of the row"],
+               sections.fixed(s_row.max()), "the largest score of the row"],
               ["\\(\\mathcal{Z}_t\\)", sections.fixed(records[-1][5]), sections.fixed(row_sum[0, h, t]),
-               sections.fixed(np.exp(q_scaled[0, h, t] @ k[0, h].T - row_max[0, h, t]).sum()),
+               sections.fixed(np.exp(s_row - row_max[0, h, t]).sum()),
                "\\(\\sum_{t'} e^{S_{tt'} - S^{\\max}_t}\\) over the whole row"],
-              ["\\(O_t\\)", " ".join(sections.fixed(a) for a in o_row), " ".join(sections.fixed(a) for a in out[0, h, t]),
-               " ".join(sections.fixed(a) for a in o_mat), "the materialized path's \\(\\sum_{t'} \\alpha_{tt'} V_{t'}\\)"]]
-    gap = float(np.abs(out[0, h, t] - o_mat).max())
-    return "\n".join([
-        illustrative(f"Block 0's attention parameters on a random LayerNorm-ed input of \\(T\\) = {EXAMPLE_T} "
-                     f"positions (longer than the tiny model's context, which attention alone does not need), "
-                     f"tiles of \\(n_{{\\mathrm{{tile}}}}\\) = {EXAMPLE_TILE} keys, seed {SEED}."),
-        f"Query row \\(t\\) = {t} of head {h}, window 0: the last row, which sees every tile. Each line is one tile, "
-        "with the row's running quantities after it ([the recurrence](#eq-flash-max)); "
-        f"{raises[h]} of its tiles after the first {'raises' if raises[h] == 1 else 'raise'} the maximum, and \\(\\omega_t < 1\\) then shrinks what "
-        "was summed before.\n",
-        md_table(["keys \\(t_0\\) to \\(t_1 - 1\\)", "the tile's scores \\(S_{tt'}\\)", "tile maximum",
-                  "\\(S^{\\max}_t\\) after", "\\(\\omega_t\\)", "\\(\\mathcal{Z}_t\\) after", "\\(\\tilde{O}_t\\) after"],
-                 rows),
-        "\nWhere the recurrence ends, against the code and against one softmax over the whole row:\n",
-        md_table(["", "the recurrence above", "`flash_core_forward`", "computed over the whole row", "which is"],
-                 checks),
-        f"\nThe largest gap between flash's \\(O_t\\) and the materialized one is {sections.gap_text(gap)}.\n",
-    ])
+              ["\\(O_t\\)", fixed(o_row), fixed(out[0, h, t]), fixed(o_mat),
+               "the materialized path's \\(\\sum_{t'} \\alpha_{tt'} V_{t'}\\)"]]
+    tables = {"online": md_table(["keys \\(t_0\\) to \\(t_1 - 1\\)", "the tile's scores \\(S_{tt'}\\)", "tile maximum",
+                                  "\\(S^{\\max}_t\\) after", "\\(\\omega_t\\)", "\\(\\mathcal{Z}_t\\) after",
+                                  "\\(\\tilde{O}_t\\) after"], rows),
+              "ends": md_table(["", "the recurrence above", "`flash_core_forward`", "computed over the whole row",
+                                "which is"], checks)}
+    values = {"T": EXAMPLE_T, "tile": EXAMPLE_TILE, "t": t, "head": h, "raises": raises,
+              "gap": float(np.abs(out[0, h, t] - o_mat).max())}
+    return tables, values
+
+
+def tile_grid(ax, T, tile, t):
+    """Which (query, key) entries each tile computes, computes and masks, or skips; row t framed."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Rectangle
+
+    grid = np.zeros((T, T))  # 0: skipped (the tile's rows t < t_0), 1: computed, then masked (-inf), 2: computed
+    for t0 in range(0, T, tile):
+        t1 = min(t0 + tile, T)
+        for row in range(t0, T):
+            grid[row, t0:t1] = [2 if col <= row else 1 for col in range(t0, t1)]
+    ax.imshow(grid, cmap=ListedColormap(["0.92", "tab:red", "tab:blue"]), vmin=0, vmax=2)
+    for t0 in range(tile, T, tile):
+        ax.axvline(t0 - 0.5, color="black", lw=2)
+    ax.plot([], [], "s", color="tab:blue", label="computed")
+    ax.plot([], [], "s", color="tab:red", label="computed, then masked to −∞")
+    ax.plot([], [], "s", color="0.8", label="skipped: never computed")
+    ax.add_patch(Rectangle((-0.5, t - 0.5), T, 1, fill=False, edgecolor="black", lw=1.5, ls="--"))
+    ax.set(title=f"tiles of {tile} keys (T = {T}); the query axis is not tiled", xlabel="key position t'",
+           ylabel="query position t", xticks=range(T), yticks=range(T))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize="small")
+
+
+def running_max(ax, s_row, records, t, h, tile):
+    """One row's scores, and its running maximum after each tile with the rescale factor it brought."""
+    T = len(s_row)
+    ax.plot(range(T), s_row, "o", color="tab:blue", label=f"the row's scores S_tt' (row t = {t}, head {h})")
+    edges = [r[0] - 0.5 for r in records] + [T - 0.5]
+    maxima = [r[3] for r in records]
+    ax.step(edges, maxima + maxima[-1:], where="post", color="black", lw=2,
+            label="running maximum S^max_t after each tile")
+    for (t0, t1, _, m, omega, *_) in records:
+        ax.annotate(f"ω = {omega:.3f}", ((t0 + t1 - 1) / 2, m), textcoords="offset points", xytext=(0, -6),
+                    ha="center", va="top", fontsize="small")
+    for t0 in range(tile, T, tile):
+        ax.axvline(t0 - 0.5, color="black", lw=0.8, ls="--")
+    ax.set(title="one query row as the tiles pass", xlabel="key position t'", ylabel="score", xticks=range(T))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize="small")
+
+
+def tiles_png():
+    """Left: which (query, key) entries of the example's window each tile computes, masks or skips; right: the
+    running maximum of the example's row as the tiles pass."""
+    cfg, p, x = tiny_inputs(EXAMPLE_T, np.random.default_rng(SEED))
+    (q_scaled, k, v), _ = qkv_forward(x, p, cfg.num_heads)
+    t = EXAMPLE_T - 1
+    h, records, _, _ = rescaling_head(q_scaled, k, v, t)
+    fig, (left, right) = new_figure(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1, 1.3]})
+    tile_grid(left, EXAMPLE_T, EXAMPLE_TILE, t)
+    running_max(right, q_scaled[0, h, t] @ k[0, h].T, records, t, h, EXAMPLE_TILE)
+    return png(fig)
+
+
+def d_trick():
+    """The backward's row term D = rowsum(dO ⊙ O), against the sum over the whole row Σ_t' α dα it replaces, on
+    the example's window with the gradient check's upstream gradient: a table for the example's head, and values."""
+    rng = np.random.default_rng(SEED)
+    cfg, p, x = tiny_inputs(EXAMPLE_T, rng)
+    dy = rng.standard_normal(x.shape)  # the gradient check's R
+    (q_scaled, k, v), _ = qkv_forward(x, p, cfg.num_heads)
+    out, _, _ = flash_core_forward(q_scaled, k, v, EXAMPLE_TILE)
+    dout = split_heads(dy @ p["wo"].T, cfg.num_heads)  # through the output projection
+    trace = {}
+    attention_forward(x, p, cfg.num_heads, trace)
+    alpha, dalpha = trace["attention"], dout @ v.transpose(0, 1, 3, 2)
+    big_d, row_term = np.sum(dout * out, axis=-1), np.sum(alpha * dalpha, axis=-1)
+    t = EXAMPLE_T - 1
+    h = rescaling_head(q_scaled, k, v, t)[0]
+    rows = [[r, f"{big_d[0, h, r]:.4f}", f"{row_term[0, h, r]:.4f}",
+             sections.gap_text(abs(big_d[0, h, r] - row_term[0, h, r]))] for r in range(EXAMPLE_T)]
+    table = md_table(["query row \\(t\\)", "\\(D_t = \\sum_i \\partial\\ell/\\partial O_{ti}\\, O_{ti}\\)",
+                      "\\(\\sum_{t'} \\alpha_{tt'}\\, \\partial\\ell/\\partial\\alpha_{tt'}\\)", "gap"], rows)
+    terms = " + ".join(f"{num(a)} × {num(b)}" for a, b in zip(dout[0, h, t], out[0, h, t], strict=True))
+    if abs(dout[0, h, t] @ out[0, h, t] - big_d[0, h, t]) > 1e-12:
+        raise RuntimeError("the Flash attention page's D by hand disagrees with the code")
+    return table, {"t": t, "head": h, "terms": terms, "value": big_d[0, h, t], "row_len": t + 1,
+                   "gap": float(np.abs(big_d - row_term).max()), "shape": list(big_d.shape)}
+
+
+def tile_shapes():
+    """The largest arrays the passes make, read off the code at the default run's T (a tile's scores with the
+    default tile, and with a tile as wide as the window), and what each path keeps in place of the other's."""
+    ex = default_run()
+    cfg, p, x = ex.cfg, block_params(ex.params, 0), ex.trace["b0.ln1"]
+    (q_scaled, k, _), _ = qkv_forward(x, p, cfg.num_heads)
+    T = x.shape[1]
+    _, flash = flash_attention_forward(x, p, cfg.num_heads, cfg.flash_tile)
+    _, materialized = attention_forward(x, p, cfg.num_heads)
+    return {"T": T, "tile": cfg.flash_tile, "scores": tile_scores(q_scaled, k, 0, min(cfg.flash_tile, T)).shape,
+            "qkv": q_scaled.shape, "wide": T, "wide_scores": tile_scores(q_scaled, k, 0, T).shape,
+            "att_bytes": materialized.att.nbytes, "rows_bytes": flash.row_max.nbytes + flash.row_sum.nbytes}
 
 
 # ---------------------------------------------------------------- flash against materialized
@@ -123,23 +213,13 @@ def equality_md():
     rows = equality_rows()
     cells = [[T, tile, f"{y:.1e}", f"{dx:.1e}", f"{g:.1e}", "pass" if max(y, dx, g) <= EQUAL_BAR else "**FAIL**"]
              for T, tile, y, dx, g in rows]
-    return (f"`flash_attention_forward` and `flash_attention_backward` against `attention_forward` and "
-            f"`attention_backward`, in float64, on the tiny model's block 0 (biases moved off zero) with a batch of "
-            f"2 random windows and a random upstream gradient (seed {SEED}); every \\(T\\) with every tile width, "
-            "including tiles wider than the window and windows that are not a multiple of the tile. The output's "
-            "and the input gradient's gaps are `relative_gap` (the largest difference over the larger of the two "
-            "arrays' largest entries); the parameters' is their largest difference over the largest entry of any "
-            "parameter gradient, because the key bias's gradient is zero in exact arithmetic (and, at \\(T\\) = 1, "
-            "where a row's one weight is 1 whatever its score, the query and key weights' too).\n\n"
-            + md_table(["\\(T\\)", "\\(n_{\\mathrm{tile}}\\)", "output", "\\(\\partial\\ell/\\partial U_1\\)",
-                        "parameter gradients", f"all ≤ {EQUAL_BAR:g}"], cells)
-            + "\nThe two paths add in different orders (a tile's sum joins a rescaled partial sum), so the gaps are "
-              "rounding, not zero.\n")
+    return md_table(["\\(T\\)", "\\(n_{\\mathrm{tile}}\\)", "output", "\\(\\partial\\ell/\\partial U_1\\)",
+                     "parameter gradients", f"all ≤ {EQUAL_BAR:g}"], cells)
 
 
 # ---------------------------------------------------------------- gradient check
 
-def gradcheck_md():
+def gradcheck():
     rng = np.random.default_rng(SEED)
     cfg, p, x = tiny_inputs(EXAMPLE_T, rng)
     dy = rng.standard_normal(x.shape)
@@ -147,11 +227,7 @@ def gradcheck_md():
     checks = [("dx", dx, x)] + [(f"d{k}", grads[k], p[k]) for k in ATTENTION_KEYS]
     rows = sections.gradcheck_rows(weighted_sum(dy, flash_attention_forward, x, p, cfg.num_heads, EXAMPLE_TILE),
                                    checks, H_STEP)
-    return (f"The [fake loss](../reference/notation.md#fake-loss) \\(f = \\sum \\operatorname{{Attn}}(U_1) \\odot R\\) "
-            f"of `flash_attention_forward` with tiles of {EXAMPLE_TILE} on the tiny model's block 0 (biases moved "
-            f"off zero), a random input of shape `{x.shape}` and a random \\(R\\) (seed {SEED}). As on the Attention "
-            "page, the key bias's gradient is zero in exact arithmetic and passes on the absolute floor.\n\n"
-            + sections.gradcheck_table(rows))
+    return sections.gradcheck_table(rows), {"tile": EXAMPLE_TILE, "shape": x.shape}
 
 
 # ---------------------------------------------------------------- symbols
@@ -224,55 +300,50 @@ def growth(found, policy, field, lengths):
     return math.log(getattr(found[policy, hi], field) / getattr(found[policy, lo], field)) / math.log(hi / lo)
 
 
-def speed_text(ratios, lengths):
-    """Slower, faster or both, as the measured ratios say; no claim the times do not show."""
-    slow = [T for r, T in zip(ratios, lengths) if r > 1]
-    if len(slow) == len(lengths):
-        return f"slower at every length measured, by up to {max(ratios):.2f} times"
-    if not slow:
-        return "not slower at any length measured on this machine"
-    return f"slower at \\(T\\) = {', '.join(map(str, slow))}, not at the other lengths"
+def compare_rows(found, lengths):
+    """T | flash's step time over the materialized one's | slower? | its step peak over the materialized one's |
+    smaller?, one row per length measured."""
+    rows = []
+    for T in lengths:
+        flash, mat = found["flash", T], found["materialized", T]
+        time, peak = flash.seconds / mat.seconds, flash.step_peak / mat.step_peak
+        rows.append([T, f"{time:.2f}", "slower" if time > 1 else "not slower", f"{peak:.2f}",
+                     "smaller" if peak < 1 else "not smaller"])
+    return rows
 
 
-def memory_md():
+def memory_part():
+    """The memory and time of the four policies: two tables, and their values."""
     found, lengths = memory.measurements(), memory.lengths()
     cfg, tool = memory.tool.CONFIG, memory.tool
     hi = lengths[-1]
     rows = [[T, policy, memory.mib(m.attention_peak), memory.mib(m.step_peak), memory.mib(m.retained),
              f"{m.seconds * 1000:.1f}"] for T in lengths for policy in tool.POLICIES for m in [found[policy, T]]]
-    ratio = found["materialized", hi].attention_peak / found["flash", hi].attention_peak
-    slower = [found["flash", T].seconds / found["materialized", T].seconds for T in lengths]
-    smaller = [T for T in lengths if found["flash", T].step_peak < found["materialized", T].step_peak]
-    banner = (f'!!! warning "Quick run"\n    This build measured {len(lengths)} lengths (SITE_QUICK=1); '
-              f"`scripts/site` measures {', '.join(map(str, tool.LENGTHS))}.\n\n") if mode() == "quick" else ""
-    return (banner + f"`tools/memory_policies.py` on \\(B\\) = {tool.BATCH} windows of a "
-            f"model with \\(d\\) = {cfg.emb_dim}, \\(H\\) = {cfg.num_heads}, \\(L\\) = {cfg.num_layers}, "
-            f"\\(F\\) = {cfg.ff_dim}, float32, tiles of {cfg.flash_tile}. A peak is the most bytes numpy held at once "
-            "(tracemalloc) above what the parameters and AdamW's moments already hold; *retained* is what the "
-            "forward's cache keeps for the backward. The bytes are the same on every run.\n\n"
-            f"![Peak memory against T, log-log, for the four policies](flash_attention/{FIGURE})\n\n"
-            f"Between \\(T\\) = {lengths[-2]} and {hi}, one materialized attention layer's peak grows as "
-            f"\\(T^{{{growth(found, 'materialized', 'attention_peak', lengths):.2f}}}\\) and flash's as "
-            f"\\(T^{{{growth(found, 'flash', 'attention_peak', lengths):.2f}}}\\): the `(T, T)` weights against "
-            f"arrays of `(T, d_h)` and one tile. At \\(T\\) = {hi} flash's is {ratio:.1f} times smaller. "
-            "Over a whole step the other layers, linear in \\(T\\) on both paths, dilute the difference.\n\n"
-            + md_table(["\\(T\\)", "policy", "attention peak (MiB)", "step peak (MiB)", "retained (MiB)",
-                        "time per step (ms)"], rows)
-            + f"\nThe times are the median of {memory.STEPS} steps on the machine that built this page, without "
-              "tracemalloc, and change with the machine and its load; the bytes do not. Flash's step time over the "
-              "materialized one's: " + ", ".join(f"{r:.2f} at \\(T\\) = {T}" for r, T in zip(slower, lengths))
-            + f" ({speed_text(slower, lengths)}). In NumPy its tiles are a Python loop of small matmuls where the "
-              "materialized path makes one large one; a GPU kernel also saves reads of slow memory, which NumPy "
-              "cannot. Flash's step peak is the smaller one at "
-              + (f"every length measured, from \\(T\\) = {smaller[0]}" if smaller == list(lengths)
-                 else f"\\(T\\) = {', '.join(map(str, smaller)) or 'no length measured'}")
-              + ": it is worth turning on when a step's memory, not its time, is what limits the window or the "
-                "batch.\n")
+    tables = {"memory": md_table(["\\(T\\)", "policy", "attention peak (MiB)", "step peak (MiB)", "retained (MiB)",
+                                  "time per step (ms)"], rows),
+              "compare": md_table(["\\(T\\)", "flash's step time over the materialized one's", "flash is",
+                                   "flash's step peak over the materialized one's", "flash's is"],
+                                  compare_rows(found, lengths))}
+    values = {"batch": tool.BATCH, "d": cfg.emb_dim, "H": cfg.num_heads, "L": cfg.num_layers, "F": cfg.ff_dim,
+              "tile": cfg.flash_tile, "lengths": list(lengths), "all_lengths": list(tool.LENGTHS), "lo": lengths[-2],
+              "hi": hi, "steps": memory.STEPS,
+              "growth_materialized": growth(found, "materialized", "attention_peak", lengths),
+              "growth_flash": growth(found, "flash", "attention_peak", lengths),
+              "ratio": found["materialized", hi].attention_peak / found["flash", hi].attention_peak}
+    return tables, values
 
 
 def generate(context):
     found, lengths = memory.measurements(), memory.lengths()
-    inventory = inventory_md("flash_attention", context["repo_url"], runs=("materialized", "flash"), caches=ATTENTION)
-    return {"symbols": symbols_md(), "example": example_md(), "equality": equality_md(),
-            "gradcheck": gradcheck_md(), "memory": memory_md(), FIGURE: figure_png(found, lengths),
-            "cache-inventory": inventory}
+    cfg = tiny().cfg
+    example_tables, example_values = example()
+    d_table, d_values = d_trick()
+    memory_tables, memory_values = memory_part()
+    gradcheck_table, gradcheck_values = gradcheck()
+    values = {"seed": SEED, "sizes": {"n_v": cfg.vocab_size, "t_max": cfg.context_len, "d": cfg.emb_dim,
+                                      "h": cfg.num_heads, "l": cfg.num_layers, "f": cfg.ff_dim},
+              "example": example_values, "d": d_values, "shapes": tile_shapes(), "bar": EQUAL_BAR,
+              "memory": memory_values, "gradcheck": gradcheck_values}
+    return {"values": values, "tiles.png": tiles_png(), **example_tables, "d_trick": d_table,
+            "equality": equality_md(), **memory_tables, FIGURE: figure_png(found, lengths), "symbols": symbols_md(),
+            "gradcheck": gradcheck_table}

@@ -169,7 +169,7 @@ def scale():
     spread_out = [out[0].std(axis=-1) for *_, out in norms]
     rows = [[name, reads, ", ".join(f"{v:.3f}" for v in s_in), ", ".join(f"{v:.5f}" for v in s_out)]
             for (name, reads, _, _), s_in, s_out in zip(norms, spread_in, spread_out, strict=True)]
-    table = md_table(["LayerNorm", "reads", f"spread \\(\\sigma\\) of its input rows, \\(t\\) = "
+    table = md_table(["LayerNorm", "reads", "spread \\(\\sigma\\) of its input rows, \\(t\\) = "
                       + ", ".join(map(str, range(len(TINY_IDS)))), "spread of its output rows"], rows)
     x0, x1 = ex.trace["embedding"], ex.trace["b0.out"]
     lo, hi = min(map(np.min, spread_in)), max(map(np.max, spread_in))

@@ -1,4 +1,10 @@
-"""Generator of the Linear / ReLU / GELU / Initialisation page's fragments."""
+"""Generator of the Linear / ReLU / GELU / Initialisation page: the values its prose shows (docs/model/linear.md
+binds them), its tables and its picture.
+
+The tiny example follows the first feed-forward layer of the tiny model's last block, forward and with the
+model's real loss gradient (from tiny_backward()). The checks of the activations' derivatives take the backward
+as an argument (monkeypatched in tests/site/test_pages_lin.py), so that each can be shown to fail.
+"""
 
 import math
 from dataclasses import dataclass
@@ -7,20 +13,30 @@ import numpy as np
 
 from transformer.activations import (ACTIVATION_FUNCTIONS, gelu_backward, gelu_forward, relu_backward,
                                      relu_forward)
+from transformer.config import PRESETS
 from transformer.linear import linear_backward, linear_forward
 
 from .. import sections
-from ..examples import (H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, tiny,
-                        weighted_sum)
+from ..common import md_table
+from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, tiny, weighted_sum
+from ..figures import new_figure, png
 from ..sections import agreement, num
 from ..tiny_backward import tiny_backward
 
 ACT_NAMES = {"relu": "ReLU", "gelu": "GELU"}  # how the page writes each activation
+KINK_GAP = 0.1  # the gradient check keeps ReLU's inputs at least this far from 0 ...
+KINK_SHIFT = 0.3  # ... by adding this to those that are closer
+AGREE = 1e-9  # ReLU's code and central differences agree when they differ by less than this
 
 
 def dot_text(xs, ys):
     """x₀·y₀ + x₁·y₁ + ... with the numbers themselves."""
     return " + ".join(f"{num(x)}·{num(y)}" for x, y in zip(xs, ys, strict=True))
+
+
+def result(v):
+    """A written-out sum's result: 4 decimals, a true minus sign, no parentheses."""
+    return num(v, bracket=False)
 
 
 @dataclass(frozen=True)
@@ -57,107 +73,69 @@ def ffn_layer():
     return FFNLayer(name, ex.cfg.activation, a, w, b, g, dphi, dg, dg @ w.T, a.T @ dg, dg.sum(axis=0), replay)
 
 
-def forward_md(layer):
-    act = ACTIVATION_FUNCTIONS
-    relu, gelu = act["relu"][0](layer.g)[0], act["gelu"][0](layer.g)[0]
-    block = layer.name.split(".")[0]
-    bias = ("its bias \\(b\\) is zero at initialisation" if not layer.b.any()
-            else f"its bias \\(b\\) is {np.array2string(layer.b, precision=4)}")
+# ---------------------------------------------------------------- the tiny example, forward
+
+def forward_values(layer):
+    relu, gelu = relu_forward(layer.g)[0], gelu_forward(layer.g)[0]
+    tables = {"a": sections.array_md("A = U₂", layer.a, row_label="position t"),
+              "w": sections.array_md(f"W = W₁ ({layer.name}_w)", layer.w, row_label="input unit i"),
+              "g": sections.array_md("G = A W + b", layer.g, row_label="position t"),
+              "relu": sections.array_md("ReLU(G)", relu, row_label="position t"),
+              "gelu": sections.array_md("GELU(G)", gelu, row_label="position t")}
     g00 = layer.a[0] @ layer.w[:, 0] + layer.b[0]
-    return "\n".join([
-        f"The input \\(A\\) is \\(U_2\\), the last block's LN2 output (`{block}.ln2`), and the layer is "
-        f"\\(W = W_1\\) (`{layer.name}_w`; row \\(i\\) of its table is an input unit, column \\(i'\\) an output "
-        f"unit); {bias}.\n",
-        sections.array_md("A = U₂", layer.a, row_label="position t"),
-        sections.array_md(f"W = W₁ ({layer.name}_w)", layer.w, row_label="input unit i"),
-        sections.array_md("G = A W + b", layer.g, row_label="position t"),
-        "Follow one number: \\(G_{0,0} = \\sum_i A_{0,i} W_{i,0} + b_0\\) = "
-        f"{dot_text(layer.a[0], layer.w[:, 0])} + {num(layer.b[0])} = **{num(g00, bracket=False)}**, the first "
-        "entry of the table above.\n",
-        sections.array_md("ReLU(G)", relu, row_label="position t"),
-        sections.array_md("GELU(G)", gelu, row_label="position t"),
-        f"ReLU zeroes {int((relu == 0).sum())} of {relu.size} entries; GELU keeps a small negative output for "
-        f"negative entries (smallest {gelu.min():.4f}) and is close to the identity for large positive ones. The "
-        f"tiny model uses {ACT_NAMES[layer.activation]}.\n",
-    ])
+    cfg = PRESETS["tiny"]
+    return tables, {
+        "name": layer.name, "block": layer.name.split(".")[0], "activation": ACT_NAMES[layer.activation],
+        "sizes": {"n_v": cfg.vocab_size, "t_max": cfg.context_len, "d": cfg.emb_dim, "h": cfg.num_heads,
+                  "l": cfg.num_layers, "f": cfg.ff_dim},
+        "bias_max": float(np.abs(layer.b).max()), "g00_terms": dot_text(layer.a[0], layer.w[:, 0]),
+        "b0": num(layer.b[0]), "g00": result(g00), "relu_zeros": int((relu == 0).sum()), "entries": relu.size,
+        "gelu_min": float(gelu.min())}
 
 
-def backward_md(layer):
-    closed = [i for i in range(layer.g.shape[1]) if not (layer.g[:, i] > 0).any()]
-    col = next((i for i in range(layer.dg.shape[1]) if np.all(layer.dg[:, i] != 0)), 0)
+# ---------------------------------------------------------------- the tiny example, backward
+
+def replay_rows(layer):
+    """Each array computed here against the replay of the model's own backward: (gradient, how, key, gap, verdict)."""
     block, act = layer.name.split(".")[0], ACT_NAMES[layer.activation]
-    mask = "[G > 0]" if layer.activation == "relu" else f"{act}′(G)"
     tex = f"\\operatorname{{{act}}}"
+    loop = sum(np.outer(a_t, dg_t) for a_t, dg_t in zip(layer.a, layer.dg, strict=True))
     checks = [("G", f"\\(\\partial\\ell/\\partial {tex}(G) \\odot {tex}'(G)\\)", f"steps['{block}.dpre']", layer.dg,
                "dg"),
               ("A", "\\(\\partial\\ell/\\partial G\\, W^\\top\\)", f"steps['{block}.dln2']", layer.da, "da"),
               ("W", "\\(A^\\top \\partial\\ell/\\partial G\\)", f"grads['{layer.name}_w']", layer.dw, "dw"),
               ("W", "\\(\\sum_t A_t^\\top\\, \\partial\\ell/\\partial G_t\\), a loop over the rows",
-               f"grads['{layer.name}_w']",
-               sum(np.outer(a_t, dg_t) for a_t, dg_t in zip(layer.a, layer.dg, strict=True)), "dw"),
+               f"grads['{layer.name}_w']", loop, "dw"),
               ("b", "column sums of \\(\\partial\\ell/\\partial G\\)", f"grads['{layer.name}_b']", layer.db, "db")]
-    rows = [[f"\\(\\partial\\ell/\\partial {symbol}\\)", how, f"`{key}`", *fmt(agreement(mine, layer.replay[k]))]
+    return [[f"\\(\\partial\\ell/\\partial {symbol}\\)", how, f"`{key}`", *gap_verdict(agreement(mine, layer.replay[k]))]
             for symbol, how, key, mine, k in checks]
-    return "\n".join([
-        f"The tiny model's real backward (\\(\\ell = \\mathcal{{L}}\\), the mean cross-entropy against targets "
-        f"`{TINY_TARGETS}`, replayed call by call) reaches this layer from \\(W_2\\) with "
-        f"\\(\\partial\\ell/\\partial\\phi(G)\\) (`{block}.dhidden`). The page computes the rest from the arrays "
-        f"shown here, in the order the backward does.\n",
-        sections.array_md(f"∂ℓ/∂{act}(G) (from the replay)", layer.dphi, row_label="position t"),
-        sections.array_md(f"∂ℓ/∂G = ∂ℓ/∂{act}(G) ⊙ {mask}", layer.dg, row_label="position t"),
-        sections.array_md("∂ℓ/∂A = ∂ℓ/∂G Wᵀ", layer.da, row_label="position t"),
-        "Row \\(i\\) of \\(\\partial\\ell/\\partial W\\) is input unit \\(i\\), column \\(i'\\) output unit \\(i'\\), "
-        "as in \\(W\\):\n",
-        sections.array_md("∂ℓ/∂W = Aᵀ ∂ℓ/∂G", layer.dw, row_label="input unit i"),
-        sections.array_md("∂ℓ/∂b (column sums)", layer.db),
-        arithmetic_md(layer, col),
-        (f"Columns {', '.join(map(str, closed))} of \\(\\partial\\ell/\\partial W\\) and the same entries of "
-         f"\\(\\partial\\ell/\\partial b\\) are exactly 0: \\(G \\le 0\\) in those columns at every position, so "
-         "ReLU passes no gradient to those hidden units in this example.\n" if closed and layer.activation == "relu"
-         else ""),
-        "Each array against the replay of the model's own backward (`site_scripts/tiny_backward.py`):\n",
-        sections.md_table(["Gradient", "Computed here as", "Replay's array", "Largest gap", "Result"], rows),
-        f"\n\\(\\partial\\ell/\\partial A = \\partial\\ell/\\partial U_2\\) goes on into LN2's backward (the "
-        f"[LayerNorm]({sections.page_link('linear', 'layernorm')}) page); \\(\\partial\\ell/\\partial W\\) and "
-        f"\\(\\partial\\ell/\\partial b\\) are the gradients the optimizer receives for `{layer.name}_w` and "
-        f"`{layer.name}_b`.\n",
-    ])
 
 
-def fmt(gap_verdict):
-    gap, verdict = gap_verdict
+def gap_verdict(found):
+    gap, verdict = found
     return [f"{gap:.1e}", verdict]
 
 
-def arithmetic_md(layer, col):
-    """One entry of each gradient, its sum written out with the numbers of the tables above."""
-    dw = layer.a[:, 0] @ layer.dg[:, col]
-    da = layer.dg[0] @ layer.w[0]
-    db = layer.dg[:, col].sum()
-    return "\n".join([
-        "Follow the numbers back (each sum is of the unrounded arrays; the terms are shown to 4 decimals):\n",
-        f"- \\(\\partial\\ell/\\partial W_{{0,{col}}} = \\sum_t A_{{t,0}}\\,\\partial\\ell/\\partial G_{{t,{col}}}\\)"
-        f" = {dot_text(layer.a[:, 0], layer.dg[:, col])} = **{num(dw, bracket=False)}**: every position adds its "
-        "share, the sum the code does by flattening the rows.",
-        f"- \\(\\partial\\ell/\\partial A_{{0,0}} = \\sum_{{i'}} \\partial\\ell/\\partial G_{{0,i'}}\\,W_{{0,i'}}\\) = "
-        f"{dot_text(layer.dg[0], layer.w[0])} = **{num(da, bracket=False)}**: row 0 of "
-        "\\(\\partial\\ell/\\partial G\\) against row 0 of \\(W\\), which is column 0 of \\(W^\\top\\).",
-        f"- \\(\\partial\\ell/\\partial b_{{{col}}} = \\sum_t \\partial\\ell/\\partial G_{{t,{col}}}\\) = "
-        + " + ".join(num(v) for v in layer.dg[:, col]) + f" = **{num(db, bracket=False)}**.\n",
-    ])
+def backward_values(layer):
+    act = ACT_NAMES[layer.activation]
+    mask = "[G > 0]" if layer.activation == "relu" else f"{act}′(G)"
+    col = next((i for i in range(layer.dg.shape[1]) if np.all(layer.dg[:, i] != 0)), 0)
+    tables = {"dphi": sections.array_md(f"∂ℓ/∂{act}(G) (from the replay)", layer.dphi, row_label="position t"),
+              "dg": sections.array_md(f"∂ℓ/∂G = ∂ℓ/∂{act}(G) ⊙ {mask}", layer.dg, row_label="position t"),
+              "da": sections.array_md("∂ℓ/∂A = ∂ℓ/∂G Wᵀ", layer.da, row_label="position t"),
+              "dw": sections.array_md("∂ℓ/∂W = Aᵀ ∂ℓ/∂G", layer.dw, row_label="input unit i"),
+              "db": sections.array_md("∂ℓ/∂b (column sums)", layer.db),
+              "replay": md_table(["Gradient", "Computed here as", "Replay's array", "Largest gap", "Result"],
+                                 replay_rows(layer))}
+    closed = [i for i in range(layer.g.shape[1]) if not (layer.g[:, i] > 0).any()]
+    return tables, {
+        "targets": TINY_TARGETS, "col": col, "closed": closed,
+        "dw_terms": dot_text(layer.a[:, 0], layer.dg[:, col]), "dw": result(layer.a[:, 0] @ layer.dg[:, col]),
+        "da_terms": dot_text(layer.dg[0], layer.w[0]), "da": result(layer.dg[0] @ layer.w[0]),
+        "db_terms": " + ".join(num(v) for v in layer.dg[:, col]), "db": result(layer.dg[:, col].sum())}
 
 
-def example_md():
-    layer = ffn_layer()
-    return "\n".join([
-        illustrative(f"The first feed-forward layer of the last block, `{layer.name}`, for ids `{TINY_IDS}`: the "
-                     "forward, then the real gradient of the loss flowing back through it."),
-        "### Forward\n",
-        forward_md(layer),
-        "### Backward, with the real loss gradient\n",
-        backward_md(layer),
-    ])
-
+# ---------------------------------------------------------------- the activations' derivatives, checked
 
 def relu_rows():
     points = np.array([-1.0, -0.5 * H_STEP, 0.0, 0.5 * H_STEP, 1.0])
@@ -165,7 +143,7 @@ def relu_rows():
     numeric = (relu_forward(points + H_STEP)[0] - relu_forward(points - H_STEP)[0]) / (2 * H_STEP)
     rows = []
     for x, c, n in zip(points, code, numeric, strict=True):
-        if abs(c - n) < 1e-9:
+        if abs(c - n) < AGREE:
             verdict = "agree"
         elif abs(x) < H_STEP:
             verdict = "differ: the step \\(\\Delta\\) straddles the corner at 0"
@@ -186,69 +164,115 @@ def gelu_table():
     numeric = (gelu_forward(points + H_STEP)[0] - gelu_forward(points - H_STEP)[0]) / (2 * H_STEP)
     rows = [[f"{x:g}", f"{c:.6f}", f"{d:.6f}", f"{c + d:.6f}", f"{k:.6f}", f"{n:.6f}", f"{abs(k - n):.1e}"]
             for x, c, d, k, n in zip(points, cdf, density, code, numeric, strict=True)]
-    formula_gap, formula_verdict = agreement(code, cdf + density)
-    numeric_gap, numeric_verdict = agreement(code, numeric)
-    return rows, (formula_gap, formula_verdict), (numeric_gap, numeric_verdict)
+    return rows, agreement(code, cdf + density), agreement(code, numeric)
+
+
+def gelu_slope(x):
+    x = np.atleast_1d(np.asarray(x, dtype=float))
+    return gelu_backward(np.ones_like(x), gelu_forward(x)[1])
 
 
 def gelu_root():
     """Where GELU′ = Φ + Gφ crosses 0 (bisection on the code's derivative between −3, where it is negative,
     and 0), and where it is lowest on a grid from −3 to 0."""
-    def slope(x):
-        x = np.atleast_1d(np.asarray(x, dtype=float))
-        return gelu_backward(np.ones_like(x), gelu_forward(x)[1])
     lo, hi = -3.0, 0.0
-    if not slope(lo)[0] < 0 < slope(hi)[0]:
+    if not gelu_slope(lo)[0] < 0 < gelu_slope(hi)[0]:
         raise RuntimeError("GELU′ does not change sign between −3 and 0: the bisection has no root to find")
     for _ in range(60):
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if slope(mid)[0] < 0 else (lo, mid)
+        lo, hi = (mid, hi) if gelu_slope(mid)[0] < 0 else (lo, mid)
     grid = np.linspace(-3.0, 0.0, 300_001)
-    values = slope(grid)
+    values = gelu_slope(grid)
     return lo, float(grid[values.argmin()]), float(values.min()), float(grid[1] - grid[0])
 
 
-def activation_checks_md():
+def activation_checks():
     rows, (fgap, fverdict), (ngap, nverdict) = gelu_table()
     root, low, low_slope, step = gelu_root()
     relu = r"\operatorname{ReLU}"
-    return "\n".join([
-        f"**\\({relu}'\\)**: the code's derivative (`relu_backward` with upstream gradient 1) against central "
-        "differences with step \\(\\Delta\\):\n",
-        sections.md_table(["\\(G\\)", "code: \\([G > 0]\\)",
-                           f"\\(({relu}(G+\\Delta) - {relu}(G-\\Delta)) / 2\\Delta\\)", "Verdict"], relu_rows()),
-        "\nWherever \\(|G| \\ge \\Delta\\) the two agree. At 0 the central difference sees half of each side, 1/2, "
-        "and within \\(\\Delta\\) of 0 it sees a mix, whatever the code chose: this is why no finite-difference check "
-        "can confirm the convention, and why the gradient check below keeps ReLU's inputs away from 0.\n",
-        "**\\(\\operatorname{GELU}' = \\Phi(G) + G\\,\\varphi(G)\\)**: the two terms of the product rule computed from "
-        "the formula (with `math.erf`, not the code), the code's derivative (`gelu_backward` with upstream gradient "
-        "1), and central differences of `gelu_forward`:\n",
-        sections.md_table(["\\(G\\)", "\\(\\Phi(G)\\)", "\\(G\\,\\varphi(G)\\)", "\\(\\Phi + G\\,\\varphi\\)", "code",
-                           "central difference", "|code − central|"], rows),
-        f"\nCode against the formula: largest gap {fgap:.1e}, {fverdict}. Code against central differences: "
-        f"largest gap {ngap:.1e}, {nverdict} (the difference's own error, about \\(\\Delta^2\\) times the third "
-        f"derivative, is the floor here; \\(\\Delta\\) = {H_STEP:g}). \\(\\operatorname{{GELU}}'\\) crosses 0 at "
-        f"\\(G\\) = {root:.4f} (bisection on the code's derivative): left of it, raising \\(G\\) lowers the output a "
-        f"little. It is lowest, {low_slope:.4f}, at \\(G\\) = {low:.4f} on a grid of step {step:.0e}, against "
-        f"\\(-\\sqrt{{2}}\\) = {-math.sqrt(2):.4f} from the derivation "
-        "(\\(\\operatorname{GELU}''(G) = \\varphi(G)\\,(2 - G^2)\\) is 0 there).\n",
-    ])
+    tables = {
+        "relu_check": md_table(["\\(G\\)", "code: \\([G > 0]\\)",
+                                f"\\(({relu}(G+\\Delta) - {relu}(G-\\Delta)) / 2\\Delta\\)", "Verdict"], relu_rows()),
+        "gelu_check": md_table(["\\(G\\)", "\\(\\Phi(G)\\)", "\\(G\\,\\varphi(G)\\)", "\\(\\Phi + G\\,\\varphi\\)", "code",
+                                "central difference", "|code − central|"], rows)}
+    return tables, {"formula_gap": fgap, "formula": fverdict, "numeric_gap": ngap, "numeric": nverdict, "h": H_STEP,
+                    "root": root, "low": low, "low_slope": low_slope, "grid_step": step, "minus_sqrt2": -math.sqrt(2)}
 
 
-def xavier_md():
-    rows = []
+# ---------------------------------------------------------------- initialisation
+
+def xavier():
+    """Every matrix of block 0 and outside the blocks at the default config: limit, largest entry, spread."""
+    rows, worst_max, worst_std = [], 0.0, 0.0
     for name, w in default_run().params.items():
         if w.ndim == 2 and not name.startswith("b1."):
             a = np.sqrt(6.0 / sum(w.shape))
             rows.append([f"`{name}`", sections.shape_text(w.shape), f"{a:.4f}", f"{np.abs(w).max():.4f}",
                          f"{w.std():.4f}", f"{a / np.sqrt(3):.4f}"])
+            worst_max = max(worst_max, np.abs(w).max() / a)
+            worst_std = max(worst_std, abs(w.std() / (a / np.sqrt(3)) - 1))
     absw = r"\(\lvert W \rvert\)"
-    return (sections.md_table(["Matrix", "Shape", "Limit \\(a\\)", f"Largest {absw}", "Std of \\(W\\)",
-                               r"\(a/\sqrt{3}\) (std of \(\mathcal{U}(-a, a)\))"], rows)
-            + f"\nAt {default_note(batch=False)}, seed {SEED}; block 1's matrices have the same shapes and limits as "
-              f"block 0's. Every largest {absw} lies below its limit, and each standard deviation is close to "
-              "\\(a/\\sqrt{3}\\).\n")
+    table = md_table(["Matrix", "Shape", "Limit \\(a\\)", f"Largest {absw}", "Std of \\(W\\)",
+                      r"\(a/\sqrt{3}\) (std of \(\mathcal{U}(-a, a)\))"], rows)
+    return table, {"worst_max": worst_max, "worst_std": worst_std}
 
+
+def variance_factors():
+    """What Xavier's limit does to the spread through the default config's first feed-forward layer: forward,
+    std(G)/std(U_2) on the default run; backward, std(∂ℓ/∂A)/std(∂ℓ/∂G) for an upstream gradient of independent
+    standard normal entries; each against the factor the variance argument predicts."""
+    ex = default_run()
+    w, u = ex.params["b0.ff1_w"], ex.trace["b0.ln2"]
+    n_in, n_out = w.shape
+    g = linear_forward(u, w, ex.params["b0.ff1_b"])[0]
+    dg = np.random.default_rng(SEED).standard_normal(g.shape)
+    da = linear_backward(dg, linear_forward(u, w, ex.params["b0.ff1_b"])[1])[0]
+    return {"n_in": n_in, "n_out": n_out, "forward": float(g.std() / u.std()),
+            "forward_pred": math.sqrt(2 * n_in / (n_in + n_out)), "backward": float(da.std() / dg.std()),
+            "backward_pred": math.sqrt(2 * n_out / (n_in + n_out))}
+
+
+# ---------------------------------------------------------------- what it costs
+
+def costs():
+    """Multiply-adds and cached bytes of the default config's first feed-forward layer on the default run."""
+    ex = default_run()
+    u, w = ex.trace["b0.ln2"], ex.params["b0.ff1_w"]
+    rows = int(np.prod(u.shape[:-1]))
+    g, cache = linear_forward(u, w, ex.params["b0.ff1_b"])
+    gelu_cache = gelu_forward(g)[1]
+    return {"rows": rows, "n_in": w.shape[0], "n_out": w.shape[1], "forward": rows * w.size,
+            "backward": 2 * rows * w.size, "x_bytes": cache.x.nbytes, "x_shape": cache.x.shape,
+            "gelu_bytes": sum(a.nbytes for a in gelu_cache), "dtype": str(u.dtype)}
+
+
+# ---------------------------------------------------------------- the picture
+
+def activations_png():
+    """ReLU and GELU and their slopes (the code's backward with upstream gradient 1), with the tiny example's
+    pre-activations G marked on the axis."""
+    x = np.linspace(-4, 4, 801)
+    g = ffn_layer().g.reshape(-1)
+    fig, (left, right) = new_figure(1, 2, figsize=(10, 3.4))
+    left.plot(x, relu_forward(x)[0], label="ReLU(G)")
+    left.plot(x, gelu_forward(x)[0], label="GELU(G) = G Φ(G)")
+    left.plot(g, np.zeros_like(g), "|", color="k", markersize=12, label="the tiny example's entries of G")
+    right.plot(x, relu_backward(np.ones_like(x), relu_forward(x)[1]), label="ReLU′(G) = [G > 0]")
+    right.plot(x, gelu_slope(x), label="GELU′(G) = Φ(G) + G φ(G)")
+    root, low, low_slope, _ = gelu_root()
+    right.plot([low], [low_slope], "o", color="tab:red", label="GELU′ lowest, below 0")
+    left.set_title("the activation")
+    right.set_title("its slope, from the backward")
+    for ax in (left, right):
+        ax.set_xlabel("pre-activation G")
+        ax.axhline(0, color="grey", linewidth=0.5)
+        ax.legend(loc="upper left", fontsize="small")
+    left.set_ylabel("output")
+    right.set_ylabel("slope")
+    return png(fig)
+
+
+# ---------------------------------------------------------------- the evidence
 
 def symbols_md():
     ex = default_run()
@@ -269,7 +293,7 @@ def symbols_md():
         (r"\partial\ell/\partial b", "db", db.shape, "the column sums of \\(\\partial\\ell/\\partial Y\\)"),
         (r"\phi", "relu_forward, gelu_forward", g.shape),
         (r"\Phi, \varphi", "phi_cdf, phi_pdf", g.shape),
-        (r"a", "limit", "see the table below"),
+        (r"a", "limit", "see the initialisation table"),
         (r"\Delta", "h", f"{H_STEP:g}"),
     ]
     return sections.symbols_md(rows, default_note())
@@ -282,20 +306,22 @@ def gradcheck_md():
     dx, dw, db = linear_backward(dy, linear_forward(x, w, b)[1])
     rows = sections.gradcheck_rows(weighted_sum(dy, linear_forward, x, w, b),
                                    [("linear: dx", dx, x), ("linear: dw", dw, w), ("linear: db", db, b)], H_STEP)
-    # Keep activation inputs away from ReLU's corner at 0, where central differences straddle the kink.
     z = rng.standard_normal((3, 6))
-    z[np.abs(z) < 0.1] += 0.3
+    z[np.abs(z) < KINK_GAP] += KINK_SHIFT  # away from ReLU's corner, where central differences straddle the kink
     dz = rng.standard_normal(z.shape)
     for name, fwd, bwd in [("relu", relu_forward, relu_backward), ("gelu", gelu_forward, gelu_backward)]:
         rows += sections.gradcheck_rows(weighted_sum(dz, fwd, z), [(f"{name}: dx", bwd(dz, fwd(z)[1]), z)], H_STEP)
-    return ("Each function is checked through the [fake loss](../reference/notation.md#fake-loss) "
-            "\\(f = \\sum \\mathcal{F} \\odot R\\), where \\(\\mathcal{F}\\) is its output (\\(Y\\) for the affine "
-            f"layer, \\(\\phi(G)\\) for an activation), with random inputs and a random \\(R\\) (seed {SEED}), so that "
-            "the backward is called with upstream gradient \\(R\\). The ReLU inputs are kept at least 0.1 away from "
-            "0: there the function has a corner and central differences with step \\(\\Delta\\) see an average of "
-            "both slopes ([above](#the-activations-derivatives-checked)).\n\n" + sections.gradcheck_table(rows))
+    return sections.gradcheck_table(rows)
 
 
 def generate(context):
-    return {"symbols": symbols_md(), "example": example_md(), "xavier": xavier_md(), "gradcheck": gradcheck_md(),
-            "activation_checks": activation_checks_md()}
+    layer = ffn_layer()
+    forward_tables, forward = forward_values(layer)
+    backward_tables, backward = backward_values(layer)
+    check_tables, checks = activation_checks()
+    xavier_table, init = xavier()
+    values = {"seed": SEED, "ids": TINY_IDS, "forward": forward, "backward": backward, "checks": checks,
+              "init": {**init, "spread": variance_factors()}, "cost": costs(),
+              "kink": {"gap": KINK_GAP, "shift": KINK_SHIFT}}
+    return {"values": values, **forward_tables, **backward_tables, **check_tables, "xavier": xavier_table,
+            "activations.png": activations_png(), "symbols": symbols_md(), "gradcheck": gradcheck_md()}

@@ -1,7 +1,8 @@
-"""Generator of the QLoRA page's fragments: the symbol table, one NF4 layer of the tiny model, the checks (QLoRA's
-gradients against LoRA's on the decoded base, what a few training steps leave of the base, the optimizer state,
-the clipped norm, the quantized model's logits against the float one), the gradient check of the frozen NF4
-layer, and the memory section (site_scripts/pages/_qlora_memory.py)."""
+"""Generator of the QLoRA page (docs/finetuning/qlora.md): its values and tables. The memory section and its
+picture (site_scripts/pages/_qlora_memory.py), one NF4 layer of the tiny model, the checks (QLoRA's gradients
+against LoRA's on the decoded base, what a few training steps leave of the base, the optimizer state, the
+clipped norm, the quantized model's logits against the float one), the symbol table and the gradient check of
+the frozen NF4 layer."""
 
 import numpy as np
 
@@ -18,15 +19,18 @@ from transformer.train_config import TrainConfig
 
 from .. import sections
 from ..common import md_table
-from ..examples import H_STEP, SEED, default_note, default_run, illustrative, tiny, weighted_sum
+from ..examples import H_STEP, SEED, TINY_IDS, default_note, default_run, tiny, weighted_sum
 from . import _qlora_memory
 
 CHECK_LORA = LoRAConfig(rank=4, alpha=8.0, targets=tuple(TARGETS))
 TRAIN_STEPS = 5
 GRAD_CLIP = 1e-3  # small, so that the clip acts on every step of the check
+TRAIN_WIDTH = 8  # the training check's model: the tiny one, widened
+NORM_TOL = 1e-5  # float32: the clip's norm against the float32 global norm of the same gradients
+MOVE = 0.2  # trained(): how far the adapters move off their start, in standard normal units
 
 
-def trained(adapters, seed=SEED + 2, size=0.2):
+def trained(adapters, seed=SEED + 2, size=MOVE):
     rng = np.random.default_rng(seed)
     return {k: size * rng.standard_normal(v.shape) for k, v in adapters.items()}
 
@@ -50,7 +54,9 @@ def symbols_md():
     return sections.symbols_md(rows, default_note() + f", adapters of rank {lora.rank} on q and v")
 
 
-def example_md():
+def example():
+    """(tables, values): the tiny model's b0.wq stored in NF4 and decoded, and the layer's output against a dense
+    layer holding the decoded weight and against the float layer."""
     ex = tiny()
     x, W, b = ex.trace["b0.ln1"][0], ex.params["b0.wq"], ex.params["b0.bq"]
     q = quantize(W)
@@ -58,23 +64,18 @@ def example_md():
     y_nf4, _ = frozen_linear_forward(x, Frozen(q), b)
     y_dec = x @ decoded.astype(x.dtype) + b
     y_float = x @ W + b
-    return "\n".join([
-        illustrative(f"Block 0's query weight \\(W\\) ({W.size} values, so "
-                     f"{'one block holds them all' if W.size <= q.block_size else f'{-(-W.size // q.block_size)} blocks'}), "
-                     f"stored with `quantize` (block size {q.block_size}) and decoded with `dequantize`."),
-        sections.array_md("W", W), sections.array_md("W_NF4", decoded),
-        f"\nThe 4-bit codes pack into {q.packed.nbytes} bytes, the block's scale into a {q.absmax_codes.nbytes}-byte "
-        f"code, {q.absmax2.nbytes} bytes of second-level scale and a 4-byte offset: {q.nbytes} bytes against "
-        f"{W.astype(np.float32).nbytes} in float32 (the memory section below measures whole models). The largest "
-        "error of a weight is "
-        f"{float(np.abs(decoded - W).max()):.4f}, and the layer's output through the frozen NF4 layer "
-        f"(`frozen_linear_forward`) against:\n",
-        md_table(["", "largest gap"],
-                 [["a dense layer holding \\(W_{\\mathrm{NF4}}\\)", sections.gap_text(float(np.abs(y_nf4 - y_dec).max()))],
-                  ["the float layer holding \\(W\\)", f"{float(np.abs(y_nf4 - y_float).max()):.4f}"]]),
-        f"\nThe first may differ by rounding only (the NF4 layer adds its decoded rows {ROWS} at a time); the second "
-        "is what quantization costs this layer.\n",
-    ])
+    decoded_gap, float_gap = float(np.abs(y_nf4 - y_dec).max()), float(np.abs(y_nf4 - y_float).max())
+    gaps = md_table(["", "largest gap"],
+                    [["a dense layer holding \\(W_{\\mathrm{NF4}}\\)", sections.gap_text(decoded_gap)],
+                     ["the float layer holding \\(W\\)", f"{float_gap:.4f}"]])
+    tables = {"w": sections.array_md("W", W), "w_nf4": sections.array_md("W_NF4", decoded), "gaps": gaps}
+    c = ex.cfg
+    sizes = {"n_v": c.vocab_size, "t_max": c.context_len, "d": c.emb_dim, "h": c.num_heads, "l": c.num_layers,
+             "f": c.ff_dim}
+    return tables, {"seed": SEED, "ids": TINY_IDS, "sizes": sizes, "size": W.size, "block": q.block_size, "blocks": -(-W.size // q.block_size),
+                    "packed": q.packed.nbytes, "codes8": q.absmax_codes.nbytes, "absmax2": q.absmax2.nbytes,
+                    "nbytes": q.nbytes, "float32": W.astype(np.float32).nbytes,
+                    "error": float(np.abs(decoded - W).max()), "rows": ROWS}
 
 
 def gradients_row(ex, targets, adapters):
@@ -96,15 +97,20 @@ def logits_row(ex):
             f"{gap:.4f} of {float(np.abs(ex.trace['logits']).max()):.4f}", "measured (quantization error)"]
 
 
+def stored_bytes(base):
+    """Every array of the base as bytes: an NF4 weight's codes, scales and offset, or the array itself."""
+    return {n: (p.packed.tobytes() + p.absmax_codes.tobytes() + p.absmax2.tobytes() + np.float32(p.offset).tobytes())
+            if isinstance(p, NF4Weight) else p.tobytes() for n, p in base.items()}
+
+
 def training_rows():
     """A few clipped AdamW steps of a FineTuneRun on an NF4 base: its bytes, its optimizer state, its norm."""
     ex = tiny()
     text = "to be or not to be, that is the question\n" * 40
     tokenizer = make_tokenizer("char", text)
-    cfg = ex.cfg.with_(vocab_size=tokenizer.vocab_size, context_len=8, emb_dim=8, ff_dim=16)
+    cfg = ex.cfg.with_(vocab_size=tokenizer.vocab_size, context_len=8, emb_dim=TRAIN_WIDTH, ff_dim=2 * TRAIN_WIDTH)
     base = quantize_base(init_params(cfg, seed=SEED, dtype=np.float32))
-    before = {n: (p.packed.tobytes() + p.absmax_codes.tobytes() + p.absmax2.tobytes() + np.float32(p.offset).tobytes())
-              if isinstance(p, NF4Weight) else p.tobytes() for n, p in base.items()}
+    before = stored_bytes(base)
     bytes_before = weight_bytes(base)
     lora = LoRAConfig(2, 4.0, ("q", "v", "ff2"))
     adapters = init_adapters(param_shapes(cfg), lora, seed=SEED, dtype=np.float32)
@@ -120,8 +126,7 @@ def training_rows():
         record = train_step(run, ids, tc.seq_len)
         norm_gaps.append(abs(record["grad_norm"] - global_norm(expected)) / global_norm(expected))
         clipped += record["grad_norm"] > GRAD_CLIP
-    after = {n: (p.packed.tobytes() + p.absmax_codes.tobytes() + p.absmax2.tobytes() + np.float32(p.offset).tobytes())
-             if isinstance(p, NF4Weight) else p.tobytes() for n, p in base.items()}
+    after = stored_bytes(base)
     changed = [n for n in before if before[n] != after[n]]
     state_keys = set(run.opt_state["m"]) | set(run.opt_state["v"])
     only = state_keys == set(adapters) and not state_keys & set(base)
@@ -135,27 +140,23 @@ def training_rows():
          f"{len(adapters)} adapters", "pass" if only else "**FAIL**"],
         ["the norm the clip measured = the adapters' global norm of the same batch", "largest relative gap, "
          "steps where it clipped", f"{worst:.1e}, {clipped} of {TRAIN_STEPS}",
-         "pass" if worst < 1e-5 and clipped == TRAIN_STEPS else "**FAIL**"],
+         "pass" if worst < NORM_TOL and clipped == TRAIN_STEPS else "**FAIL**"],
     ]
 
 
-def checks_md():
+def checks():
+    """(table, values) of the checks."""
     ex = default_run()
     targets = np.random.default_rng(SEED + 1).integers(0, ex.cfg.vocab_size, ex.ids.shape)
     adapters = trained(init_adapters(param_shapes(ex.cfg), CHECK_LORA, seed=SEED))
     rows = [gradients_row(ex, targets, adapters), logits_row(ex)] + training_rows()
-    return (f"The first two rows on {default_note()} in float64, adapters of rank {CHECK_LORA.rank} on every "
-            f"target (\\(W_B\\) drawn off zero where gradients are compared, seed {SEED + 2}); the others a "
-            f"`FineTuneRun` of the tiny model widened to \\(d\\) = 8 on a short text, float32, with the clip at "
-            f"{GRAD_CLIP:g} so that it acts. Each step's batch is drawn again from a copy of the run's sampler, so "
-            "the norm is computed on the batch the step saw.\n\n"
-            + md_table(["Check", "Measured", "Value", "Result"], rows)
-            + "\nThe logits' gap is measured, not judged: it is what storing this (untrained) model's linear weights "
-              "in 4 bits costs its logits. The adapters then train against the quantized base, whose logits these "
-              "are.\n")
+    return md_table(["Check", "Measured", "Value", "Result"], rows), {
+        "rank": CHECK_LORA.rank, "seed": SEED + 2, "move": MOVE, "batch": int(ex.ids.shape[0]),
+        "T": int(ex.ids.shape[1]), "width": TRAIN_WIDTH, "clip": GRAD_CLIP, "norm_tol": NORM_TOL}
 
 
-def gradcheck_md():
+def gradcheck():
+    """(table, values): the frozen NF4 layer with adapters against central differences of the fake loss."""
     ex, rng = tiny(), np.random.default_rng(SEED)
     lora = LoRAConfig(rank=2, alpha=4.0, targets=("q",))
     adapters = trained(init_adapters(param_shapes(ex.cfg), lora, seed=SEED))
@@ -166,12 +167,17 @@ def gradcheck_md():
     dx, (da, dbm) = frozen_linear_backward(dy, frozen_linear_forward(x, w, b)[1])
     rows = sections.gradcheck_rows(weighted_sum(dy, frozen_linear_forward, x, w, b),
                                    [("dx", dx, x), ("da", da, w.a), ("dbm", dbm, w.bm)], H_STEP)
-    return (f"The [fake loss](../reference/notation.md#fake-loss) \\(f = \\sum Y \\odot R\\) of `frozen_linear_forward` "
-            f"on the tiny model's `b0.wq` stored in NF4, with adapters of rank {lora.rank} (\\(W_B\\) off zero), a "
-            f"random input of shape `{x.shape}` and a random \\(R\\) (seed {SEED}); the NF4 weight is a constant, "
-            "and \\(\\partial\\ell/\\partial A\\) goes through its decoded rows.\n\n" + sections.gradcheck_table(rows))
+    return sections.gradcheck_table(rows), {"rank": lora.rank, "shape": x.shape, "seed": SEED}
 
 
 def generate(context):
-    return {"symbols": symbols_md(), "example": example_md(), "checks": checks_md(), "gradcheck": gradcheck_md(),
-            "memory": _qlora_memory.memory_md()}
+    example_tables, example_values = example()
+    checks_table, checks_values = checks()
+    gradcheck_table, gradcheck_values = gradcheck()
+    bytes_tables, bytes_values, found = _qlora_memory.bytes_held()
+    steps_table, steps_values = _qlora_memory.steps()
+    values = {"example": example_values, "checks": checks_values, "gc": gradcheck_values, "bytes": bytes_values,
+              "steps": steps_values}
+    return {"values": values, "memory.png": _qlora_memory.bytes_png(found), **example_tables,
+            "checks": checks_table, **bytes_tables, "steps": steps_table, "symbols": symbols_md(),
+            "gradcheck": gradcheck_table}

@@ -1,4 +1,8 @@
-"""Generator of the Softmax & Cross-Entropy page's fragments."""
+"""Generator of the Softmax & Cross-Entropy page: the values its prose shows (docs/model/softmax.md binds them),
+its tables and its picture.
+
+The checks of the derivation (`jacobian_checks`, `fused_rows`, `confident_rows`) take what they test as
+arguments, so that tests/site/test_pages_lin.py can show each one fails on a planted mistake."""
 
 import numpy as np
 
@@ -7,7 +11,8 @@ from transformer.softmax import cross_entropy_backward, cross_entropy_forward, s
 
 from .. import sections
 from ..common import md_table
-from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, illustrative, tiny
+from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, tiny
+from ..figures import new_figure, png
 from ..sections import agreement, num
 from ..tiny_backward import tiny_backward
 
@@ -71,30 +76,21 @@ def shift_rows(z):
     return rows
 
 
-def jacobian_md():
-    ex = tiny()
-    z = ex.trace["logits"][0][ROW]
+def jacobian():
+    """The Jacobian of the tiny example's row ROW, its checks, and the shift's table, with their values."""
+    z = tiny().trace["logits"][0][ROW]
     formula, numeric, rows = jacobian_checks(z, TINY_TARGETS[ROW], len(TINY_TARGETS))
-    limit = np.log(np.finfo(np.float64).max)
     p = softmax(z)
     top = int(np.argmax(np.diag(formula)))
-    return "\n".join([
-        f"**Checked on the tiny model.** Row {ROW} of its real logits \\(z\\) (ids `{TINY_IDS}`, position {ROW}; "
-        "the table of all rows is in the [tiny example](#tiny-numerical-example)). The Jacobian by the formula, "
-        "then column by column by central differences of `softmax_forward` with step \\(\\Delta\\) (row \\(j\\), "
-        "column \\(j'\\)):\n",
-        sections.array_md("∂p/∂z = diag(p) − p pᵀ", formula, row_label="j"),
-        sections.array_md("central differences (p(z + Δe_j′) − p(z − Δe_j′)) / 2Δ", numeric, row_label="j"),
-        md_table(["Check", "Largest gap", "Result"], [[what, f"{gap:.1e}", verdict] for what, gap, verdict in rows]),
-        f"\nThe diagonal is positive and everything off it negative, as \\(p_j(1 - p_j)\\) and "
-        f"\\(-p_j p_{{j'}}\\) say. The largest, {formula[top, top]:.4f}, is that of entry {top}, whose probability "
-        f"{p[top]:.4f} is the closest to 1/2, where \\(p(1 - p)\\) peaks. Pass: relative gap below {REL_TOL:g} "
-        "(the gradient checks' rule); a sum that is 0 passes on the absolute floor.\n",
-        f"**The shift, checked.** The code's softmax of \\(z + \\kappa\\) against its softmax of \\(z\\), and a "
-        f"softmax written without the shift; `exp` overflows float64 above {limit:.2f}:\n",
-        md_table(["\\(\\kappa\\)", "code: largest gap to \\(p\\)", "without the shift: largest gap to \\(p\\)"],
-                 shift_rows(z)),
-    ])
+    tables = {"jac_formula": sections.array_md("∂p/∂z = diag(p) − p pᵀ", formula, row_label="j"),
+              "jac_numeric": sections.array_md("central differences (p(z + Δe_j′) − p(z − Δe_j′)) / 2Δ", numeric,
+                                               row_label="j"),
+              "jac_checks": md_table(["Check", "Largest gap", "Result"],
+                                     [[what, f"{gap:.1e}", verdict] for what, gap, verdict in rows]),
+              "shift": md_table(["\\(\\kappa\\)", "code: largest gap to \\(p\\)",
+                                 "without the shift: largest gap to \\(p\\)"], shift_rows(z))}
+    return tables, {"row": ROW, "top": top, "top_value": formula[top, top], "top_p": p[top], "rel_tol": REL_TOL,
+                    "h": H_STEP, "overflow": float(np.log(np.finfo(np.float64).max))}
 
 
 def slow_route(z, targets):
@@ -134,102 +130,70 @@ def confident_rows(z, targets):
     return rows
 
 
-def fused_md():
-    ex = tiny()
-    z, targets = ex.trace["logits"][0], np.array(TINY_TARGETS)
-    rows = fused_rows(z, targets)
+def fused():
+    """The fused route against the slow one on the tiny logits, and both on logits SCALE times larger."""
+    z, targets = tiny().trace["logits"][0], np.array(TINY_TARGETS)
     big = SCALE * z
     p_big = softmax(big)[np.arange(targets.size), targets]
-    return "\n".join([
-        f"**Checked on the tiny model.** All {targets.size} rows of its logits, targets `{TINY_TARGETS}`: the "
-        "fused loss and gradient of the code against the slow route composed from the code's own "
-        "`softmax_forward` and `softmax_backward`:\n",
-        md_table(["Check", "Largest gap", "Result"], [[what, f"{gap:.1e}", verdict] for what, gap, verdict in rows]),
-        f"\n**Why fused, shown.** The same logits times {SCALE:g}: a model as sure as that, and wrong, gives its "
-        f"targets \\(p_y\\) = {', '.join(f'{v:.1e}' for v in p_big)} in float64, exactly 0 at "
-        f"{int((p_big == 0).sum())} of {targets.size} positions.\n",
-        md_table(["Route", "\\(\\mathcal{L}\\)", "Gradient finite?",
-                  "Largest \\(\\lvert\\partial\\mathcal{L}/\\partial Z\\rvert\\)"], confident_rows(big, targets)),
-        "\nThe fused route still gives the exact loss (a log-sum-exp minus a logit) and a gradient no larger than "
-        "\\(1/N\\); the slow route takes \\(\\log 0\\) and divides by 0.\n",
-    ])
+    checks = [[what, f"{gap:.1e}", verdict] for what, gap, verdict in fused_rows(z, targets)]
+    tables = {"fused_checks": md_table(["Check", "Largest gap", "Result"], checks),
+              "confident": md_table(["Route", "\\(\\mathcal{L}\\)", "Gradient finite?",
+                                     "Largest \\(\\lvert\\partial\\mathcal{L}/\\partial Z\\rvert\\)"],
+                                    confident_rows(big, targets))}
+    return tables, {"n": targets.size, "scale": SCALE, "p_big": list(p_big), "zeros": int((p_big == 0).sum())}
 
 
-def forward_md(ex, z, p, loss):
-    """The forward part of the tiny example, and what its loss means against log n_V."""
-    n_v, targets = ex.cfg.vocab_size, np.array(TINY_TARGETS)
+# ---------------------------------------------------------------- the tiny example
+
+def written_exps(shifted):
+    """e^{a} for each shifted logit, as the arithmetic writes them (a true minus sign, no brackets)."""
+    return [f"e^{{{num(v, bracket=False)}}}" for v in shifted]
+
+
+def forward(z, p, loss, n_v):
+    """The tiny example's forward: its tables and values (the loss against log n_V, one probability by hand)."""
+    targets = np.array(TINY_TARGETS)
     per_position = -np.log(p[np.arange(targets.size), targets])
-    lse = np.log(np.exp(z).sum(axis=-1))
-    over_targets = lse - z.mean(axis=-1)  # a row's loss averaged over all n_V possible targets
+    over_targets = np.log(np.exp(z).sum(axis=-1)) - z.mean(axis=-1)  # a row's loss averaged over all n_V targets
     t, y = 0, TINY_TARGETS[0]
     shifted = z[t] - z[t].max()
-    exps = [f"e^{{{num(v, bracket=False)}}}" for v in shifted]
-    log_nv = r"\(\log n_V\)"
-    return "\n".join([
-        sections.array_md("logits Z", z, row_label="position t"),
-        sections.array_md("P = softmax(Z), row by row", p, row_label="position t"),
-        f"Follow one number, with \\(z\\) the row of position {t}: \\(P_{{{t},{y}}} = e^{{z_{y} - \\max z}} / "
-        f"\\sum_j e^{{z_j - \\max z}}\\) = \\({exps[y]} / ({' + '.join(exps)})\\) = {np.exp(shifted[y]):.4f} / "
-        f"{np.exp(shifted).sum():.4f} = **{p[t, y]:.4f}**, position {t}'s probability of its target {y}.\n",
-        md_table(["position \\(t\\)", "target \\(y\\)", "\\(P_{t,y}\\)", "\\(-\\log P_{t,y}\\)"],
-                 [[t, y, f"{p[t, y]:.4f}", f"{per_position[t]:.4f}"] for t, y in enumerate(targets)]),
-        f"\nThe loss is their mean, **\\(\\mathcal{{L}}\\) = {loss:.4f}**, against {log_nv} = {np.log(n_v):.4f} for a "
-        f"uniform guess over \\(n_V\\) = {n_v} tokens. A row's loss averaged over all \\(n_V\\) possible targets is "
-        f"\\(\\log \\sum_j e^{{z_j}} - \\frac{{1}}{{n_V}} \\sum_j z_j\\), here "
-        f"{', '.join(f'{v:.4f}' for v in over_targets)}; it is never below {log_nv} (the log of a mean of the "
-        "\\(e^{z_j}\\) is at least the mean of the \\(z_j\\), with equality only for a constant row), and the more "
-        "an untrained head spreads a row, the higher it is. "
-        + (f"So an untrained model whose targets have nothing to do with its logits starts above {log_nv}. "
-           if over_targets.mean() > np.log(n_v) else "")
-        + (f"These targets cost more still ({loss:.4f} against the rows' average {over_targets.mean():.4f}): "
-           "the untrained model happens to give them less than its average probability.\n"
-           if loss > over_targets.mean() else
-           f"These targets cost less ({loss:.4f} against the rows' average {over_targets.mean():.4f}): the "
-           "untrained model happens to give them more than its average probability.\n"),
-    ])
+    exps = written_exps(shifted)
+    if abs(np.exp(shifted[y]) / np.exp(shifted).sum() - p[t, y]) > 1e-12:
+        raise RuntimeError("the Softmax page's probability by hand disagrees with softmax_forward")
+    tables = {"logits": sections.array_md("logits Z", z, row_label="position t"),
+              "probs": sections.array_md("P = softmax(Z), row by row", p, row_label="position t"),
+              "per_position": md_table(["position \\(t\\)", "target \\(y\\)", "\\(P_{t,y}\\)", "\\(-\\log P_{t,y}\\)"],
+                                       [[t_, y_, f"{p[t_, y_]:.4f}", f"{per_position[t_]:.4f}"]
+                                        for t_, y_ in enumerate(targets)])}
+    follow = {"t": t, "y": y, "exp_y": exps[y], "exps": " + ".join(exps), "numerator": np.exp(shifted[y]),
+              "denominator": np.exp(shifted).sum(), "p": p[t, y]}
+    return tables, {"follow": follow, "loss": loss, "log_nv": np.log(n_v), "n_v": n_v,
+                    "over_targets": list(over_targets), "over_mean": over_targets.mean()}
 
 
-def backward_md(ex, z, p):
+def backward(ex, p):
     """The real dlogits of the tiny example, computed here from P and e_y and followed into the head."""
     back, targets = tiny_backward(), np.array(TINY_TARGETS)
     n, onehot = targets.size, np.eye(ex.cfg.vocab_size)[targets]
     dz = (p - onehot) / n
     t = 1
-    y, other = targets[t], (targets[t] + 1) % ex.cfg.vocab_size
+    y, other = int(targets[t]), int((targets[t] + 1) % ex.cfg.vocab_size)
     xf, dxf = ex.trace["lnf"][0], dz @ ex.params["head_w"].T
-    dw00 = xf[:, 0] @ dz[:, 0]
-    lnf = sections.page_link("softmax", "model", "eq-model-lnf")
-    return "\n".join([
-        "The real backward starts here: \\(\\ell = \\mathcal{L}\\), so \\(\\partial\\ell/\\partial\\mathcal{L} = 1\\) "
-        f"and \\(\\partial\\ell/\\partial Z = (P - e_y)/N\\) with \\(N\\) = {n} positions. The page computes it from "
-        "\\(P\\) above and the one-hot targets:\n",
-        sections.array_md("e_y (one-hot targets)", onehot, row_label="position t"),
-        sections.array_md("∂ℓ/∂Z = (P − e_y) / N", dz, row_label="position t"),
-        f"Follow two numbers of row {t} (target {y}): \\(\\partial\\ell/\\partial Z_{{{t},{y}}}\\) = "
-        f"({p[t, y]:.4f} − 1) / {n} = **{num(dz[t, y], bracket=False)}**, the target's logit, pushed up by "
-        f"gradient descent; \\(\\partial\\ell/\\partial Z_{{{t},{other}}}\\) = ({p[t, other]:.4f} − 0) / {n} = "
-        f"**{num(dz[t, other], bracket=False)}**, another entry, pushed down in proportion to its probability. "
-        f"Each row sums to 0 up to rounding (the largest row sum in absolute value is "
-        f"{np.abs(dz.sum(axis=-1)).max():.1e}): the "
-        "probabilities sum to 1 and the one-hot target takes 1 away.\n",
-        md_table(["Gradient", "Computed here as", "Replay's array", "Largest gap", "Result"], [
-            ["\\(\\partial\\ell/\\partial Z\\)", "\\((P - e_y) / N\\)", "`steps['dlogits']`",
-             *fmt(agreement(dz, back.steps["dlogits"][0]))],
-            ["\\(\\partial\\ell/\\partial X_f\\)",
-             "\\(\\partial\\ell/\\partial Z\\, W_h^\\top\\) (the head's backward)", "`steps['dlnf']`",
-             *fmt(agreement(dxf, back.steps["dlnf"][0]))],
-            ["\\(\\partial\\ell/\\partial W_h\\)", "\\(X_f^\\top\\, \\partial\\ell/\\partial Z\\)", "`grads['head_w']`",
-             *fmt(agreement(xf.T @ dz, back.grads["head_w"]))]]),
-        f"\nFollow it into the head, whose backward is the [Linear page's]"
-        f"({sections.page_link('softmax', 'linear', 'eq-linear-grad')}) with \\(A = X_f\\), the head's input: the "
-        f"final LayerNorm's output `lnf` (the [Full Model page]({lnf}) builds it), here for ids `{TINY_IDS}`:\n",
-        sections.array_md("X_f (lnf)", xf, row_label="position t"),
-        "Column 0 of \\(X_f\\) against column 0 of \\(\\partial\\ell/\\partial Z\\), one product per position: "
-        "\\(\\partial\\ell/\\partial W_h[0,0] = \\sum_t X_f[t,0]\\,\\partial\\ell/\\partial Z_{t,0}\\) = "
-        + " + ".join(f"{num(a)}·{num(d)}" for a, d in zip(xf[:, 0], dz[:, 0], strict=True))
-        + f" = **{num(dw00, bracket=False)}**, entry [0, 0] of the `g of head_w` table that the "
-          f"[AdamW page]({sections.page_link('softmax', 'optim')}) feeds to the optimizer.\n",
-    ])
+    grad = r"\(\partial\ell/\partial {}\)".format
+    checks = [[grad("Z"), "\\((P - e_y) / N\\)", "`steps['dlogits']`", *fmt(agreement(dz, back.steps["dlogits"][0]))],
+              [grad("X_f"), "\\(\\partial\\ell/\\partial Z\\, W_h^\\top\\) (the head's backward)", "`steps['dlnf']`",
+               *fmt(agreement(dxf, back.steps["dlnf"][0]))],
+              [grad("W_h"), "\\(X_f^\\top\\, \\partial\\ell/\\partial Z\\)", "`grads['head_w']`",
+               *fmt(agreement(xf.T @ dz, back.grads["head_w"]))]]
+    tables = {"onehot": sections.array_md("e_y (one-hot targets)", onehot, row_label="position t"),
+              "dlogits": sections.array_md("∂ℓ/∂Z = (P − e_y) / N", dz, row_label="position t"),
+              "replay": md_table(["Gradient", "Computed here as", "Replay's array", "Largest gap", "Result"], checks),
+              "lnf": sections.array_md("X_f (lnf)", xf, row_label="position t")}
+    values = {"n": n, "t": t, "y": y, "other": other, "p_y": p[t, y], "dz_y": dz[t, y], "p_other": p[t, other],
+              "dz_other": dz[t, other], "row_sum": float(np.abs(dz.sum(axis=-1)).max()),
+              "dw_terms": " + ".join(f"{num(a)}·{num(d)}" for a, d in zip(xf[:, 0], dz[:, 0], strict=True)),
+              "dw": xf[:, 0] @ dz[:, 0], "head_w": back.grads["head_w"][0, 0]}
+    return tables, values
 
 
 def fmt(gap_verdict):
@@ -237,19 +201,26 @@ def fmt(gap_verdict):
     return [f"{gap:.1e}", verdict]
 
 
-def example_md():
-    ex = tiny()
-    z = ex.trace["logits"][0]
-    p = softmax(z)
-    loss, _ = cross_entropy_forward(z, np.array(TINY_TARGETS))
-    return "\n".join([
-        illustrative(f"The tiny model's logits for ids `{TINY_IDS}`, with targets `{TINY_TARGETS}`."),
-        "### Forward\n",
-        forward_md(ex, z, p, loss),
-        "### Backward, with the real loss gradient\n",
-        backward_md(ex, z, p),
-    ])
+def row_png(ex, p, t):
+    """One row of the tiny example: its logits, its probabilities and its gradient (P − e_y)/N, target marked."""
+    z, y, n = ex.trace["logits"][0][t], TINY_TARGETS[t], len(TINY_TARGETS)
+    grad = (p[t] - np.eye(z.size)[y]) / n
+    colors = ["tab:orange" if j == y else "tab:blue" for j in range(z.size)]
+    fig, axes = new_figure(1, 3, figsize=(11, 3.2))
+    for ax, values, title in ((axes[0], z, "logits z_j"), (axes[1], p[t], "probabilities p_j = softmax(z)_j"),
+                              (axes[2], grad, "gradient ∂ℓ/∂z_j = (p_j − [j = y]) / N")):
+        ax.bar(range(z.size), values, color=colors)
+        ax.axhline(0, color="black", lw=0.6)
+        ax.set(title=title, xlabel="vocabulary entry j", xticks=range(z.size))
+    axes[0].set_ylabel("value")
+    from matplotlib.patches import Patch
 
+    axes[2].legend(handles=[Patch(color="tab:orange", label=f"the target y = {y}"),
+                            Patch(color="tab:blue", label="the other entries")], loc="lower left", fontsize="small")
+    return png(fig)
+
+
+# ---------------------------------------------------------------- the evidence
 
 def symbols_md():
     z = default_run().trace["logits"]
@@ -275,7 +246,8 @@ def symbols_md():
     return sections.symbols_md(rows, default_note())
 
 
-def gradcheck_md():
+def gradcheck():
+    """Softmax through the fake loss, then the cross-entropy itself, for the same random logits."""
     rng = np.random.default_rng(SEED)
     z = rng.standard_normal((2, 3, 5))
     r = rng.standard_normal(z.shape)
@@ -286,15 +258,32 @@ def gradcheck_md():
     analytic = cross_entropy_backward(1.0, cross_entropy_forward(z, targets)[1])
     xent_rows = sections.gradcheck_rows(lambda: cross_entropy_forward(z, targets)[0],
                                         [("cross-entropy: dlogits", analytic, z)], H_STEP)
-    return (f"Softmax, for random logits of shape {z.shape}, through the "
-            "[fake loss](../reference/notation.md#fake-loss) \\(f = \\sum \\mathcal{F} \\odot R\\) with "
-            f"\\(\\mathcal{{F}} = \\operatorname{{softmax}}(z)\\) and a random \\(R\\) (seed {SEED}):\n\n"
-            + sections.gradcheck_table(rows)
-            + "\nThe cross-entropy is a scalar already, so no fake loss is needed: for the same logits and random "
-              "targets, \\(\\ell = \\mathcal{L}\\) itself is differentiated.\n\n"
-            + sections.gradcheck_table(xent_rows, differentiated="the mean cross-entropy \\(\\mathcal{L}\\) itself"))
+    table = (sections.gradcheck_table(rows) + "\n"
+             + sections.gradcheck_table(xent_rows, differentiated="the mean cross-entropy \\(\\mathcal{L}\\) itself"))
+    return table, list(z.shape)
+
+
+def cost():
+    """The backward's work per row against the Jacobian's size, at the default configuration's n_V."""
+    n_v = default_run().cfg.vocab_size
+    return {"n_v": n_v, "product": 3 * n_v, "jacobian": n_v * n_v}
 
 
 def generate(context):
-    return {"symbols": symbols_md(), "example": example_md(), "gradcheck": gradcheck_md(),
-            "jacobian": jacobian_md(), "fused": fused_md()}
+    ex = tiny()
+    z = ex.trace["logits"][0]
+    p = softmax(z)
+    loss, _ = cross_entropy_forward(z, np.array(TINY_TARGETS))
+    forward_tables, forward_values = forward(z, p, loss, ex.cfg.vocab_size)
+    backward_tables, backward_values = backward(ex, p)
+    jacobian_tables, jacobian_values = jacobian()
+    fused_tables, fused_values = fused()
+    gradcheck_table, gradcheck_shape = gradcheck()
+    cfg = ex.cfg
+    values = {"ids": TINY_IDS, "targets": TINY_TARGETS, "seed": SEED,
+              "sizes": {"n_v": cfg.vocab_size, "t_max": cfg.context_len, "d": cfg.emb_dim, "h": cfg.num_heads,
+                        "l": cfg.num_layers, "f": cfg.ff_dim},
+              "forward": forward_values, "backward": backward_values, "jacobian": jacobian_values,
+              "fused": fused_values, "cost": cost(), "gradcheck_shape": gradcheck_shape}
+    return {"values": values, **forward_tables, **backward_tables, **jacobian_tables, **fused_tables,
+            "row.png": row_png(ex, p, backward_values["t"]), "symbols": symbols_md(), "gradcheck": gradcheck_table}

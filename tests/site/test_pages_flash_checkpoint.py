@@ -32,13 +32,41 @@ def test_the_pages_recurrence_ends_where_flash_core_forward_does_for_every_row()
         np.testing.assert_allclose(o, out[0, 0, t], rtol=1e-12)
 
 
-def test_the_example_shows_a_tile_that_rescales_and_refuses_a_row_that_never_does(monkeypatch):
-    text = flash_page.example_md()
-    omegas = [float(row.split(" | ")[4]) for row in text.splitlines() if re.match(r"\| \d+ to \d+ \|", row)]
-    assert omegas[0] == 0 and any(0 < w < 1 for w in omegas[1:])  # the first tile's is e^-inf
+def test_the_example_shows_a_tile_that_rescales_and_counts_none_where_no_tile_does(monkeypatch):
+    """The page says (under its picture and in the example) that the second of the three tiles raises the
+    maximum, so that omega < 1 there, and that the last one does not (omega = 1)."""
+    tables, values = flash_page.example()
+    omegas = [float(row.split(" | ")[4]) for row in tables["online"].splitlines()
+              if re.match(r"\| \d+ to \d+ \|", row)]
+    assert len(omegas) == 3 and omegas[0] == 0 and 0 < omegas[1] < 1 and omegas[2] == 1  # the first is e^-inf
+    assert values["raises"] == 1
     monkeypatch.setattr(flash_page, "EXAMPLE_TILE", flash_page.EXAMPLE_T)  # one tile: nothing to rescale
-    with pytest.raises(RuntimeError, match="no rescaling"):
-        flash_page.example_md()
+    assert flash_page.example()[1]["raises"] == 0
+
+
+def test_the_row_term_d_equals_the_sum_over_the_whole_row_and_the_figure_is_drawn():
+    table, values = flash_page.d_trick()
+    assert values["gap"] < 1e-14 and len(re.findall(r"(?m)^\| \d+ \|", table)) == flash_page.EXAMPLE_T
+    assert flash_page.tiles_png()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_tile_as_wide_as_the_window_makes_the_whole_square_and_a_narrower_one_does_not():
+    """The page's correction: no (T, T) array only while the tile is narrower than the window."""
+    shapes = flash_page.tile_shapes()
+    T = shapes["T"]
+    assert shapes["tile"] < T and shapes["scores"][-2:] == (T, shapes["tile"])
+    assert shapes["wide"] >= T and shapes["wide_scores"][-2:] == (T, T)
+    assert shapes["rows_bytes"] < shapes["att_bytes"]
+
+
+def test_the_flash_prose_binds_to_its_values(quick):
+    from site_scripts import prose
+    from site_scripts.common import ROOT
+
+    made = flash_page.generate({})
+    text = (ROOT / "docs" / "model" / "flash-attention.md").read_text()
+    assert prose.typed_numbers(text) == []
+    prose.bind(text, prose.plain(made["values"]), "flash_attention")
 
 
 def test_flash_equals_materialized_within_the_bar_and_a_planted_error_fails_it(monkeypatch):
@@ -55,12 +83,11 @@ def test_flash_equals_materialized_within_the_bar_and_a_planted_error_fails_it(m
 def test_the_figure_is_a_png_served_beside_the_page_and_the_memory_text_follows_the_bytes(quick):
     found, lengths = memory.measurements(), memory.lengths()
     assert flash_page.figure_png(found, lengths)[:8] == b"\x89PNG\r\n\x1a\n"
-    text = flash_page.memory_md()
-    quadratic, linear = (float(g) for g in re.findall(r"as \\\(T\^\{([\d.]+)\}\\\)", text))
-    assert quadratic > 1.4 and linear < 1.1  # the (T, T) weights against one tile
+    _, values = flash_page.memory_part()
+    assert values["growth_materialized"] > 1.4 and values["growth_flash"] < 1.1  # the (T, T) weights against one tile
     hi = lengths[-1]
-    ratio = found["materialized", hi].attention_peak / found["flash", hi].attention_peak
-    assert f"flash's is {ratio:.1f} times smaller" in text
+    assert values["hi"] == hi and values["lengths"] == list(lengths)
+    assert values["ratio"] == found["materialized", hi].attention_peak / found["flash", hi].attention_peak
     served = dict(build.figure_files())
     assert "model/flash_attention/memory.png" in served or not (build.fragments_dir() / "flash_attention").exists()
 
@@ -105,8 +132,12 @@ def test_the_training_paragraph_tabulates_the_measured_step_peaks(quick):
         assert f"| {T} | {cells} |" in text
 
 
-def test_the_speed_sentence_claims_only_what_the_times_show():
-    lengths = (64, 128)
-    assert flash_page.speed_text([1.3, 1.2], lengths).startswith("slower at every length")
-    assert flash_page.speed_text([0.9, 1.2], lengths) == "slower at \\(T\\) = 128, not at the other lengths"
-    assert flash_page.speed_text([0.9, 0.8], lengths).startswith("not slower at any length")
+def test_the_comparison_table_says_slower_and_smaller_only_where_the_measurements_do():
+    m = memory.tool.Measurement
+    fields = {f: 0 for f in m.__dataclass_fields__}
+    found = {("flash", 64): m(**{**fields, "seconds": 0.9, "step_peak": 5}),
+             ("materialized", 64): m(**{**fields, "seconds": 1.0, "step_peak": 4}),
+             ("flash", 128): m(**{**fields, "seconds": 1.3, "step_peak": 3}),
+             ("materialized", 128): m(**{**fields, "seconds": 1.0, "step_peak": 4})}
+    rows = flash_page.compare_rows(found, (64, 128))
+    assert [r[2] for r in rows] == ["not slower", "slower"] and [r[4] for r in rows] == ["not smaller", "smaller"]

@@ -49,19 +49,34 @@ def test_the_slow_route_breaks_down_where_the_fused_one_does_not():
 
 
 def test_the_softmax_example_recomputes_the_replays_dlogits_and_the_heads_gradient():
-    text = softmax.example_md()
-    assert "**FAIL**" not in text and text.count("| pass |") == 3
-    assert f"**{tiny_backward().grads['head_w'][0, 0]:.4f}**" in text
+    made = softmax.generate({})
+    assert "**FAIL**" not in made["replay"] and made["replay"].count("| pass |") == 3
+    assert made["values"]["backward"]["dw"] == pytest.approx(tiny_backward().grads["head_w"][0, 0], abs=1e-15)
 
 
 def test_the_linear_backward_example_matches_the_replay_and_a_mean_for_the_bias_sum_fails():
     layer = linear.ffn_layer()
-    text = linear.backward_md(layer)
-    assert "**FAIL**" not in text and text.count("| pass |") == 5
-    col = next(i for i in range(layer.dg.shape[1]) if np.all(layer.dg[:, i] != 0))
-    assert f"**{linear.num(layer.replay['dw'][0, col], bracket=False)}**" in text
+    verdicts = [row[-1] for row in linear.replay_rows(layer)]
+    assert verdicts == ["pass"] * 5
+    col = linear.backward_values(layer)[1]["col"]
+    assert linear.backward_values(layer)[1]["dw"] == linear.num(layer.replay["dw"][0, col], bracket=False)
     wrong = dataclasses.replace(layer, db=layer.dg.mean(axis=0))
-    assert linear.backward_md(wrong).count("**FAIL**") == 1
+    assert [row[-1] for row in linear.replay_rows(wrong)].count("**FAIL**") == 1
+
+
+def test_the_linear_pages_sentences_hold_for_its_numbers():
+    """The prose says: the bias is zero at initialisation, the tiny model uses ReLU, the listed columns get no
+    gradient because G <= 0 there at every position, and every largest |W| lies below its limit."""
+    layer = linear.ffn_layer()
+    _, forward = linear.forward_values(layer)
+    _, backward = linear.backward_values(layer)
+    assert forward["bias_max"] == 0 and forward["activation"] == "ReLU"
+    assert backward["closed"] and all((layer.g[:, i] <= 0).all() for i in backward["closed"])
+    assert not layer.replay["dw"][:, backward["closed"]].any() and not layer.replay["db"][backward["closed"]].any()
+    _, init = linear.xavier()
+    assert init["worst_max"] < 1
+    spread = linear.variance_factors()
+    assert spread["forward"] < 1 < spread["backward"]  # "the forward shrinks the spread ... the backward grows it"
 
 
 def test_relu_central_differences_agree_away_from_0_and_straddle_the_corner_near_it():

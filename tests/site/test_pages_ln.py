@@ -65,12 +65,38 @@ def test_the_repeated_id_check_passes_for_add_at_and_fails_for_fancy_index_assig
     assert not embeddings.repeated_check(TINY_IDS, dx, embeddings.fancy_index_backward).passed
 
 
-def test_the_order_claims_hold_and_the_page_refuses_numbers_that_contradict_them():
+def test_the_order_claims_hold_and_a_contradicting_measurement_is_named():
+    """The Embeddings page says what the order table shows (one layer without positions cannot tell the orders
+    apart, two can, a repeated token stays the same); these are its claims, held to the numbers."""
     ex = tiny()
     facts = embeddings.order_facts(ex.params, ex.cfg)
     assert facts.problems() == []
     # Planted: results as if the position table had not been zeroed.
     planted = dataclasses.replace(facts, without=facts.with_pos)
     assert planted.problems() == ["one layer without positions cannot tell the two orders apart"]
-    with pytest.raises(RuntimeError, match="no longer holds"):
-        embeddings.order_md(planted)
+
+
+def test_the_embeddings_pages_sentences_hold_for_its_numbers():
+    """The prose says: a repeated id gets the same token row and different rows of X^(0); the rows of the ids and
+    positions the window does not read are exactly 0 (and there are some); the planted fancy index is caught."""
+    made = embeddings.generate({})
+    values = made["values"]
+    picture, backward = values["picture"], values["backward"]
+    assert len(picture["where"]) >= 2 and picture["tok_gap"] == 0 and picture["x_gap"] > 0
+    assert backward["unused_ids"] and backward["unused_ids_max"] == 0
+    assert backward["unused_pos"] and backward["unused_pos_max"] == 0
+    assert values["repeated"]["planted"] == "caught" and values["repeated"]["verdict"] == "pass"
+    assert values["cost"]["refusal"] != "none"  # a window longer than T_max is refused
+    f = values["forward"]["follow"]
+    assert f["tok"] + f["pos"] == pytest.approx(f["x"], abs=1e-12)
+
+
+def test_the_embeddings_prose_binds_to_its_values():
+    """Every placeholder of docs/model/embeddings.md names a value the generator returns, and every value is shown."""
+    from site_scripts import prose
+    from site_scripts.common import ROOT
+
+    made = embeddings.generate({})
+    text = (ROOT / "docs" / "model" / "embeddings.md").read_text()
+    assert prose.typed_numbers(text) == []
+    prose.bind(text, prose.plain(made["values"]), "embeddings")

@@ -1,5 +1,6 @@
 """The claims of the LoRA and QLoRA pages, read as a test would: each check the pages show passes on the real
-code and fails when the code it judges is wrong, and each generated sentence follows the numbers behind it."""
+code and fails when the code it judges is wrong, and each sentence of docs/finetuning/lora.md and qlora.md that
+interprets a number holds for the number the generator returns."""
 
 import re
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 
 from site_scripts import registry, sections
-from site_scripts.pages import _lora_checks, _lora_cli, _qlora_memory, lora, qlora
+from site_scripts.pages import _lora_checks, _lora_cli, _lora_example, _qlora_memory, lora, qlora
 from tools.mutant_catalogue import MUTANTS
 
 FINE_TUNING_MUTANTS = [m for m in MUTANTS if m.subject[0] in ("transformer/lora.py", "transformer/finetune.py")]
@@ -34,30 +35,69 @@ def test_every_fine_tuning_mutant_is_in_a_function_a_page_lists(mutant):
     assert sections.function_page(*mutant.subject) in ("lora", "qlora"), mutant.subject
 
 
-# ---------------------------------------------------------------- LoRA: the example and the checks
+# ---------------------------------------------------------------- LoRA: the picture, the example and the checks
+
+def test_the_pictured_update_has_the_adapters_rank_and_training_lowered_the_loss():
+    png, values = lora.figure()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert values["rank"] == lora.FIGURE_LORA.rank < min(values["shape"])
+    assert values["sv_next"] < 1e-12 * values["sv_r"]  # "the next one ..., rounding"
+    assert values["loss1"] < values["loss0"]  # "the steps took the loss on that batch from ... to ..."
+
 
 def test_the_example_shows_step_zero_equal_to_the_base_and_only_b_moving_after_one_step():
-    text = lora.example_md()
-    assert "the same array (`np.array_equal`: True)" in text
-    zero, total = (int(n) for n in re.search(r"\((\d+) of the (\d+) `lora_a` gradients are all zeros\)", text).groups())
-    assert zero == total == 2 * lora.tiny().cfg.num_layers  # q and v of every block
-    assert "before it (`np.array_equal`: True)" in text
+    tables, values = _lora_example.tiny_example()
+    assert values["step0_equal"] and values["a_unchanged"] and not values["a_decayed"]
+    assert values["zero_a"] == values["lora_a"] == 2 * lora.tiny().cfg.num_layers  # q and v of every block
+    assert values["dxa_max"] == values["da_max"] == 0  # W_B = 0 at step 0: "zero in every entry"
+    assert values["moved_gap"] < 1e-6  # "every |W_B| is the learning rate"
+    assert values["y1_gap"] < 1e-12
+    assert {"x", "w", "a", "bm", "y0", "dy", "xa", "dbm", "bm1", "correction", "y1"} == set(tables)
+
+
+def test_the_layers_upstream_gradient_is_the_models_and_gives_the_adapters_gradient():
+    ex, lora_cfg = lora.tiny(), _lora_example.EXAMPLE_LORA
+    adapters = lora.init_adapters(lora.param_shapes(ex.cfg), lora_cfg, seed=lora.SEED)
+    bw = _lora_example.layer_backward(ex, adapters)
+    np.testing.assert_allclose(bw.dbm, lora_cfg.scale * bw.xa.T @ bw.dy, rtol=1e-12, atol=1e-15)
+    np.testing.assert_array_equal(bw.dbm, bw.grads["b0.wq.lora_b"])
+    assert not bw.dy[0].any() and bw.dy[1:].any()  # "Row 0 of ∂ℓ/∂Y is zero": position 0 attends to itself alone
+
+
+def test_a_gradient_of_w_b_the_arithmetic_does_not_give_is_refused():
+    ex, lora_cfg = lora.tiny(), _lora_example.EXAMPLE_LORA
+    bw = _lora_example.layer_backward(ex, lora.init_adapters(lora.param_shapes(ex.cfg), lora_cfg, seed=lora.SEED))
+    entry = _lora_example.db_entry(bw, 1, 1)
+    assert entry["value"] == pytest.approx(entry["returned"], abs=1e-15)
+    wrong = _lora_example.LayerBackward(bw.dy, bw.xa, bw.dxa, bw.da, 2 * bw.dbm, bw.grads)  # negative control
+    with pytest.raises(RuntimeError, match="by hand disagrees"):
+        _lora_example.db_entry(wrong, 1, 1)
+
+
+def test_the_update_shrinks_about_as_the_square_root_of_the_rank_and_alpha_over_root_r_holds_it():
+    """The wording of 'The scale and the rank': the first step's W_B entries are the learning rate, the update
+    with alpha / r shrinks by about sqrt(r_hi / r_lo), and alpha / sqrt(r) keeps it within a narrower band."""
+    _, values = _lora_example.ranks()
+    assert 0.99 < values["moved_lo"] <= values["moved_hi"] < 1.0 + 1e-9
+    assert 0.7 * values["sqrt"] < values["shrink"] < 1.3 * values["sqrt"]
+    assert values["stable_hi"] / values["stable_lo"] < values["shrink"] / 2
 
 
 def test_every_lora_check_passes_on_the_real_code():
-    text = _lora_checks.checks_md()
-    cells = result_cells(text)
-    assert "pass" in cells and "**FAIL**" not in text and text.rstrip().endswith("Every check above passed.")
-    assert text.count("| pass |") == 6 + 2 * 13  # six checks; both factors of the 13 weights
+    tables, values = _lora_checks.checks()
+    assert values["failed"] == 0 and "**FAIL**" not in tables["checks"] + tables["chain"]
+    assert values["total"] == 6 + 2 * 13  # six checks; both factors of the 13 weights
+    assert tables["checks"].count("| pass |") == 6 and tables["chain"].count("| pass |") == 2 * 13
+    assert values["moved"] > values["moved_at_least"]
 
 
 def test_a_merge_that_forgets_the_scale_fails_the_merge_check(monkeypatch):
     real = _lora_checks.merge
     monkeypatch.setattr(_lora_checks, "merge", lambda p, a, cfg: real(p, a, type(cfg)(cfg.rank, cfg.rank,
                                                                                      cfg.targets)))  # scale 1
-    text = _lora_checks.checks_md()
-    assert re.search(r"\| merged model's logits = the adapted model's \|.*\*\*FAIL\*\* \|", text)
-    assert "checks above failed" in text
+    tables, values = _lora_checks.checks()
+    assert re.search(r"\| merged model's logits = the adapted model's \|.*\*\*FAIL\*\* \|", tables["checks"])
+    assert values["failed"] >= 1
 
 
 def test_adapter_gradients_without_the_scale_fail_the_chain_rule(monkeypatch):
@@ -88,41 +128,45 @@ def test_the_step_zero_check_fails_when_b_starts_random(monkeypatch):
 
 
 def test_the_model_gradient_check_moves_every_adapter_of_every_target():
-    text = lora.model_gradcheck_md()
-    rows = [r for r in text.splitlines() if r.startswith("| `")]
+    table, values = lora.model_gradcheck()
+    rows = [r for r in table.splitlines() if r.startswith("| `")]
     names = {r.split("`")[1] for r in rows}
     expected = {f"{w}.lora_{f}" for w in lora.param_shapes(lora.tiny().cfg)
                 if w.rsplit(".", 1)[-1] in lora.TARGETS.values() for f in "ab"}
     assert names == expected and all(r.endswith("| pass |") for r in rows)
+    assert values["entries"] == sum(int(np.prod(s)) for s in lora.adapter_shapes(
+        lora.param_shapes(lora.tiny().cfg), lora.ALL_TARGETS).values())
 
 
 def test_the_adapter_counts_are_the_sizes_adapter_shapes_gives():
-    text = lora.targets_md()
+    tables, _ = lora.targets()
     cfg = lora.PRESETS["default"]
     n_a = sum(int(np.prod(s)) for s in lora.adapter_shapes(lora.param_shapes(cfg), lora.LoRAConfig()).values())
     assert f"| `default` | \\(d\\) = {cfg.emb_dim}, \\(L\\) = {cfg.num_layers}, \\(F\\) = {cfg.ff_dim} | q, v | " \
-           f"{n_a:,} | {lora.param_count(cfg):,} | {n_a / lora.param_count(cfg):.2%} |" in text
+           f"{n_a:,} | {lora.param_count(cfg):,} | {n_a / lora.param_count(cfg):.2%} |" in tables["fraction"]
 
 
 # ---------------------------------------------------------------- LoRA: the command line
 
-def test_the_command_line_section_runs_for_real_and_prints_no_temporary_path():
-    text = _lora_cli.cli_md()
-    assert "It exited with status 0." in text and "/tmp" not in text and "Hashing `base/checkpoint.npz` again " \
-        "gives the same digest" in text
-    arrays = re.findall(r"\| `(param|adam_m|adam_v)/([\w.]+)` \|", text)
+def test_the_command_line_section_runs_for_real_and_shows_no_temporary_path():
+    tables, values = _lora_cli.cli()
+    assert values["status"] == values["plain_status"] == values["adapted_status"] == 0
+    assert "/tmp" not in " ".join(map(str, [*tables.values(), *values.values()]))
+    assert values["meta"]["sha"] == values["meta"]["rehash"]  # "Hashing base/checkpoint.npz again gives" the same
+    arrays = re.findall(r"\| `(param|adam_m|adam_v)/([\w.]+)` \|", tables["adapter_file"])
     by_group = {g: {n for gg, n in arrays if gg == g} for g in ("param", "adam_m", "adam_v")}
     assert by_group["param"] == by_group["adam_m"] == by_group["adam_v"] == {
         f"b0.{w}.lora_{f}" for w in ("wq", "wv", "ff2_w") for f in "ab"}
-    refusals = [r for r in text.splitlines() if r.startswith("| ") and "python -m transformer" in r]
+    refusals = [r for r in tables["refusals"].splitlines() if r.startswith("| ") and "python -m transformer" in r]
     assert len(refusals) == len(_lora_cli.REFUSALS)
     assert all(" | 2 | `error: " in r for r in refusals)
-    assert "they differ at" in text
+    assert 0 < values["differ"] <= values["chars"]  # "they differ at N of M characters"
+    assert values["learn_from"] == 2  # "makes the first N positions of every window context only"
 
 
-def test_the_samples_sentence_says_when_the_adapter_changed_nothing():
-    assert _lora_cli.differ_text("to be", "to be").startswith("**they are the same**")
-    assert _lora_cli.differ_text("to be", "to bee") == "they differ at 1 of 6 characters"
+def test_the_samples_are_compared_character_by_character():
+    assert _lora_cli.differ("to be", "to be") == (0, 5)
+    assert _lora_cli.differ("to be", "to bee") == (1, 6)
 
 
 # ---------------------------------------------------------------- QLoRA
@@ -137,27 +181,39 @@ def small_configs(monkeypatch, tmp_path):
 
 
 def test_the_measured_bytes_equal_their_formula_and_a_wrong_payload_is_reported(small_configs, monkeypatch):
-    text = _qlora_memory.bytes_md()
-    assert "Every measured number equals its formula to the byte." in text
-    rows = [r for r in text.splitlines() if re.match(r"\| (default|A) \| ", r)]
-    assert len(rows) == 2 * len(_qlora_memory.METHODS) and all(r.endswith("| equal |") for r in rows)
-    qlora_total, full_total = (float(r.split(" | ")[5]) for r in rows[2::-2])
-    assert qlora_total < full_total / 5
+    tables, values, found = _qlora_memory.bytes_held()
+    assert values["equal"] == values["rows"] == 2 * len(_qlora_memory.METHODS)  # "In N of the N rows ... equal"
+    rows = [r for r in tables["bytes"].splitlines() if re.match(r"\| (default|A) \| ", r)]
+    assert len(rows) == values["rows"] and all(r.endswith("| equal |") for r in rows)
+    assert found["default", "QLoRA"].total < found["default", "full"].total / 5
+    assert all(found[n, "LoRA"].weights > found[n, "LoRA"].total / 2 for n in ("default", "A"))  # "most of what it holds"
+    assert _qlora_memory.bytes_png(found)[:8] == b"\x89PNG\r\n\x1a\n"
     monkeypatch.setattr(_qlora_memory, "payload_bytes", lambda n: 4 * n)  # negative control: a float32 base
-    assert "**The formula and the arrays disagree** at default QLoRA, A QLoRA." in _qlora_memory.bytes_md()
+    tables, values, _ = _qlora_memory.bytes_held()
+    assert values["equal"] == values["rows"] - 2
+    assert len(re.findall(r"\| (default|A) \| QLoRA \|.*\*\*differs\*\*", tables["bytes"])) == 2
 
 
 def test_the_step_table_has_every_method_and_lora_steps_hold_less_than_full(small_configs):
-    text = _qlora_memory.peak_md()
-    rows = {r.split(" | ")[1]: r.split(" | ") for r in text.splitlines() if r.startswith("| default |")}
+    table, values = _qlora_memory.steps()
+    rows = {r.split(" | ")[1]: r.split(" | ") for r in table.splitlines() if r.startswith("| default |")}
     assert set(rows) == set(_qlora_memory.METHODS)
     assert float(rows["LoRA"][2]) < float(rows["full"][2])  # no weight gradients, no dense AdamW update
+    assert values["timed"] == ["default"] and values["untimed"] == ["A"]
+
+
+def test_the_tiny_example_fits_one_block_and_costs_fewer_bytes_than_float32():
+    tables, values = qlora.example()
+    assert values["blocks"] == 1  # "so 1 block of 64 holds them all"
+    assert values["nbytes"] == values["packed"] + values["codes8"] + values["absmax2"] + 4 < values["float32"]
+    assert "| a dense layer holding \\(W_{\\mathrm{NF4}}\\) | 0 |" in tables["gaps"] or \
+        re.search(r"\| a dense layer holding .* \| \de-1[5-7] \|", tables["gaps"])  # "by rounding only"
 
 
 def test_every_qlora_check_passes_on_the_real_code():
-    text = qlora.checks_md()
-    assert "**FAIL**" not in text
-    assert sum(c == "pass" for c in result_cells(text)) == 5
+    table, _ = qlora.checks()
+    assert "**FAIL**" not in table
+    assert sum(c == "pass" for c in result_cells(table)) == 5
 
 
 def test_qlora_gradients_against_an_undecoded_base_fail(monkeypatch):

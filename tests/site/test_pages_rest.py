@@ -75,14 +75,28 @@ def test_lr_at_tests_the_floor_before_the_cosine_and_the_max_never_changes_a_val
 # ---------------------------------------------------------------- training
 
 def test_the_first_loss_is_recomputed_from_the_runs_own_start_and_splits_exactly():
-    text = training.run_md()
-    first = float(re.search(r"The first step's loss, (\S+), is above", text)[1])
-    gap = float(re.search(r"difference to `metrics.jsonl`: (\S+)\)", text)[1])
-    assert gap < 1e-12
     cfg, tc = training.run_config()
+    steps, _ = training.run_records(cfg, tc)
+    first = training.initial_loss(cfg, tc, steps[0]["loss"])
+    assert first["diff"] < 1e-12
     loss, spread, lead, _ = training.first_batch_loss_parts(cfg, tc)
-    assert spread >= 0 and loss == pytest.approx(first, abs=1e-4)
+    assert spread >= 0 and loss == pytest.approx(first["first"], abs=1e-12)
     assert np.log(cfg.vocab_size) + spread - lead == pytest.approx(loss, abs=1e-12)
+    # the page's words: the loss is above log n_V, the targets' logits stand above their rows' means, and the
+    # spread costs more than that lead gains
+    assert first["first"] > first["log_v"] and spread > lead > 0
+
+
+def test_the_training_pages_sentences_hold_for_its_numbers():
+    """The split's sizes, the last start and the validation windows' targets, as the page states them; and the
+    run's validation loss falls."""
+    _, corpus = training.example()
+    assert corpus["train"] + corpus["val"] == corpus["n_c"] and corpus["cut"] == int(corpus["n_c"] * corpus["fraction"])
+    assert corpus["last_start"] == corpus["train"] - corpus["window"] - 1
+    assert corpus["val_targets"] == corpus["val"] - 1  # every token of the split but the first
+    cfg, tc = training.run_config()
+    _, evals = training.run_records(cfg, tc)
+    assert evals[-1]["val_loss"] < evals[0]["val_loss"]
 
 
 def test_a_first_batch_from_another_start_does_not_reproduce_the_recorded_loss():
@@ -265,3 +279,38 @@ def test_why_ffn_power_iteration_gives_nan_where_the_gradient_overflows():
     p = {k: v * 1e150 for k, v in m.init(0, m.B).items()}
     with np.errstate(all="ignore"):
         assert np.isnan(m.top_hessian_eigenvalue(p, sequences[:4], labels[:4], m.B, iters=2))
+
+
+# ---------------------------------------------------------------- softmax and cross-entropy
+
+def test_the_softmax_pages_sentences_hold_for_its_numbers():
+    """What the Softmax page says of its numbers: the pictured row's target has its lowest logit; the largest
+    Jacobian entry is that of the probability closest to 1/2; the loss is above the rows' average, itself above
+    log n_V; the diagonal of the Jacobian is positive and the rest negative; some targets underflow to 0."""
+    from site_scripts.examples import TINY_TARGETS
+    from site_scripts.pages import softmax
+
+    values = softmax.generate({})["values"]
+    ex = softmax.tiny()
+    z = ex.trace["logits"][0]
+    t = values["backward"]["t"]
+    assert int(np.argmin(z[t])) == TINY_TARGETS[t] == values["backward"]["y"]
+    forward = values["forward"]
+    assert forward["loss"] > forward["over_mean"] > forward["log_nv"]
+    row = values["jacobian"]["row"]
+    p = softmax.softmax(z[row])
+    assert int(np.argmin(np.abs(p - 0.5))) == values["jacobian"]["top"]
+    jacobian = softmax.formula_jacobian(p)
+    assert np.all(np.diag(jacobian) > 0) and np.all(jacobian[~np.eye(p.size, dtype=bool)] < 0)
+    assert 0 < values["fused"]["zeros"] <= values["fused"]["n"]
+
+
+def test_the_softmax_prose_binds_to_its_values():
+    """Every placeholder of docs/model/softmax.md names a value the generator returns, and every value is shown."""
+    from site_scripts import prose
+    from site_scripts.pages import softmax
+
+    values = softmax.generate({})["values"]
+    text = (ROOT / "docs" / "model" / "softmax.md").read_text()
+    assert prose.typed_numbers(text) == []
+    prose.bind(text, prose.plain(values), "softmax")
