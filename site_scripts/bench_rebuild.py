@@ -51,7 +51,7 @@ from pathlib import Path
 
 from .common import ROOT
 
-BAR_NOTHING_CHANGED_S = 3.0  # issue 18
+BAR_NOTHING_CHANGED_S = 3.0  # a build with nothing changed must take at most this long
 EDIT_NAME = "bench_rebuild_edit"  # a new local name: assigning it changes nothing the function computes
 EDIT_LINE = f"{EDIT_NAME} = None  # inserted by site_scripts/bench_rebuild.py; changes no result"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from mkdocs.exceptions import PluginError
 
 try:  # mkdocs loads this file by path; the project root is on sys.path when mkdocs runs as `python -m mkdocs` from it
-    from site_scripts import (anatomy, build, equations, notebooks, print_edition, profile, prose, registry,
-                              render_cache, schedule, sections, site_state)
+    from site_scripts import (anatomy, build, equations, notebooks, print_edition, profile, prose, registry, schedule,
+                              sections, site_state)
 except ModuleNotFoundError as e:
     if e.name not in ("site_scripts", "tools"):
         raise
@@ -43,7 +43,6 @@ def on_config(config, **kwargs):
     if snippets.get("base_path") != [SNIPPETS]:
         raise PluginError(f"mkdocs.yml: pymdownx.snippets' base_path must be [{SNIPPETS}] (the hook adds the mode)")
     snippets["base_path"] = [str(build.fragments_dir().relative_to(build.ROOT))]  # this mode's fragments
-    render_cache.install(config)  # a page made before under the same key is not made again
     return config
 
 
@@ -131,7 +130,6 @@ def on_post_build(config, **kwargs):
     import logging
 
     log = logging.getLogger("mkdocs.hooks.site_scripts")
-    render_cache.prune()
     if "at" in PRE_BUILT:
         profile.record("pages converted to HTML by mkdocs", time.perf_counter() - PRE_BUILT.pop("at"))
     site = Path(config["site_dir"])

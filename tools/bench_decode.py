@@ -144,7 +144,7 @@ BARS = (  # (faster, slower, context, requests, at least)
 
 
 def bars(results):
-    """One line per bar of the issue that the run measured: the ratio, the bar and the verdict."""
+    """One line per target ratio that the run measured: the ratio, the target and the verdict."""
     lines = []
     for faster, slower, context, requests, least in BARS:
         ratio = speedup(results, faster, slower, context, requests)

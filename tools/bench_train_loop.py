@@ -7,7 +7,7 @@ gives the step's time (drawing the batch, loss and gradients, clip, AdamW). The 
 `torch_loop` below, in a process of its own: the run `train` would start (the same tokenizer, initial
 parameters and batch sampler, from `new_run`), in torch tensors, with torch.optim.AdamW and
 clip_grad_norm_, timed over the same span of each step. The workers alternate over the rounds, and the
-report gives each side's median step after the first WARMUP steps, and their ratio (issue 18's bar: at most
+report gives each side's median step after the first WARMUP steps, and their ratio (the target: at most
 0.8), and the first losses of both, which must agree (the same model, batch and initial parameters).
 
     python -m tools.bench_train_loop [--steps 300] [--rounds 3]
@@ -104,7 +104,7 @@ def report(runs):
     per_round = [statistics.median(a["times"][WARMUP:]) / statistics.median(b["times"][WARMUP:])
                  for a, b in zip(runs["numpy"], runs["torch"])]
     lines.append(f"  ratio numpy / torch: {median['numpy'] / median['torch']:.2f} "
-                 f"(rounds {min(per_round):.2f} to {max(per_round):.2f}); issue 18's bar: at most 0.8")
+                 f"(rounds {min(per_round):.2f} to {max(per_round):.2f}); target: at most 0.8")
     return lines
 
 

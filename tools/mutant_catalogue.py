@@ -106,9 +106,10 @@ MUTANTS = (
            (edit("transformer/activations.py:relu_backward", "dx = dy * np.sign(y)", "dx = dy * (y <= 0)"),)),
     Mutant("relu-gradient-one-at-zero",
            "ReLU's derivative at exactly x = 0 is taken as 1 instead of 0 (the cache keeps x to tell 0 from "
-           "negative).",
+           "negative); a NaN input still gives a NaN gradient.",
            (edit("transformer/activations.py:relu_forward", "cache = y", "cache = x"),
-            edit("transformer/activations.py:relu_backward", "dx = dy * np.sign(y)", "dx = dy * (y >= 0)")),
+            edit("transformer/activations.py:relu_backward", "dx = dy * np.sign(y)",
+                 "dx = dy * np.where(y == 0, 1.0, np.sign(np.maximum(y, 0)))")),
            uncatchable="ReLU has no derivative at 0, so either value is a convention. Central differences at "
                        "x = 0 give 1/2, which matches neither; and an input that is exactly 0.0 does not occur "
                        "in a model with random real-valued weights, so no gradient entry changes."),

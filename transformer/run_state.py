@@ -41,7 +41,7 @@ class Run:
     step : int
         Steps taken so far.
     elapsed_s : float
-        Wall time of the earlier sessions of this run, in seconds.
+        Wall time this run spent before its latest resume (in the processes that trained it earlier), in seconds.
     skipped : int
         Batches skipped so far because a step was not finite (on_nonfinite="skip").
     """
@@ -53,7 +53,7 @@ class Run:
     opt_state: dict
     rng: np.random.Generator  # draws the training batches
     step: int = 0
-    elapsed_s: float = 0.0  # wall time of earlier sessions of this run
+    elapsed_s: float = 0.0  # wall time before the latest resume
     skipped: int = 0  # batches skipped because their step was not finite
 
     def loss_and_grads(self, x, y):

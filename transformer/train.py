@@ -98,7 +98,7 @@ class Session:
     t_start: float = field(default_factory=time.perf_counter)  # the clock of this call starts when it is made
 
     def run_time(self) -> float:
-        """Wall time of the whole run: the earlier sessions' and this one's, in seconds."""
+        """Wall time of the whole run, before its latest resume and since, in seconds."""
         return self.run.elapsed_s + time.perf_counter() - self.t_start
 
     def step(self) -> dict:

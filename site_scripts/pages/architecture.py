@@ -27,12 +27,13 @@ def pages_md():
         own = f"`{generator.relative_to(build.ROOT).as_posix()}`" if generator else "—"
         rows.append([f"[{page.title}]({sections.page_link(PAGE, page.id)})", page.section or "—", source, own,
                      len(page.functions), crosscheck_text(page.crosscheck)])
-    return (sections.md_table(["Page", "Section", "Prose", "Own generator", "Functions explained",
-                               "Cross-check rows"], rows)
-            + f"\n{len(registry.PAGES)} pages, {sum(p.notebook for p in registry.PAGES)} of them notebooks. Without "
-              "a generator of their own: "
-              + ", ".join(p.title for p in registry.PAGES if not p.notebook and build.generator_path(p.id) is None)
-              + ".\n")
+    return sections.md_table(["Page", "Section", "Prose", "Own generator", "Functions explained",
+                              "Cross-check rows"], rows)
+
+
+def pages_values():
+    return {"pages": len(registry.PAGES), "notebooks": sum(p.notebook for p in registry.PAGES),
+            "prose_only": [p.title for p in registry.PAGES if not p.notebook and build.generator_path(p.id) is None]}
 
 
 def alone_md():
@@ -51,22 +52,22 @@ def used_on(units, most=12):
 
 
 def checked_md():
-    """The measurement behind every "Checked by": what the report holds, where its entries come from, and which
-    rule made which functions' outputs wrong."""
+    """The measurement behind every "Checked by": which rule made which functions' outputs wrong, and the
+    functions not measured, with the reason; and the report's counts and provenance as values."""
     report = checked.report()
     units = {u: e["value"] for u, e in report.entries.items() if u != TRACE}
     measured = [u for u, r in units.items() if r["measured"]]
     rows = [[f"`{name}`", what, used_on([u for u in measured if name in units[u]["rules"]])]
             for name, what in RULES.items()]
-    unmeasured = [f"`{u}`: {r['reason']}" for u, r in units.items() if not r["measured"]]
-    trace = report.entries[TRACE]["value"]
-    return (f"The report, `reports/checked-by.json`: {trace['tests']} unit tests traced; {len(measured)} of "
-            f"{len(units)} functions measured, {sum(bool(units[u]['failed']) for u in measured)} of them checked by "
-            f"at least one test. Its entries were computed {report.provenance()} (a `+` marks "
-            f"a working tree with changes on top of that commit); {len(report.computed)} of them by this build.\n\n"
-            + sections.md_table(["Rule", "What it does to the output", "Used on"], rows)
-            + ("\nNot measured: " + "; ".join(unmeasured) + ".\n" if unmeasured else ""))
+    unmeasured = sections.md_table(["Function", "Why it is not measured"],
+                                   [[f"`{u}`", r["reason"]] for u, r in units.items() if not r["measured"]])
+    values = {"traced_tests": report.entries[TRACE]["value"]["tests"], "measured": len(measured),
+              "functions": len(units), "checked": sum(bool(units[u]["failed"]) for u in measured),
+              "computed_at": report.provenance(), "computed_now": len(report.computed)}
+    return sections.md_table(["Rule", "What it does to the output", "Used on"], rows), unmeasured, values
 
 
 def generate(context):
-    return {"pages": pages_md(), "checked": checked_md(), "alone": alone_md()}
+    rules, unmeasured, checked_values = checked_md()
+    return {"pages": pages_md(), "rules": rules, "unmeasured": unmeasured, "alone": alone_md(),
+            "values": {**pages_values(), **checked_values}}

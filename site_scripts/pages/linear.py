@@ -193,7 +193,7 @@ def activation_checks():
     tables = {
         "relu_check": md_table(["\\(G\\)", "code: \\([G > 0]\\)",
                                 f"\\(({relu}(G+\\Delta) - {relu}(G-\\Delta)) / 2\\Delta\\)", "Verdict"], relu_rows()),
-        "gelu_check": md_table(["\\(G\\)", "\\(\\Phi(G)\\)", "\\(G\\,\\varphi(G)\\)", "\\(\\Phi + G\\,\\varphi\\)", "code",
+        "gelu_check": md_table(["\\(G\\)", "\\(\\Phi(G)\\)", "\\(G\\,\\Phi'(G)\\)", "\\(\\Phi + G\\,\\Phi'\\)", "code",
                                 "central difference", "|code − central|"], rows)}
     return tables, {"formula_gap": fgap, "formula": fverdict, "numeric_gap": ngap, "numeric": nverdict, "h": H_STEP,
                     "root": root, "low": low, "low_slope": low_slope, "grid_step": step, "minus_sqrt2": -math.sqrt(2)}
@@ -292,7 +292,7 @@ def symbols_md():
         (r"\partial\ell/\partial W", "dw", dw.shape, "every row's outer product, summed"),
         (r"\partial\ell/\partial b", "db", db.shape, "the column sums of \\(\\partial\\ell/\\partial Y\\)"),
         (r"\phi", "relu_forward, gelu_forward", g.shape),
-        (r"\Phi, \varphi", "phi_cdf, phi_pdf", g.shape),
+        (r"\Phi, \Phi'", "phi_cdf, phi_pdf", g.shape),
         (r"a", "limit", "see the initialisation table"),
         (r"\Delta", "h", f"{H_STEP:g}"),
     ]

@@ -283,14 +283,37 @@ def test_a_surviving_mutant_is_shown_as_a_gap_and_fails_the_tool(monkeypatch, ca
     records = records_of({survivor: missed, invisible: missed})
     assert records[0]["gap"] and not records[1]["gap"]
     assert survivor.name in page.gaps_md(records) and invisible.name not in page.gaps_md(records)
-    assert "(gap)" in page.matrix_md(records)
-    report = KeyedReport(ROOT / "absent.json")
-    for m in mutants.MUTANTS:
-        for c in mutants.CHECKS:
-            caught = m is not survivor and not m.uncatchable
-            report.entries[mutants.entry_name(m, c)] = {"key": "k", "commit": "abc", "value": {
-                "caught": caught, "detail": "", "seconds": 1.0}}
-    monkeypatch.setattr(mutants, "update", lambda *args, **kwargs: report)
+    assert f"[{survivor.name}](#m-{survivor.name}) | a gap |" in page.matrix_md(records)
+    monkeypatch.setattr(mutants, "update", lambda *args, **kwargs: whole_report(
+        lambda m: m is not survivor and not m.uncatchable))
     monkeypatch.setattr("sys.argv", ["mutants"])
     assert mutants.main() == 1
     assert f"survivors: {survivor.name}" in capsys.readouterr().out
+
+
+def whole_report(caught):
+    """A report of every mutant in which each check's verdict is caught(mutant)."""
+    report = KeyedReport(ROOT / "absent.json")
+    for m in [None, *mutants.MUTANTS]:
+        for c in mutants.CHECKS:
+            report.entries[mutants.entry_name(m, c)] = {"key": "k", "commit": "abc", "value": {
+                "caught": m is not None and caught(m), "detail": "", "seconds": 1.0}}
+    return report
+
+
+def test_a_caught_mutant_that_the_catalogue_calls_invisible_fails_the_tool(monkeypatch, capsys):
+    """Negative control: the catalogue's reason why no check can see a mutant is wrong once a check sees it."""
+    invisible = next(m for m in mutants.MUTANTS if m.uncatchable)
+    monkeypatch.setattr(mutants, "update", lambda *args, **kwargs: whole_report(lambda m: True))
+    monkeypatch.setattr("sys.argv", ["mutants"])
+    assert mutants.main() == 1
+    assert f"NO CHECK CAN SEE IT: {invisible.name}" in capsys.readouterr().out
+    monkeypatch.setattr(mutants, "update", lambda *args, **kwargs: whole_report(lambda m: not m.uncatchable))
+    assert mutants.main() == 0
+
+
+def test_no_mutant_the_report_keeps_as_invisible_was_caught():
+    """The page lists these under "What no check can see": the kept report must not contradict the list."""
+    report = KeyedReport(mutants.REPORT)
+    records = mutants.records(report, [m for m in mutants.MUTANTS if m.uncatchable])
+    assert records and all(not r["caught_by"] for r in records), [r["mutant"].name for r in records if r["caught_by"]]
