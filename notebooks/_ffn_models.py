@@ -80,7 +80,8 @@ def init(seed, parts, scale=1.0):
 
 
 def block_forward(a, p, parts, c):
-    """z = [a +] FFN(LN(a)); the caches go into c."""
+    """What the read-out sees: [a +] FFN(LN(a)) of the attention output a, each part present or not (then
+    the identity); the caches go into c."""
     u = a
     if parts.ln:
         u, c["ln"] = layer_norm_forward(u, p["ln_g"], p["ln_b"], LN_EPS)

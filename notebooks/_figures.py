@@ -2,11 +2,12 @@
 
 `show(fig)` renders a matplotlib figure with the Agg backend into PNG bytes
 without the metadata that would change between runs, and displays it;
-`table(header, rows)` displays a markdown table.
+`table(header, rows)` displays a markdown table whose cells show their text unchanged.
 """
 
 import io
 import os
+import re
 
 import matplotlib
 
@@ -39,10 +40,35 @@ def show(fig, dpi=110):
     display(Image(buffer.getvalue()), metadata={"alt": alt})
 
 
+# Inline code, inline math and a link's address: Markdown shows what is inside them as it is, so no escape there.
+_VERBATIM = re.compile(r"(`+).+?\1|\\\(.+?\\\)|\]\([^)]*\)")
+_MARKERS = re.compile(r"([*_|])")  # emphasis in pairs, and the border between two cells
+
+
+def cell_md(value):
+    """A table cell as Markdown that shows its text unchanged: `*`, `_` and `|` are backslash-escaped outside
+    code spans, inline math and link addresses, since two `*` in one cell would turn the text between them into
+    italics and a `|` would end the cell. A `|` inside math would end the cell too, and is refused."""
+    text, parts, at = str(value), [], 0
+    for match in _VERBATIM.finditer(text):
+        if match.group(0).startswith("\\(") and "|" in match.group(0):
+            raise ValueError(f"a table cell's math {match.group(0)!r} holds a |, which ends the cell: "
+                             "write \\lvert and \\rvert (or \\Vert) instead")
+        parts += [_MARKERS.sub(r"\\\1", text[at:match.start()]), match.group(0)]
+        at = match.end()
+    return "".join(parts) + _MARKERS.sub(r"\\\1", text[at:])
+
+
+def table_md(header, rows):
+    """A Markdown table of the header and the rows, each cell through `cell_md`."""
+    lines = ["| " + " | ".join(map(cell_md, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(cell_md, row)) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
 def table(header, rows):
-    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
-    display(Markdown("\n".join(lines) + "\n"))
+    """Display a Markdown table (`table_md`)."""
+    display(Markdown(table_md(header, rows)))
 
 
 def say(text):

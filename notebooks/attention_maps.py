@@ -1,11 +1,12 @@
 # %% [markdown]
-# # Attention patterns of the trained model
+# # Attention patterns of the trained model: a first-block head reads the previous character
 #
 # Every head of every block of the model trained on the
 # [Tiny Shakespeare page](shakespeare.md), looking at one real line of the
-# corpus. Row t of a map is where position t looks: its attention weights
-# over positions 0 .. t, which sum to 1. Everything above the diagonal is
-# exactly zero, because a position cannot see the future.
+# corpus. Row \(t\) of a map is where position \(t\) looks: its attention
+# weights \(\alpha^{(h)}_{tt'}\) over the key positions \(t' \le t\), which
+# sum to 1. Everything above the diagonal is exactly zero, because a position
+# cannot see the future.
 
 
 # %% tags=["hide-input"]
@@ -20,12 +21,13 @@ from transformer.data import load_corpus, train_val_split
 from transformer.model import forward
 
 RUN = Path("build/notebook-data") / ("quick" if QUICK else "full") / "shakespeare"
+HALF = 0.5  # a head "reads the previous character" when it puts more than this share of its weight there
 
 # %% [markdown]
 # The line is the first one of the validation split (text the model never
 # trained on) that is between 40 characters and the context length long.
 
-# %%
+# %% tags=["hide-input"]
 ckpt = load_checkpoint(RUN / "checkpoint.npz")
 cfg, tok = ckpt.cfg, ckpt.tokenizer
 text = load_corpus("data/tinyshakespeare/input.txt")
@@ -33,13 +35,21 @@ _, val_ids = train_val_split(tok.encode(text), cfg.context_len)
 val_text = tok.decode(val_ids)
 line = next(s for s in val_text.split("\n") if 40 <= len(s) <= cfg.context_len)
 ids = tok.encode(line)
+
+# %% [markdown]
+# The weights come from the model's own forward pass, which records every
+# block's attention weights in `trace` when it is given one:
+
+# %%
 trace = {}
 forward(ckpt.params, ids, cfg, trace)
 maps = np.stack([trace[f"b{layer}.attention"][0] for layer in range(cfg.num_layers)])  # (L, H, T, T)
-say(f"The line: `{line}` ({len(ids)} characters). Largest weight above the diagonal: "
-    f"{maps[..., np.triu_indices(len(ids), 1)[0], np.triu_indices(len(ids), 1)[1]].max():g}.")
 
-# %%
+# %% tags=["hide-input"]
+above = maps[..., np.triu_indices(len(ids), 1)[0], np.triu_indices(len(ids), 1)[1]]
+say(f"The line: `{line}` ({len(ids)} characters). Largest weight above the diagonal: {above.max():g}.")
+
+# %% tags=["hide-input"]
 ticks = list(range(0, len(ids), 6))
 labels = [f"{t} {line[t] if line[t] != ' ' else '␣'}" for t in ticks]
 panels = [(layer, head) for layer in range(cfg.num_layers) for head in range(cfg.num_heads)]
@@ -62,9 +72,10 @@ show(fig, dpi=80)
 # Three simple measures per head, averaged over the positions of the line
 # (from position 1 on, since position 0 can only look at itself): the weight
 # on the position itself, on the one just before it, and on the first
-# position of the window.
+# position of the window; and how evenly the head spreads its weight, the
+# entropy of a row divided by its largest possible value, \(\log(t+1)\).
 
-# %%
+# %% tags=["hide-input"]
 T = len(ids)
 rows, stats = [], {}
 for layer in range(cfg.num_layers):
@@ -77,9 +88,9 @@ for layer in range(cfg.num_layers):
         stats[(layer, head)] = (self_w, prev_w, first_w, entropy)
         rows.append([f"{layer}", f"{head}", f"{self_w:.2f}", f"{prev_w:.2f}", f"{first_w:.2f}", f"{entropy:.2f}"])
 table(["block", "head", "on itself", "on the previous character", "on position 0",
-       "spread (entropy / log(t+1): 0 one position, 1 uniform)"], rows)
+       r"spread (entropy / \(\log(t+1)\): 0 one position, 1 uniform)"], rows)
 
-# %%
+# %% tags=["hide-input"]
 def strongest(column):
     return max(stats, key=lambda k: stats[k][column])
 
@@ -95,3 +106,8 @@ readings.append(f"- Block {layer}, head {head} spreads its weight most evenly (s
 say("\n".join(readings) + "\n\nA head that looks at the character just before is the simplest way to use "
     "character pairs (in English, \"q\" is followed by \"u\"). These are averages over one line; the table is the "
     "measurement, and a head's role on other text may differ.")
+readers = [(layer, head) for (layer, head), s in stats.items() if layer == 0 and s[1] > HALF]
+say(f"The title, read against the table: {len(readers)} head{'s' * (len(readers) != 1)} of block 0 put more than "
+    f"{HALF:.0%} of {'their' if len(readers) != 1 else 'its'} weight on the previous character"
+    + (f" ({', '.join(f'head {h}' for _, h in readers)}), as the title says." if readers else
+       "; **this run does not bear out the title**."))

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Fine-tuning on one speaker
+# # Fine-tuning on one speaker: LoRA adapts to the speaker and forgets less than full fine-tuning
 #
 # The model trained on the [Tiny Shakespeare page](shakespeare.md) writes like the corpus as a whole. This
 # page trains it further on the lines of one character, in four ways, for the same number of steps on the
@@ -44,13 +44,13 @@ PROMPT_SEED, SAMPLE_CHARS, TEMPERATURE = 1, 240, 0.8
 # %% [markdown]
 # ## The speaker and the split
 #
-# The base model trained on the first 90% of the corpus only. A speaker whose lines lie in the last 10%
-# can be tested on speeches the base has never seen, so the speaker is chosen there: the one with the most
-# characters of speech in that part. Only their speeches in that part are used. Every fifth of them is held
-# out, whole, and the rest are the training text; the other characters' speeches in the same part are the
-# general held-out text.
+# The base model trained on the first part of the corpus only, its training split. A speaker whose lines
+# lie in the rest can be tested on speeches the base has never seen, so the speaker is chosen there: the one
+# with the most characters of speech in that part. Only their speeches in that part are used. Evenly spaced
+# speeches among them are held out, whole, and the rest are the training text; the other characters' speeches
+# in the same part are the general held-out text.
 
-# %%
+# %% tags=["hide-input"]
 text = load_corpus(CORPUS)
 cut = int(TRAIN_FRACTION * len(text))  # one character is one token: the base trained on text[:cut]
 unseen = [s for s in speeches(text) if s.start >= cut]
@@ -75,15 +75,16 @@ cfg, tok = ckpt.cfg, ckpt.tokenizer
 SEQ_LEN = cfg.context_len
 train_ids, held_ids, general_ids = (tok.encode(joined(g)) for g in (train_speeches, held_speeches, other_speeches))
 runner_up = sorted(spoken, key=spoken.get)[-2]
-say(f"The speaker: **{SPEAKER}**, with {spoken[SPEAKER]:,} characters in {len(theirs)} speeches after the base's "
-    f"training text (the next, {runner_up}, has {spoken[runner_up]:,}). Their {seen_before} speeches earlier in "
-    "the corpus, which the base trained on, are not used.")
+say(f"The base trained on the first {TRAIN_FRACTION:.0%} of the corpus. The speaker: **{SPEAKER}**, with "
+    f"{spoken[SPEAKER]:,} characters in {len(theirs)} speeches after the base's training text (the next, "
+    f"{runner_up}, has {spoken[runner_up]:,}). Their {seen_before} speeches earlier in the corpus, which the base "
+    "trained on, are not used.")
 table(["text", "speeches", "characters", "what it is for"], [
     [f"{SPEAKER}, training", len(train_speeches), f"{len(train_ids):,}", "every fine-tuning batch is drawn from it"],
     [f"{SPEAKER}, held out", len(held_speeches), f"{len(held_ids):,}",
      f"every {HOLD_OUT_EVERY}th of their speeches: the held-out loss"],
     ["everyone else, held out", len(other_speeches), f"{len(general_ids):,}",
-     "the other speakers' speeches in the same last 10%: does fine-tuning forget?"],
+     f"the other speakers' speeches in the same last {1 - TRAIN_FRACTION:.0%}: does fine-tuning forget?"],
 ])
 
 # %% [markdown]
@@ -98,19 +99,22 @@ table(["text", "speeches", "characters", "what it is for"], [
 # QLoRA uses the larger rank, so that it differs from "LoRA r=8" only in how the base is stored.
 
 # %%
-tc = TrainConfig(steps=STEPS, batch_size=32, lr=FINETUNE_DEFAULTS["lr"], min_lr=FINETUNE_DEFAULTS["min_lr"],
-                 warmup=2 if QUICK else FINETUNE_DEFAULTS["warmup"], eval_every=EVAL_EVERY, ckpt_every=STEPS,
-                 seed=0, dtype="float32")
 METHODS = {  # name: (LoRA settings, or None to train every parameter; how the frozen base is stored)
     "full fine-tuning": (None, "none"),
     "LoRA r=2": (LoRAConfig(rank=2, alpha=16, targets=TARGETS), "none"),
     "LoRA r=8": (LoRAConfig(rank=8, alpha=16, targets=TARGETS), "none"),
     "QLoRA r=8": (LoRAConfig(rank=8, alpha=16, targets=TARGETS), "nf4"),
 }
+
+# %% tags=["hide-input"]
+tc = TrainConfig(steps=STEPS, batch_size=32, lr=FINETUNE_DEFAULTS["lr"], min_lr=FINETUNE_DEFAULTS["min_lr"],
+                 warmup=2 if QUICK else FINETUNE_DEFAULTS["warmup"], eval_every=EVAL_EVERY, ckpt_every=STEPS,
+                 seed=0, dtype="float32")
 NF4_BLOCK = inspect.signature(quantize_base).parameters["block_size"].default  # what quantize="nf4" stores with
 table(["method", "what trains", "the frozen base"], [
     [name, "every parameter" if lora is None else
-     f"A and B of rank {lora.rank} on {', '.join(lora.targets)}; scale alpha / r = {lora.alpha:g} / {lora.rank}",
+     rf"\(W_A\) and \(W_B\) of rank \(n_r\) = {lora.rank} on {', '.join(f'`{t}`' for t in lora.targets)}; "
+     rf"scale \(s_{{\mathrm{{LoRA}}}} = \alpha_{{\mathrm{{LoRA}}}}/n_r\) = {lora.alpha:g} / {lora.rank}",
      "none" if lora is None else
      (f"linear weights in NF4 (blocks of {NF4_BLOCK}, scales double-quantized), the rest float32"
       if quantize == "nf4" else "float32")]
@@ -128,7 +132,7 @@ say(f"{tc.steps} steps of {tc.batch_size} windows of {SEQ_LEN} characters, AdamW
 # which computes what the adapted model computes with one matrix per layer instead of three, and so scores
 # the long held-out text faster. The cell after the curves checks that the two agree.
 
-# %%
+# %% tags=["hide-input"]
 def nbytes(arrays):
     return sum(a.nbytes for a in arrays.values())
 
@@ -186,7 +190,7 @@ say(f"The base model, not fine-tuned: {base_held:.4f} nats per character on {SPE
     f"{base_general:.4f} on everyone else's. The four runs, with their evaluations, took "
     f"{time.perf_counter() - started:.0f} s on the build machine.")
 
-# %%
+# %% tags=["hide-input"]
 fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
 for name, o in outcomes.items():
     left.plot(*zip(*o.held), ".-", label=name)
@@ -201,19 +205,21 @@ right.set_title("Everyone else's held-out speeches")
 fig.suptitle(f"Fine-tuning the Tiny Shakespeare model on {SPEAKER}")
 show(fig)
 
-# %%
+# %% tags=["hide-input"]
 adapted = {name: o for name, o in outcomes.items() if isinstance(o.run, FineTuneRun)}
-gaps = {name: abs(evaluate(o.run.model_params(), cfg, held_ids, SEQ_LEN) - o.held[-1][1]) for name, o in adapted.items()}
+gaps = {name: abs(evaluate(o.run.model_params(), cfg, held_ids, SEQ_LEN) - o.held[-1][1])
+        for name, o in adapted.items()}
 say(f"At step {STEPS}, the held-out loss of {SPEAKER} through each run's own forward (the frozen base with its "
     f"adapters beside it, as training computes it) differs from that of its merged model by at most "
     f"{max(gaps.values()):.1e} ({', '.join(f'{n}: {g:.1e}' for n, g in gaps.items())}), float32 rounding.")
 
-# %%
+# %% tags=["hide-input"]
 rows = []
 for name, o in outcomes.items():
     low_step, low = min(o.held, key=lambda p: p[1])
     rows.append([name, f"{o.held[0][1]:.4f}", f"{low:.4f} (step {low_step})", f"{o.held[-1][1]:.4f}",
-                 f"{o.held[-1][1] - base_held:+.4f}", f"{o.general[-1][1]:.4f}", f"{o.general[-1][1] - base_general:+.4f}"])
+                 f"{o.held[-1][1] - base_held:+.4f}", f"{o.general[-1][1]:.4f}",
+                 f"{o.general[-1][1] - base_general:+.4f}"])
 table(["method", f"{SPEAKER}, step 0", f"{SPEAKER}, lowest", f"{SPEAKER}, step {STEPS}", "change from the base",
        f"everyone else, step {STEPS}", "change from the base"], rows)
 final = {name: o.held[-1][1] for name, o in outcomes.items()}
@@ -229,6 +235,13 @@ if above:
     say("Ended above the base on the speaker's held-out speeches, after a lowest point earlier in the run: "
         + ", ".join(f"{n} (lowest {min(p[1] for p in outcomes[n].held):.4f} at step "
                     f"{min(outcomes[n].held, key=lambda p: p[1])[0]})" for n in above) + ".")
+adapts = all(final[n] < base_held for n in adapted)
+forgets_less = all(forgot[n] < forgot["full fine-tuning"] for n in adapted)
+say(f"The title, read against the table: the adapters ({', '.join(adapted)}) end "
+    + ("below" if adapts else "not all below") + f" the base on {SPEAKER}'s held-out speeches, and on everyone "
+    f"else's their loss changes by {min(forgot[n] for n in adapted):+.4f} to {max(forgot[n] for n in adapted):+.4f} "
+    f"against {forgot['full fine-tuning']:+.4f} for full fine-tuning. "
+    + ("The title holds for this run." if adapts and forgets_less else "**This run does not bear the title out.**"))
 
 # %% [markdown]
 # ## What each method holds, and what a step costs
@@ -240,7 +253,7 @@ if above:
 # clipping and the update) over fresh runs of the four methods taking their steps in turn, so that other work
 # on the build machine slows each method alike.
 
-# %%
+# %% tags=["hide-input"]
 def step_times(rounds):
     """Median seconds of one `train_step` of each method, the methods taking one step each in turn."""
     runs = {name: new_run(lora, quantize) for name, (lora, quantize) in METHODS.items()}
@@ -261,14 +274,14 @@ table(["method", "trained parameters", "frozen base (bytes)", "trained weights (
           o.frozen_bytes + o.trained_bytes + o.grad_bytes + o.adam_bytes)), f"{1000 * step_s[name]:.0f}"]
        for name, o in outcomes.items()])
 full, lora8, qlora8 = outcomes["full fine-tuning"], outcomes["LoRA r=8"], outcomes["QLoRA r=8"]
-say(f"LoRA r=8 trains {sum(p.size for p in lora8.run.params.values()) / sum(p.size for p in full.run.params.values()):.1%} "
-    f"of the parameters full fine-tuning trains; its gradients and moments take {lora8.grad_bytes + lora8.adam_bytes:,} "
-    f"bytes against {full.grad_bytes + full.adam_bytes:,}. QLoRA's frozen base takes {qlora8.frozen_bytes:,} bytes "
-    f"against LoRA's {lora8.frozen_bytes:,} ({qlora8.frozen_bytes / lora8.frozen_bytes:.1%}); the embeddings, "
-    f"biases and LayerNorms stay float32. A step of LoRA r=8 took "
-    f"{step_s['LoRA r=8'] / step_s['full fine-tuning']:.2f} times as long as one of full fine-tuning, and a step "
-    f"of QLoRA {step_s['QLoRA r=8'] / step_s['LoRA r=8']:.2f} times as long as one of LoRA r=8 (QLoRA decodes its "
-    f"NF4 weights, a block of rows at a time, in every forward and backward).")
+share = sum(p.size for p in lora8.run.params.values()) / sum(p.size for p in full.run.params.values())
+say(f"LoRA r=8 trains {share:.1%} of the parameters full fine-tuning trains; its gradients and moments take "
+    f"{lora8.grad_bytes + lora8.adam_bytes:,} bytes against {full.grad_bytes + full.adam_bytes:,}. QLoRA's frozen "
+    f"base takes {qlora8.frozen_bytes:,} bytes against LoRA's {lora8.frozen_bytes:,} "
+    f"({qlora8.frozen_bytes / lora8.frozen_bytes:.1%}); the embeddings, biases and LayerNorms stay float32. A step "
+    f"of LoRA r=8 took {step_s['LoRA r=8'] / step_s['full fine-tuning']:.2f} times as long as one of full "
+    f"fine-tuning, and a step of QLoRA {step_s['QLoRA r=8'] / step_s['LoRA r=8']:.2f} times as long as one of LoRA "
+    "r=8 (QLoRA decodes its NF4 weights, a block of rows at a time, in every forward and backward).")
 
 # %% [markdown]
 # ## Samples before and after
@@ -276,7 +289,7 @@ say(f"LoRA r=8 trains {sum(p.size for p in lora8.run.params.values()) / sum(p.si
 # The same prompt, temperature and sampler seed for every model: the base, then each fine-tuned one (LoRA's
 # adapters merged into its base, QLoRA's into the NF4-decoded one, as `sample --adapter` does).
 
-# %%
+# %% tags=["hide-input"]
 PROMPT = f"{SPEAKER}:\n"
 say(f"Prompt {PROMPT!r}, {SAMPLE_CHARS} characters at temperature {TEMPERATURE:g}, sampler seed {PROMPT_SEED}.")
 models = {"the base, not fine-tuned": ckpt.params, **{name: plain_params(o.run) for name, o in outcomes.items()}}

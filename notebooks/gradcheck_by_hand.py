@@ -1,9 +1,10 @@
 # %% [markdown]
-# # Gradient checking by hand
+# # Gradient checking by hand: the step must be small, but not too small
 #
 # A finite-difference check worked with numbers, on LayerNorm's backward, and
 # then the question every such check has to answer: how large should the step
-# be? Everything below is computed by `transformer/` as this page is built.
+# \(\Delta\) be? Everything below is computed by `transformer/` as this page is
+# built.
 
 # %% tags=["hide-input"]
 import numpy as np
@@ -16,48 +17,56 @@ from transformer.layernorm import layer_norm_backward, layer_norm_forward
 # %% [markdown]
 # ## One row, one entry, by hand
 #
-# Take one row of four numbers, a gain and a shift, and an upstream gradient
-# `dy`. The scalar we differentiate is f(x) = Σ y ⊙ dy, whose gradient with
-# respect to x is exactly what `layer_norm_backward` returns as `dx`.
+# Take one row \(x\) of four numbers, a gain \(\gamma\) and a shift \(\beta\)
+# (`g` and `b` below), and a fixed random array \(R\) of the output's shape.
+# The scalar we differentiate is the [fake loss](../reference/notation.md#fake-loss)
+# \(f = \sum \mathcal{F} \odot R\), with \(\mathcal{F}\) the LayerNorm's
+# output: its upstream gradient is exactly \(R\), so calling the backward with
+# `dy = R` returns its gradient with respect to \(x\) as `dx`. The central
+# difference moves the first entry of \(x\) by \(\pm\Delta\) (\(e_0\) is the
+# unit array of that entry):
 
 # %%
 rng = np.random.default_rng(0)
 x = rng.standard_normal((1, 4))
 g, b = 1 + 0.3 * rng.standard_normal(4), 0.3 * rng.standard_normal(4)
-dy = rng.standard_normal((1, 4))
-eps = 1e-5
+R = rng.standard_normal((1, 4))
+eps = 1e-5  # LayerNorm's guard against a constant row
 
 
 def f(x):
     y, _ = layer_norm_forward(x, g, b, eps)
-    return float(np.sum(y * dy))
+    return float(np.sum(y * R))
 
 
-dx, dg, db = layer_norm_backward(dy, layer_norm_forward(x, g, b, eps)[1])
-h = 1e-5
+dx, dg, db = layer_norm_backward(R, layer_norm_forward(x, g, b, eps)[1])
+step = 1e-5
 x_plus, x_minus = x.copy(), x.copy()
-x_plus[0, 0] += h
-x_minus[0, 0] -= h
-estimate = (f(x_plus) - f(x_minus)) / (2 * h)
+x_plus[0, 0] += step
+x_minus[0, 0] -= step
+estimate = (f(x_plus) - f(x_minus)) / (2 * step)
+
+# %% tags=["hide-input"]
 table(["quantity", "value"], [
-    ["x[0]", f"{x[0, 0]:.10f}"],
-    ["f(x + h e₀)", f"{f(x_plus):.12f}"],
-    ["f(x − h e₀)", f"{f(x_minus):.12f}"],
-    ["difference / 2h", f"{estimate:.10f}"],
-    ["dx[0] from layer_norm_backward", f"{dx[0, 0]:.10f}"],
+    [r"\(x_0\)", f"{x[0, 0]:.10f}"],
+    [r"\(f(x + \Delta e_0)\)", f"{f(x_plus):.12f}"],
+    [r"\(f(x - \Delta e_0)\)", f"{f(x_minus):.12f}"],
+    [r"the difference over \(2\Delta\)", f"{estimate:.10f}"],
+    ["`dx[0]` from `layer_norm_backward`", f"{dx[0, 0]:.10f}"],
     ["gap", f"{abs(estimate - dx[0, 0]):.2e}"],
 ])
+digits = int(np.floor(-np.log10(abs(estimate - dx[0, 0]) / abs(dx[0, 0]))))
+say(rf"With \(\Delta\) = {step:g} the two agree to {digits} significant digits.")
 
 # %% [markdown]
-# The two agree to about ten digits. `numerical_grad` does the same for every
-# entry of an array, and `relative_gap` turns the comparison into one number:
-# the largest gap divided by the largest entry.
+# `numerical_grad` does the same for every entry of an array, and
+# `relative_gap` turns the comparison into one number: the largest gap
+# divided by the largest entry.
 
-# %%
-checks = [("dx", dx, x), ("dg", dg, g), ("db", db, b)]
+# %% tags=["hide-input"]
 rows = []
-for label, analytic, wrt in checks:
-    numeric = numerical_grad(lambda: f(x), wrt, h)
+for label, analytic, wrt in [("dx", dx, x), ("dg", dg, g), ("db", db, b)]:
+    numeric = numerical_grad(lambda: f(x), wrt, step)
     rows.append([label, np.array2string(analytic.ravel(), precision=6), f"{relative_gap(analytic, numeric):.1e}"])
 table(["gradient", "backward formula", "relative gap to central differences"], rows)
 
@@ -65,17 +74,21 @@ table(["gradient", "backward formula", "relative gap to central differences"], r
 # ## Why the step matters
 #
 # Central differences err in two ways. The estimate itself is off by a term
-# proportional to h² (truncation), which favours small steps; but f(x + h) and
-# f(x − h) agree in more and more leading digits as h shrinks, and their
-# difference loses them to rounding, an error of about ε|f|/h. Near a corner
-# such as ReLU's at 0, any step larger than the distance to the corner puts
-# the two evaluations on different sides, and the estimate averages the two
-# slopes.
+# proportional to \(\Delta^2\) (truncation), which favours small steps; but
+# \(f(x + \Delta e_0)\) and \(f(x - \Delta e_0)\) agree in more and more
+# leading digits as \(\Delta\) shrinks, and their difference loses them to
+# rounding, an error of about \(\epsilon_{\mathrm{mach}} \lvert f\rvert/\Delta\)
+# with \(\epsilon_{\mathrm{mach}}\) the spacing of float64 numbers near 1.
+# Near a corner such as ReLU's at 0, any step larger than the distance to the
+# corner puts the two evaluations on different sides, and the estimate
+# averages the two slopes. Both are measured below, on the LayerNorm above and
+# on a ReLU whose first input lies just right of its corner.
 
-# %%
-steps = [1e-2, 1e-3, 1e-5, 1e-8]
+# %% tags=["hide-input"]
+STEPS = [1e-2, 1e-3, 1e-5, 1e-8]
 fine_steps = np.logspace(-12, -1, 45)
-z = np.array([[3e-4, -0.8, 1.1, 0.6]])  # entry 0 lies 3e-4 right of ReLU's corner
+CORNER = 3e-4  # how far right of ReLU's corner its first input lies
+z = np.array([[CORNER, -0.8, 1.1, 0.6]])
 dz = np.array([[1.0, 0.5, -0.7, 0.2]])
 
 
@@ -86,27 +99,33 @@ def relu_f():
 relu_dx = relu_backward(dz, relu_forward(z)[1])
 
 
-def gaps(step):
-    smooth = relative_gap(dx, numerical_grad(lambda: f(x), x, step))
-    corner = relative_gap(relu_dx, numerical_grad(relu_f, z, step))
+def gaps(s):
+    smooth = relative_gap(dx, numerical_grad(lambda: f(x), x, s))
+    corner = relative_gap(relu_dx, numerical_grad(relu_f, z, s))
     return smooth, corner
 
 
-table(["step h", "LayerNorm dx (smooth)", "ReLU dx, 3e-4 from the corner"],
-      [[f"{s:g}", *(f"{v:.1e}" for v in gaps(s))] for s in steps])
+table([r"step \(\Delta\)", "LayerNorm dx (smooth)", f"ReLU dx, {CORNER:g} from the corner"],
+      [[f"{s:g}", *(f"{v:.1e}" for v in gaps(s))] for s in STEPS])
 curve = np.array([gaps(s) for s in fine_steps])
-best = fine_steps[np.argmin(curve[:, 0])]
-say(f"For the smooth function the gap is smallest near h = {best:.0e}; below that, rounding takes over. "
-    "Once the step is smaller than the distance to the corner, the ReLU curve lies below the smooth one: ReLU is "
-    "linear on each side of its corner, so central differences there have no truncation error at all, only "
-    "rounding.")
+best_at = int(np.argmin(curve[:, 0]))
+best = fine_steps[best_at]
+between = (fine_steps > best) & (fine_steps < CORNER)  # truncation rules the smooth gap; ReLU is linear there
+lower = int((curve[between, 1] < curve[between, 0]).sum())
+say(rf"For the smooth function the gap is smallest near \(\Delta\) = {best:.0e}, "
+    + ("inside the range of steps tried: larger steps lose to truncation, smaller ones to rounding, as the "
+       "title says. " if 0 < best_at < len(fine_steps) - 1 else
+       "at an end of the range of steps tried, so this run does not show the title's balance. ")
+    + f"Between that step and the distance to the corner ({CORNER:g}), the ReLU gap is below the smooth one at "
+    f"**{lower} of {between.sum()}** steps: ReLU is linear on each side of its corner, so there central "
+    "differences have no truncation error, only rounding.")
 
-# %%
+# %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(7, 4.2))
 ax.loglog(fine_steps, np.maximum(curve[:, 0], 1e-17), label="LayerNorm dx (smooth)")
-ax.loglog(fine_steps, np.maximum(curve[:, 1], 1e-17), label="ReLU dx, input 3e-4 from the corner")
-ax.axvline(3e-4, color="grey", linestyle=":", label="distance to the corner (3e-4)")
-ax.set_xlabel("step h (units of the input)")
+ax.loglog(fine_steps, np.maximum(curve[:, 1], 1e-17), label=f"ReLU dx, input {CORNER:g} from the corner")
+ax.axvline(CORNER, color="grey", linestyle=":", label=f"distance to the corner ({CORNER:g})")
+ax.set_xlabel("step Δ (units of the input)")
 ax.set_ylabel("relative gap (dimensionless)")
 ax.set_title("Central differences against the backward formula")
 ax.legend()

@@ -1,7 +1,7 @@
 # %% [markdown]
-# # Training on Tiny Shakespeare
+# # Training on Tiny Shakespeare: from random characters to the layout of a play
 #
-# The reference model, trained from scratch on the Tiny Shakespeare corpus
+# The model this site explains, trained from scratch on the Tiny Shakespeare corpus
 # (plays, one character per token) while this page was built, at the
 # project's config A. Everything runs in NumPy on the build machine's CPU.
 
@@ -9,6 +9,7 @@
 import contextlib
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,7 @@ PROMPT, TEMPERATURE, SAMPLE_SEED, SAMPLE_CHARS = "ROMEO:\n", 0.8, 1, 300
 # validation loss is the mean over *every* position of the held-out last part
 # of the corpus, not a sample.
 
-# %%
+# %% tags=["hide-input"]
 cfg = PRESETS["A"]
 tc = TrainConfig(steps=STEPS, batch_size=32, lr=3e-3, min_lr=3e-4, warmup=200 if not QUICK else 10,
                  eval_every=250 if not QUICK else 20, ckpt_every=STEPS, seed=0, dtype="float32")
@@ -56,7 +57,8 @@ records = [json.loads(line) for line in (RUN / "metrics.jsonl").read_text().spli
 steps = [r for r in records if "loss" in r]
 evals = [r for r in records if "val_loss" in r]
 ckpt = load_checkpoint(RUN / "checkpoint.npz")
-say(f"{summary['step']} steps of a {param_count(ckpt.cfg):,}-parameter model (n_V = {ckpt.cfg.vocab_size} characters) "
+say(f"{summary['step']} steps of a {param_count(ckpt.cfg):,}-parameter model (\\(n_V\\) = {ckpt.cfg.vocab_size} "
+    f"characters) "
     f"took {steps[-1]['time_s']:.0f} s, at a median {np.median([r['tokens_per_s'] for r in steps]):,.0f} "
     f"training tokens per second. Final validation loss over the whole validation split: "
     f"**{evals[-1]['val_loss']:.4f}** (nats per character).")
@@ -65,15 +67,16 @@ say(f"{summary['step']} steps of a {param_count(ckpt.cfg):,}-parameter model (n_
 # %% [markdown]
 # ## The first step's loss
 #
-# A uniform guess over the vocabulary scores log n_V. The first step's loss is
-# recomputed below from what `train` starts with (the same parameters and the
-# same first batch) and split exactly into log n_V + spread − lead: the spread,
-# the mean over positions of log((1/n_V) Σ_j exp(z_j − z̄)) with z̄ a row's
-# mean logit, is never negative and is zero only when a row's logits are all
-# equal; the lead, the mean of z_y − z̄, is how far the target's logit stands
-# above its row's mean.
+# A uniform guess over the vocabulary scores \(\log n_V\). The first step's
+# loss is recomputed below from what `train` starts with (the same parameters
+# and the same first batch) and split exactly into \(\log n_V\) + spread −
+# lead. With \(z\) a row of logits and \(\bar{z}\) its mean, the spread is the
+# mean over positions of
+# \(\log\big(\tfrac{1}{n_V}\sum_j e^{z_j - \bar{z}}\big)\), never negative
+# and zero only when a row's logits are all equal; the lead, the mean of
+# \(z_y - \bar{z}\), is how far the target's logit stands above its row's mean.
 
-# %%
+# %% tags=["hide-input"]
 def first_loss_parts():
     text = load_corpus(CORPUS)
     run = new_run(text, cfg, tc)
@@ -89,13 +92,14 @@ def first_loss_parts():
 recomputed, spread, lead, sigma = first_loss_parts()
 log_v = np.log(ckpt.cfg.vocab_size)
 say(f"The first step's training loss, {steps[0]['loss']:.4f}, is "
-    f"{'above' if steps[0]['loss'] > log_v else 'below'} log n_V = {log_v:.4f} (n_V = {ckpt.cfg.vocab_size}). "
+    f"{'above' if steps[0]['loss'] > log_v else 'below'} \\(\\log n_V\\) = {log_v:.4f} "
+    f"(\\(n_V\\) = {ckpt.cfg.vocab_size}). "
     f"Recomputed: {recomputed:.4f} (the run computes in {tc.dtype}, this in float64 from its logits). The spread "
-    f"is {spread:.4f} and the lead {lead:.4f}, so the loss is {spread - lead:+.4f} from log n_V: the untrained "
+    f"is {spread:.4f} and the lead {lead:.4f}, so the loss is {spread - lead:+.4f} from \\(\\log n_V\\): the untrained "
     f"logits vary with a standard deviation of {sigma:.3f} within a row (the spread is close to half their "
     f"variance, {sigma ** 2 / 2:.4f}), and nothing has yet trained them to put the target above the rest.")
 
-# %%
+# %% tags=["hide-input"]
 def running_mean(values, width=50):
     width = min(width, len(values))
     return np.convolve(values, np.ones(width) / width, mode="valid"), width
@@ -119,7 +123,7 @@ by_time.legend()
 fig.suptitle("Config A on Tiny Shakespeare")
 show(fig)
 
-# %%
+# %% tags=["hide-input"]
 table(["step", "wall time (s)", "validation loss"],
       [[r["step"], f"{step_time.get(r['step'], r['time_s']):.0f}", f"{r['val_loss']:.4f}"] for r in evals])
 
@@ -129,16 +133,25 @@ table(["step", "wall time (s)", "validation loss"],
 # The same prompt, temperature and sampler seed, first from the parameters as
 # initialised (before any step), then from the trained ones.
 
-# %%
+# %% tags=["hide-input"]
+SPEAKER_LINE = re.compile(r"^[A-Z][A-Z ]*[A-Z]:$", flags=re.M)  # how the corpus opens a speech: "KING HENRY VI:"
 tok = ckpt.tokenizer
 untrained = init_params(ckpt.cfg, seed=tc.seed, dtype=np.float32)
 say(f"Prompt {PROMPT!r}, {SAMPLE_CHARS} characters at temperature {TEMPERATURE:g}, sampler seed {SAMPLE_SEED}; "
     f"the untrained parameters are `init_params` with seed {tc.seed}.")
-for label, params in [("before training", untrained), ("after training", ckpt.params)]:
-    ids = generate(params, ckpt.cfg, tok.encode(PROMPT), SAMPLE_CHARS, temperature=TEMPERATURE, seed=SAMPLE_SEED)
-    lines = (PROMPT + tok.decode(ids)).split("\n")
+samples = {label: tok.decode(generate(params, ckpt.cfg, tok.encode(PROMPT), SAMPLE_CHARS, temperature=TEMPERATURE,
+                                      seed=SAMPLE_SEED))
+           for label, params in [("before training", untrained), ("after training", ckpt.params)]}
+for label, sample in samples.items():
+    lines = (PROMPT + sample).split("\n")
     wrapped = "\n".join(line[i:i + 80] for line in lines for i in range(0, max(len(line), 1), 80))
     print(f"--- {label} (lines longer than 80 characters wrapped) ---\n{wrapped}\n")
+speakers = {label: len(SPEAKER_LINE.findall(sample)) for label, sample in samples.items()}
+say(f"Lines that open a speech as the corpus does (a name in capitals and a colon), after the prompt: "
+    f"**{speakers['before training']}** before training, **{speakers['after training']}** after. "
+    + ("The trained model lays its text out as a play, which the untrained one does not."
+       if speakers["after training"] > 0 and speakers["before training"] == 0 else
+       "**This run does not bear out the title**: the trained sample opens no more speeches than the untrained one."))
 
 # %% [markdown]
 # ## Against a figure a reader may know
@@ -148,7 +161,7 @@ for label, params in [("before training", untrained), ("after training", ckpt.pa
 # budgets, machines and the way the loss is estimated differ, so read it as a
 # landmark, not a race.
 
-# %%
+# %% tags=["hide-input"]
 NANOGPT = "https://github.com/karpathy/nanoGPT#quick-start"
 table(["model", "loss", "source"], [
     [f"this page: config A, NumPy, {summary['step']} steps in {steps[-1]['time_s']:.0f} s",
@@ -157,7 +170,7 @@ table(["model", "loss", "source"], [
      "64, batch 12, 2000 iterations, \"about ~3 minutes\")", "1.88, quoted (the README does not say whether "
      "training or validation loss; its estimate uses 20 batches)", f"[nanoGPT README, quick start]({NANOGPT}); "
      "quoted, not rerun"],
-    ["a uniform guess over the vocabulary, log n_V", f"{np.log(ckpt.cfg.vocab_size):.2f}", "computed"],
+    [r"a uniform guess over the vocabulary, \(\log n_V\)", f"{np.log(ckpt.cfg.vocab_size):.2f}", "computed"],
 ])
 corpus_chars = len(load_corpus(CORPUS))
 seen = summary["step"] * tc.batch_size * cfg.context_len

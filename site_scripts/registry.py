@@ -183,7 +183,7 @@ PAGES = (
     Page("shakespeare", "experiments/shakespeare.md", "Training on Tiny Shakespeare", "Experiments", notebook=True,
          alone="it times its training (tokens per second)"),
     Page("attention_maps", "experiments/attention_maps.md", "Attention patterns", "Experiments", notebook=True),
-    Page("why_ffn", "experiments/why_ffn.md", "Why a block needs its FFN", "Experiments", notebook=True),
+    Page("why_ffn", "experiments/why_ffn.md", "What attention needs after it", "Experiments", notebook=True),
     Page("lr_sweep", "experiments/lr_sweep.md", "Learning-rate sweep", "Experiments", notebook=True),
     Page("gradcheck_by_hand", "experiments/gradcheck_by_hand.md", "Gradient checking by hand", "Experiments",
          notebook=True),

@@ -116,6 +116,30 @@ def test_figures_without_axis_labels_or_legend_are_refused():
     plt.close(fig)
 
 
+def rendered_cells(table_text):
+    """The text a reader sees in each body cell of a Markdown table, rendered as the site renders it."""
+    import html
+    import markdown
+
+    page = markdown.markdown(table_text, extensions=["tables", "pymdownx.arithmatex"],
+                             extension_configs={"pymdownx.arithmatex": {"generic": True}})
+    return [html.unescape(re.sub(r"<[^>]+>", "", cell)) for cell in re.findall(r"<td>(.*?)</td>", page)]
+
+
+def test_a_table_cell_shows_its_text_unchanged_where_markdown_would_read_emphasis_or_a_border():
+    """Negative control: the same cells joined as they are lose a pair of `*` and of `_` to italics and gain a
+    cell at the `|`. Code spans, math and link addresses pass through as written."""
+    from notebooks._figures import table_md
+
+    cells = ["0021*, 0120*, 1111*", "_held_ out, snake_case_name", "p | q"]
+    assert rendered_cells(table_md(["a", "b", "c"], [cells])) == cells
+    assert rendered_cells("| a | b | c |\n|---|---|---|\n| " + " | ".join(cells) + " |\n") != cells
+    verbatim = ["`a|b_c*`", r"\(W_A + W_B\)", "[the notes](https://example.org/a_b*c)"]
+    assert table_md(["a", "b", "c"], [verbatim]).splitlines()[2] == "| " + " | ".join(verbatim) + " |"
+    with pytest.raises(ValueError, match="lvert"):
+        table_md(["a"], [[r"\(|x|\)"]])
+
+
 def test_the_quick_mode_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv(notebooks.QUICK_ENV, "1")
     assert notebooks.mode() == "quick"
@@ -181,7 +205,7 @@ def test_the_finetune_page_sizes_are_those_of_the_arrays_of_each_method(finetune
     cfg = load_checkpoint(notebooks.ROOT / "build/notebook-data/quick/shakespeare/checkpoint.npz").cfg
     sizes = {name: int(np.prod(s)) for name, s in param_shapes(cfg).items()}
     settings = markdown_table(finetune_page, "| method | what trains |")
-    targets = tuple(re.search(r" on ([\w, ]+); scale", settings["LoRA r=8"][0]).group(1).split(", "))
+    targets = tuple(re.search(r" on ([\w`, ]+); scale", settings["LoRA r=8"][0]).group(1).replace("`", "").split(", "))
     adapters = {r: sum(int(np.prod(s)) for s in adapter_shapes(param_shapes(cfg), LoRAConfig(r, 16, targets)).values())
                 for r in (2, 8)}
     dense = 4 * sum(sizes.values())
@@ -240,9 +264,9 @@ def test_the_why_ffn_sweep_tables_agree_and_the_summary_follows_from_the_counts(
                                      r"at the best rate \| of (\d+) \|", why_ffn_page).groups())
     tallies = markdown_table(why_ffn_page, "| model | rate 0.25 | rate 0.5 | rate 1 | rate 2 | all rates |")
     for name, cells in tallies.items():
-        f, s, d = map(int, re.match(r"(\d+) F · (\d+) S · (\d+) D", cells[-1]).groups())
+        f, s, d = map(int, re.match(r"(\d+) fit · (\d+) stall · (\d+) diverge", cells[-1]).groups())
         assert f + s + d == runs and f == fits[name], name
-        per_rate = [int(re.match(r"(\d+) F", c).group(1)) for c in cells[:-1]]
+        per_rate = [int(re.match(r"(\d+) fit", c).group(1)) for c in cells[:-1]]
         assert sum(per_rate) == f and max(per_rate) == best_rate[name]
     for criterion, count, least in (("In at least one run", fits, 1),
                                     ("Reliably (half the seeds at the best rate)", best_rate, seeds / 2)):
@@ -255,7 +279,7 @@ def test_the_why_ffn_sweep_tables_agree_and_the_summary_follows_from_the_counts(
 
 
 def test_the_why_ffn_readout_of_a_is_the_census_of_a_and_the_best_is_the_largest_shown(why_ffn_page):
-    readouts = markdown_table(why_ffn_page, "| linear read-out of A's h | right of 81 |")
+    readouts = markdown_table(why_ffn_page, "| linear read-out of A's pooled vectors | right of 81 |")
     counts = {name: int(cells[0]) for name, cells in readouts.items()}
     census = markdown_table(why_ffn_page, "| model | final training loss | right, training |")
     assert f"{counts[next(n for n in counts if n.startswith('A'))]} of 81" == census["A (none)"][3]
@@ -268,7 +292,8 @@ def test_the_why_ffn_readout_of_a_is_the_census_of_a_and_the_best_is_the_largest
 
 def test_the_why_ffn_split_sentence_counts_the_misses_of_its_table(why_ffn_page):
     rows = markdown_table(why_ffn_page, "| split seed | outcome | right, all |")
-    shown = [s for cells in rows.values() if cells[2] not in ("—", "none") for s in cells[2].split(", ")]
+    shown = [s.replace("`", "").replace("\\", "") for cells in rows.values() if cells[2] not in ("—", "none")
+             for s in cells[2].split(", ")]  # each sequence a code span, the held-out mark an escaped *
     total, held = map(int, re.search(r"model B misses (\d+) sequences in all; \*\*(\d+) of them\*\*",
                                      why_ffn_page).groups())
     assert (total, held) == (len(shown), sum(s.endswith("*") for s in shown))
