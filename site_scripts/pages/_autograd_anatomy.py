@@ -21,7 +21,7 @@ from transformer.softmax import cross_entropy_backward, cross_entropy_forward
 
 from .. import registry, sections
 from ..common import md_table, verdict_text
-from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, collapsed, illustrative, sizes, tiny
+from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, collapsed, sizes, tiny
 from ..results import crosscheck_report, devices_md
 
 PAGE = "autograd"
@@ -106,7 +106,7 @@ def symbols_md():
     note = (f"the default config ({sizes(cfg)}) with a batch of \\(B\\) = {SYMBOL_BATCH[0]} windows of \\(T\\) = "
             f"{SYMBOL_BATCH[1]} tokens, its graph built by `autograd_model.forward` and `cross_entropy` and kept "
             "after `backward(free_graph=False, keep_grads=True)`")
-    return sections.symbols_md(rows, note) + "\n" + shapes_md(t, names)
+    return sections.symbols_md(rows, note) + "\n" + shapes_md(t, names), {"constants": len(t.constants())}
 
 
 def shapes_md(t, names):
@@ -118,10 +118,7 @@ def shapes_md(t, names):
     rows = [[f"`{op}`", sum(shapes.values()),
              ", ".join(f"{symbolic(s, names)} = `{s}`" + (f" × {k}" if k > 1 else "") for s, k in shapes.items())]
             for op, shapes in sorted(by_op.items(), key=lambda item: -sum(item[1].values()))]
-    return ("The graph's operation nodes, recorded from the same run (leaves are the parameters, shaped as on the "
-            "[full model](../model/full-model.md) page; constants, such as the causal mask and the one-hot "
-            f"targets, are not nodes: {len(t.constants())} of them):\n\n"
-            + md_table(["Operation", "Nodes", "Shapes (symbolic = recorded, × how many)"], rows))
+    return md_table(["Operation", "Nodes", "Shapes (symbolic = recorded, × how many)"], rows)
 
 
 # ---------------------------------------------------------------- the tiny model's tape
@@ -161,41 +158,38 @@ def parent_label(parent, number, names):
     return f"#{number[id(parent)]}" if id(parent) in number else "a constant"
 
 
-def example_md(c=None):
+def tiny_part(c=None):
+    """The tiny example on the tape: its tables (the first nodes backward visits, the logits' gradient both ways,
+    every parameter's gradient against the hand-written one) and the values its prose shows."""
     c = c or tiny_comparison()
     t = c.tape
     number = {id(node): i for i, node in enumerate(t.order)}
     names = {id(leaf): name for name, leaf in t.leaves.items()}
     users = t.users()
-    first = list(reversed(t.order))[:8]
     visit = [[f"#{number[id(n)]}", f"`{n.op}`", sections.shape_text(n.shape),
               ", ".join(parent_label(p, number, names) for p in n.parents), users[id(n)],
-              f"{np.abs(n.grad).max():.4f}"] for n in first]
-    operations = sum(not n.is_leaf for n in t.order)
-    grad_rows = [[f"`{name}`", sections.shape_text(shape), f"{gap:.1e}", verdict]
-                 for name, shape, gap, verdict in c.rows()]
-    worst = max(c.rows(), key=lambda r: r[2])
+              f"{np.abs(n.grad).max():.4f}"] for n in list(reversed(t.order))[:8]]
+    rows = c.rows()
+    worst = max(rows, key=lambda r: r[2])
     gap, verdict = sections.agreement(c.dlogits_tape(), c.dlogits_hand)
-    return "\n".join([
-        illustrative(f"The mean cross-entropy of ids `{TINY_IDS}` against the targets `{TINY_TARGETS}`, on the "
-                     f"tape: {len(t.order)} nodes ({len(t.leaves)} parameters and {operations} operations) and "
-                     f"{len(t.constants())} constants. `backward` ran with `keep_grads=True` so that every node's "
-                     "gradient can be shown; the engine drops them as it goes."),
-        "The first nodes `backward` visits, from the root down (#k is \\(\\operatorname{ord}(\\psi)\\), the "
-        "node's place in the topological order; the root's gradient is the seed, "
-        f"{t.loss.grad.item():g}):\n",
-        md_table(["Node", "Operation", "Shape", "Made from", "Users", "Largest \\(\\lvert\\partial\\ell/\\partial"
-                  "\\psi\\rvert\\)"], visit),
-        sections.array_md("∂ℓ/∂Z by the tape (the logits node's grad)", c.dlogits_tape(), row_label="position t"),
-        sections.array_md("∂ℓ/∂Z = (P − e_y)/N by cross_entropy_backward", c.dlogits_hand, row_label="position t"),
-        f"The two agree to {gap:.0e}: {verdict}. The tape found this without a rule for cross-entropy: it is the "
-        "sum of what the log-sum-exp, the subtraction and the product with the one-hot targets pass back.\n",
-        f"Every parameter's gradient against `loss_and_grads` (the hand-written backward): the largest gap is "
-        f"{worst[2]:.0e}, in `{worst[0]}`; {sum(r[3].startswith('pass') for r in c.rows())} of "
-        f"{len(grad_rows)} pass.\n",
-        collapsed(f"All {len(grad_rows)} parameter gradients, tape against hand-written",
-                  md_table(["Parameter", "Shape", "Largest gap", "Result"], grad_rows)),
-    ])
+    tables = {
+        "tiny_visit": md_table(["Node", "Operation", "Shape", "Made from", "Users",
+                                "Largest \\(\\lvert\\partial\\ell/\\partial\\psi\\rvert\\)"], visit),
+        "tiny_dlogits_tape": sections.array_md("∂ℓ/∂Z by the tape (the logits node's grad)", c.dlogits_tape(),
+                                               row_label="position t"),
+        "tiny_dlogits_hand": sections.array_md("∂ℓ/∂Z = (P − e_y)/N by cross_entropy_backward", c.dlogits_hand,
+                                               row_label="position t"),
+        "tiny_grads": md_table(["Parameter", "Shape", "Largest gap", "Result"],
+                               [[f"`{name}`", sections.shape_text(shape), f"{g:.1e}", v] for name, shape, g, v in rows])}
+    cfg = tiny().cfg
+    values = {"ids": TINY_IDS, "targets": TINY_TARGETS, "seed": SEED, "positions": len(TINY_IDS), "loss": float(t.loss.data),
+              "sizes": {"n_v": cfg.vocab_size, "t_max": cfg.context_len, "d": cfg.emb_dim, "h": cfg.num_heads,
+                        "l": cfg.num_layers, "f": cfg.ff_dim},
+              "nodes": len(t.order), "parameters": len(t.leaves), "operations": sum(not n.is_leaf for n in t.order),
+              "constants": len(t.constants()), "seed_grad": float(t.loss.grad.item()), "dlogits_gap": gap,
+              "dlogits_verdict": verdict, "worst_gap": worst[2], "worst": worst[0],
+              "passed": sum(v.startswith("pass") for *_, v in rows), "total": len(rows)}
+    return tables, values
 
 
 # ---------------------------------------------------------------- every primitive against central differences
@@ -228,12 +222,15 @@ PRIMITIVES = (  # (label, operation on Tensors, input shapes, inputs made positi
 )
 
 
+POSITIVE = 0.5  # the inputs of log, power and div are |N(0, 1)| + POSITIVE: away from 0, where they blow up
+
+
 def primitive_rows(primitives=PRIMITIVES):
     """Each primitive's gradient of every input, by the tape, against central differences of the fake loss."""
     rng, rows = np.random.default_rng(SEED), []
     for label, op, shapes, positive in primitives:
         arrays = [rng.standard_normal(s) for s in shapes]
-        arrays = [np.abs(a) + 0.5 for a in arrays] if positive else arrays
+        arrays = [np.abs(a) + POSITIVE for a in arrays] if positive else arrays
         leaves = [ag.Tensor(a, requires_grad=True) for a in arrays]
         out = op(*leaves)
         r = rng.standard_normal(out.shape)
@@ -246,17 +243,14 @@ def primitive_rows(primitives=PRIMITIVES):
 
 
 def gradcheck_md():
-    return ("Every primitive of `transformer/autograd.py` and `transformer/autograd_functions.py`, and one custom op, "
-            "differentiated by the tape (`backward` seeded with \\(R\\)) against central differences of the "
-            f"[fake loss](../reference/notation.md#fake-loss) \\(f = \\sum \\mathcal{{F}} \\odot R\\), for random inputs "
-            f"and a random \\(R\\) (seed {SEED}; inputs of log, power and div moved to 0.5 and above).\n\n"
-            + sections.gradcheck_table(primitive_rows()))
+    return sections.gradcheck_table(primitive_rows()), {"seed": SEED, "positive": POSITIVE}
 
 
 # ---------------------------------------------------------------- the cross-check: torch, and the hand-written backward
 
-def engine_against_numpy_md(report):
-    """The report's comparison of the engine with the hand-written gradients (both NumPy float64), per parameter."""
+def engine_against_numpy(report):
+    """The report's comparison of the engine with the hand-written gradients (both NumPy float64), per parameter:
+    the table (folded) and the values of its lead."""
     engine, tol = report["autograd"], report["autograd"]["tolerance"]
     order = [r.tensor for r in report["rows"] if r.check == "autograd"]  # the parameters' order, not the JSON's
     names = sorted(engine["gaps"], key=lambda name: order.index(name) if name in order else len(order))
@@ -264,16 +258,16 @@ def engine_against_numpy_md(report):
              verdict_text(g["passed"], g["on_floor"], "a zero gradient: held to the absolute bound")]
             for name, g in ((name, engine["gaps"][name]) for name in names)]
     failed = sum(not g["passed"] for g in engine["gaps"].values())
-    return (f"**The engine against the hand-written backward.** Both are NumPy float64, so they are held to "
-            f"{tol['rel']:g} relative ({tol['abs']:g} absolute for a gradient that is zero in exact arithmetic): "
-            f"{tol['why']}. Largest relative gap {engine['max_rel']:.1e}, in `{engine['worst']}`; "
-            f"{len(engine['on_floor'])} zero gradients ({', '.join(f'`{n}`' for n in engine['on_floor'])}) within "
-            f"the absolute bound; {'all pass' if not failed else f'**{failed} FAIL**'}. The command line prints the "
-            "three side by side: hand-written against torch, engine against torch, engine against hand-written.\n\n"
-            + collapsed(f"All {len(rows)} gradients, engine against hand-written",
-                        md_table(["Parameter", "Max abs gap", "Max rel gap", "Result"], rows)))
+    table = collapsed(f"All {len(rows)} gradients, engine against hand-written",
+                      md_table(["Parameter", "Max abs gap", "Max rel gap", "Result"], rows))
+    return table, {"rel": tol["rel"], "abs": tol["abs"], "why": tol["why"], "max_rel": engine["max_rel"],
+                   "worst": engine["worst"], "on_floor": list(engine["on_floor"]), "floor_count": len(engine["on_floor"]),
+                   "verdict": "all pass" if not failed else f"**{failed} FAIL**"}
 
 
-def devices_with_engine_md():
+def devices_with_engine():
+    """The tape against torch on every device (the shared renderer), then the engine against the hand-written
+    backward; and the values of the section's lead."""
     report = crosscheck_report()
-    return devices_md(PAGE, registry.BY_ID[PAGE].crosscheck) + "\n" + engine_against_numpy_md(report)
+    table, values = engine_against_numpy(report)
+    return devices_md(PAGE, registry.BY_ID[PAGE].crosscheck) + "\n" + table, values

@@ -1,18 +1,22 @@
-"""Generator of the "Hand-written backward and autograd" page's fragments.
+"""Generator of the "Hand-written backward and autograd" page: the values its prose shows
+(docs/verification/autograd.md binds them), its tables and pictures.
 
-The LayerNorm gradient by `layer_norm_backward` and by the tape, the tape's graph drawn from its own nodes,
-what each approach keeps in memory (counted), and the time of a training step (measured once per change of
-the code it times, as the benchmark pages do).
+The LayerNorm gradient by `layer_norm_backward` and by the tape, the tape's graph drawn from its own nodes, the
+tiny model on the tape, what each approach keeps in memory (counted), whether a graph of reference cycles is
+freed, and the time of a training step (measured once per change of the code it times, as the benchmark pages
+do). The evidence sections come from _autograd_anatomy.py.
 """
 
+import gc
 import json
 
 import numpy as np
 
 from tools import autograd_speed
 from transformer import autograd as ag
-from transformer.autograd_memory import graph_census, train_steps
-from transformer.autograd_model import fused_layer_norm, layer_norm
+from transformer.autograd_memory import capture_own_output, graph_census, train_steps
+from transformer.autograd_model import as_leaves, cross_entropy, fused_layer_norm, layer_norm
+from transformer.autograd_model import forward as tape_forward
 from transformer.config import PRESETS
 from transformer.gradcheck import relative_gap
 from transformer.layernorm import layer_norm_backward, layer_norm_forward
@@ -20,13 +24,14 @@ from transformer.model import init_params
 
 from .. import sections
 from ..common import ROOT, mode
-from ..examples import SEED
+from ..examples import SEED, TINY_IDS, TINY_TARGETS, tiny
 from ..figures import new_figure, png
-from ._autograd_anatomy import devices_with_engine_md, example_md, gradcheck_md, symbols_md
+from ._autograd_anatomy import devices_with_engine, gradcheck_md, symbols_md, tiny_part
 from ._bench import timed
 
 PAGE = "autograd"
 EPS = 1e-5
+SPREAD = 0.3  # the LayerNorm example's gain and shift: 1 + SPREAD N(0, 1) and SPREAD N(0, 1)
 BATCH, WINDOW = 8, 16  # the default config's training windows
 STEPS = 30
 MIB = 2 ** 20
@@ -37,7 +42,7 @@ def layer_norm_inputs():
     """A 3 x 4 input with its gain and shift off 1 and 0, and an upstream gradient R."""
     rng = np.random.default_rng(SEED)
     x = rng.standard_normal((3, 4))
-    g, b = 1 + 0.3 * rng.standard_normal(4), 0.3 * rng.standard_normal(4)
+    g, b = 1 + SPREAD * rng.standard_normal(4), SPREAD * rng.standard_normal(4)
     return x, g, b, rng.standard_normal((3, 4))
 
 
@@ -49,7 +54,9 @@ def taped_layer_norm(norm, x, g, b, r, free_graph=True):
     return leaves, out
 
 
-def layernorm_md():
+def layernorm():
+    """dx by layer_norm_backward and by the tape (composed), and each gradient's relative gap to the hand-written
+    one, composed and fused through the seam."""
     x, g, b, r = layer_norm_inputs()
     hand = layer_norm_backward(r, layer_norm_forward(x, g, b, EPS)[1])
     leaves, _ = taped_layer_norm(layer_norm, x, g, b, r)
@@ -57,17 +64,13 @@ def layernorm_md():
     rows = []
     for name, h, t, f in zip(("∂f/∂x", "∂f/∂γ", "∂f/∂β"), hand, (t.grad for t in leaves), (t.grad for t in fused)):
         rows.append([name, f"{relative_gap(t, h):.1e}", f"{relative_gap(f, h):.1e}"])
-    return (f'!!! example "Illustrative: a 3 × 4 input drawn with seed {SEED}"\n'
-            f"    γ and β moved off 1 and 0, a random upstream gradient R, ε = {EPS:g}. "
-            "`layer_norm_backward` computes dx from its three terms; the tape composes mean, subtraction, "
-            "product, mean, power −½, product and sum, and differentiates that.\n"
-            + "\n" + sections.array_md("dx by layer_norm_backward", hand[0])
-            + "\n" + sections.array_md("dx by the tape (composed)", leaves[0].grad)
-            + "\nRelative gap of each gradient to the hand-written one:\n\n"
-            + sections.md_table(["Gradient", "composed on the tape", "hand-written VJP through the seam"], rows))
+    return {"ln_hand": sections.array_md("dx by layer_norm_backward", hand[0]),
+            "ln_tape": sections.array_md("dx by the tape (composed)", leaves[0].grad),
+            "ln_gaps": sections.md_table(["Gradient", "composed on the tape", "hand-written VJP through the seam"],
+                                         rows)}, {"shape": x.shape}
 
 
-def graph_md():
+def graph():
     """The composed LayerNorm's graph as a mermaid flowchart, read from the nodes of a real run."""
     x, g, b, r = layer_norm_inputs()
     leaves, out = taped_layer_norm(layer_norm, x, g, b, r, free_graph=False)
@@ -85,35 +88,27 @@ def graph_md():
                 constants += 1
                 value = parent.data.item() if parent.data.size == 1 else "array"
                 lines.append(f'  c{constants}(["{value:.4g}"]) -.-> n{number[id(node)]}')
-    ops = [node.op for node in order if id(node) not in names]
-    return ("The graph the tape recorded for the composed LayerNorm above, drawn from its nodes "
-            f"(`topological_order` of the output, kept with `free_graph=False`): {len(ops)} operations on "
-            f"the three leaves, {constants} constants (dotted). `backward` visits it from right to left and "
-            "calls each node's rule once.\n\n```mermaid\n" + "\n".join(lines) + "\n```\n")
+    ops = [node for node in order if id(node) not in names]
+    return "```mermaid\n" + "\n".join(lines) + "\n```\n", {"ops": len(ops), "constants": constants}
 
 
-def census_md():
+def census():
     cfg = PRESETS["default"]
     rng = np.random.default_rng(SEED)
     ids, targets = (rng.integers(0, cfg.vocab_size, (BATCH, WINDOW)) for _ in range(2))
     params = init_params(cfg, seed=SEED)
-    rows = []
+    rows, found = [], []
     for fused in ((), ("layer_norm",), ("layer_norm", "attention")):
         c = graph_census(params, ids, targets, cfg, fused)
+        found.append(c)
         rows.append([", ".join(fused) or "nothing (all composed)", c.nodes - c.parameters, c.constants,
                      f"{c.graph_bytes / MIB:.2f}", f"{c.cache_bytes / MIB:.2f}",
                      f"{c.graph_bytes / c.cache_bytes:.1f}", f"{c.grads_peak_bytes / MIB:.2f}",
                      f"{c.grads_kept_peak_bytes / MIB:.2f}"])
-    parameters = sum(p.nbytes for p in params.values())
-    return (f"One float64 step of the default configuration on a batch of {BATCH} windows of {WINDOW} tokens: "
-            "the graph just before `backward` against the cache `transformer.model.forward` returns for the same "
-            "batch. Bytes are those of distinct buffers (a view counts once), the parameters not counted. The last "
-            "two columns count the gradients during `backward` (counted each time a rule returns): as the engine "
-            "runs it, dropping each intermediate gradient once its rule has passed it on, and with every one kept "
-            f"(`keep_grads=True`). The parameters' own gradients, {parameters / MIB:.2f} MiB, are in both.\n\n"
-            + sections.md_table(["Fused through the seam", "Operation nodes", "Constants", "Graph (MiB)",
-                                 "Hand-written cache (MiB)", "Ratio", "Gradients at most, dropped (MiB)",
-                                 "kept (MiB)"], rows))
+    table = sections.md_table(["Fused through the seam", "Operation nodes", "Constants", "Graph (MiB)",
+                               "Hand-written cache (MiB)", "Ratio", "Gradients at most, dropped (MiB)", "kept (MiB)"],
+                              rows)
+    return table, {"batch": BATCH, "window": WINDOW, "parameters": sum(p.nbytes for p in params.values()) / MIB}
 
 
 VARIANTS = (("freed", True, False, False), ("freed, every loss kept", True, True, False),
@@ -137,7 +132,7 @@ def measured_steps():
 
 
 def long_steps():
-    """The issue's 300 steps (60 in a quick build) of the three variants that free their graph: the bytes held
+    """300 steps (60 in a quick build) of the three variants that free their graph: the bytes held
     after each step and the peak during it. The two that do not free it stop at STEPS: by step 300 they would
     hold about ten times the 30-step figure of the table, some two GiB."""
     return 60 if mode() == "quick" else 300
@@ -180,50 +175,80 @@ def figure_png(found):
     return png(fig)
 
 
-def flat_md(found):
-    """The figure and what it shows, in numbers read from the same series."""
+def flat(found):
+    """What the figure shows, in numbers read from the same series."""
     freed = found["freed"]
     peaks = [p for _, p in freed]
-    first, last = freed[9], freed[-1]
-    return (f"![Memory held after each step and the peak during each step, by variant](autograd/{FIGURE})\n\n"
-            f"Over {len(freed)} steps with the graph freed, the peak during a step stays between "
-            f"{min(peaks) / MIB:.2f} and {max(peaks) / MIB:.2f} MiB, and what is held after a step goes from "
-            f"{first[0] / MIB:.3f} MiB at step 10 to {last[0] / MIB:.3f} MiB at step {len(freed)}. Not freed, "
-            f"the held bytes climb by a graph a step, so those two lines stop at step {STEPS}.\n")
+    return {"steps": len(freed), "peak_lo": min(peaks) / MIB, "peak_hi": max(peaks) / MIB,
+            "held_10": freed[9][0] / MIB, "held_last": freed[-1][0] / MIB, "stop": STEPS}
 
 
-def steps_md():
+def steps():
     # tracemalloc's totals move by a few hundred bytes from run to run (Python's free lists): kept under a key
     # of the code they measure, like the timings, so a rebuild with nothing changed prints the same table.
     rows = timed("autograd_steps", ROOT / "transformer" / "autograd_memory.py", measured_steps,
                  json.dumps([STEPS, BATCH, WINDOW, SEED]))
-    return (f"{STEPS} AdamW steps on one batch (as above) with the cyclic garbage collector off, so that what is "
-            "freed is what reference counting frees. *Self-capturing rules* re-creates the bug of the reference "
-            "engine: every node's rule holds the node itself, so each node is a reference cycle.\n\n"
-            + sections.md_table(["Variant", "Tensors alive after step 1", f"after step {STEPS}",
-                                 f"Held after step {STEPS} (MiB)", "Growth per step (KiB)"], rows)
-            + f"\nFreed, the {rows[0][4]} KiB a step that remain are the records of this table and Python's free "
-              "lists filling up; kept losses are one number each. Not freed, a step keeps its whole graph.\n")
+    table = sections.md_table(["Variant", "Tensors alive after step 1", f"after step {STEPS}",
+                               f"Held after step {STEPS} (MiB)", "Growth per step (KiB)"], rows)
+    return table, {"steps": STEPS, "growth": float(rows[0][4])}
 
 
-def speed_md():
-    steps, block = (4, 3) if mode() == "quick" else (20, 6)
+def cycles():
+    """The tiny model's graph with self-capturing rules, with the cyclic garbage collector off: how many of its
+    Tensors are still alive once the last name for it is dropped, and how many gc.collect() then frees; and the
+    same graph with the engine's own rules, for comparison."""
+    ex = tiny()
+    alive = {}
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for name, capture in (("own", False), ("capturing", True)):
+            before = ag.live_tensors()
+            loss = cross_entropy(tape_forward(as_leaves(ex.params, ex.cfg), np.array([TINY_IDS]), ex.cfg),
+                                 np.array([TINY_TARGETS]))
+            built = ag.live_tensors() - before
+            if capture:
+                capture_own_output(loss)
+            del loss
+            alive[name] = (built, ag.live_tensors() - before)
+            gc.collect()
+            alive[name] += (ag.live_tensors() - before,)
+    finally:
+        if enabled:
+            gc.enable()
+    return {"built": alive["capturing"][0], "own_left": alive["own"][1], "left": alive["capturing"][1],
+            "after_collect": alive["capturing"][2]}
+
+
+def speed():
+    steps_, block = (4, 3) if mode() == "quick" else (20, 6)
     medians = timed("autograd_speed", ROOT / "tools" / "autograd_speed.py",
-                    lambda: autograd_speed.bench("A", steps, block, autograd_speed.FRAMEWORKS),
-                    json.dumps([steps, block]))
+                    lambda: autograd_speed.bench("A", steps_, block, autograd_speed.FRAMEWORKS),
+                    json.dumps([steps_, block]))
     base = medians["handwritten"]
     rows = [[name, f"{medians[name]:.0f}", f"{medians[name] / base:.2f}"] for name in autograd_speed.FRAMEWORKS]
     cfg = PRESETS["A"]
-    return (f"One float32 training step (forward, backward, AdamW) of configuration A (B = "
-            f"{autograd_speed.BATCH['A']}, T = {cfg.context_len}, d = {cfg.emb_dim}, L = {cfg.num_layers}), median "
-            f"of {steps} steps each, the three alternating in blocks (`python -m tools.autograd_speed`). Times "
-            "depend on the machine and its load, unlike every other number on this page.\n\n"
-            + sections.md_table(["Step", "ms", "× hand-written"], rows))
+    return sections.md_table(["Step", "ms", "× hand-written"], rows), {
+        "batch": autograd_speed.BATCH["A"], "T": cfg.context_len, "d": cfg.emb_dim, "L": cfg.num_layers,
+        "steps": steps_, "tape": medians["autograd"] / base}
 
 
 def generate(context):
     found = series()
-    return {"symbols": symbols_md(), "example": example_md(), "gradcheck": gradcheck_md(),
-            "devices": devices_with_engine_md(), "layernorm": layernorm_md(), "graph": graph_md(),
-            "census": census_md(), "steps": steps_md(), "flat": flat_md(found), FIGURE: figure_png(found),
-            "speed": speed_md()}
+    ln_tables, ln_values = layernorm()
+    graph_md, graph_values = graph()
+    census_table, census_values = census()
+    steps_table, steps_values = steps()
+    speed_table, speed_values = speed()
+    symbols, symbols_values = symbols_md()
+    tiny_tables, tiny_values = tiny_part()
+    gradcheck, gradcheck_values = gradcheck_md()
+    devices, engine_values = devices_with_engine()
+    values = {"seed": SEED, "eps": EPS, "spread": SPREAD, "layernorm": ln_values, "graph": graph_values,
+              "census": census_values, "steps": steps_values, "cycles": cycles(), "flat": flat(found),
+              "speed": speed_values, "symbols": symbols_values, "tiny": tiny_values, "gradcheck": gradcheck_values,
+              "engine": engine_values}
+    return {"values": values, **ln_tables, "graph": graph_md, "census": census_table, "steps": steps_table,
+            FIGURE: figure_png(found), "speed": speed_table, **tiny_tables, "symbols": symbols,
+            "gradcheck": gradcheck, "devices": devices}

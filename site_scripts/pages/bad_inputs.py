@@ -1,22 +1,31 @@
 """Generator of the Bad inputs page: every mistake of the catalogue (tools/bad_input_cases.py) run through the
-real library and the real command line at build time, with the exact messages, exit statuses and what happened to
-the files. The checks that keep a wrong result off the page are in tools/refusals.py.
+real library and the real command line at build time; the values its prose shows (docs/verification/bad-inputs.md
+binds them and holds every case's heading and sentence), one table per case with the exact messages, exit
+statuses and what happened to the files, and a picture of the way a refusal takes. The checks that keep a wrong
+result off the page are in tools/refusals.py.
 """
 
 import ast
-from collections import Counter
 import shutil
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from tools.bad_input_cases import CASES, GROUP_NOTES, GROUPS, SEED, run_every_case, setup, setup_text
+from tools.bad_input_cases import CASES, SEED, run_every_case, setup, setup_text
 from tools.refusals import Case, run_call, run_command, run_optimized
+from transformer import errors
 
 from .. import sections
 
 PAGE = "bad_inputs"
+USAGE = "(see --help)"  # how the parser's one line ends (transformer/cli.py's Parser.error)
+
+
+def fragment(case):
+    """The name of a case's table: its anchor, with the characters a fragment's name cannot hold replaced."""
+    return "case_" + case.slug.replace("-", "_")
 
 
 def defined_tests(root=sections.ROOT):
@@ -55,15 +64,7 @@ def files_text(ran, given):
     return f"{kept} unchanged (SHA-256 before and after); created: {created}"
 
 
-def negative_id_note(namespace):
-    """What plain numpy indexing does with id -1, run now."""
-    cfg, table = namespace["cfg"], namespace["params"]["tok_emb"]
-    same = np.array_equal(table[np.array([-1])], table[[cfg.vocab_size - 1]])
-    return (f"Numpy indexing would not notice: without the check, id −1 would read `tok_emb[-1]`, which is row "
-            f"{cfg.vocab_size - 1}, the last one (checked now: **{'yes' if same else 'no'}**).\n\n")
-
-
-def case_md(case, library, command, namespace, tests):
+def case_md(case, library, command, tests):
     rows = [["Library call", code(case.call) if library else "—"]]
     if library:
         rows.append(["Raised", f"`{library.raised}`: {code(library.message)}"])
@@ -74,21 +75,20 @@ def case_md(case, library, command, namespace, tests):
         rows += [["stderr", code(command.stderr)], ["Exit status", command.status], ["Traceback", "none"],
                  ["Files after the command", files_text(command, case.argv)]]
     rows.append(["Checked by", "<br>".join(f"`pytest {t}`" for t in tests)])
-    note = negative_id_note(namespace) if case.slug == "negative-id" else ""
-    return (f"### {case.title} {{#{case.slug}}}\n\n{case.wrong}\n\n{note}"
-            + sections.md_table(["", "At build time"], rows))
+    return sections.md_table(["", "At build time"], rows)
 
 
-def cases_md(results, namespace, tests):
-    parts = []
-    for group, cases in GROUPS.items():
-        intro = GROUP_NOTES[group] + "\n\n" if group in GROUP_NOTES else ""
-        parts.append(f"## {group}\n\n{intro}"
-                     + "\n".join(case_md(c, *results[c.slug], namespace, tests[c.slug]) for c in cases))
-    return "\n".join(parts)
+def negative_id(namespace):
+    """What plain numpy indexing does with id -1, run now: it reads the last row of the table."""
+    cfg, table = namespace["cfg"], namespace["params"]["tok_emb"]
+    same = np.array_equal(table[np.array([-1])], table[[cfg.vocab_size - 1]])
+    return {"row": cfg.vocab_size - 1, "same": "yes" if same else "no"}
 
 
-def summary_md(results):
+# ---------------------------------------------------------------- the summary, and the way a refusal takes
+
+def summary(results):
+    """The summary table, the error classes the library raised (a table), and the counts the prose gives."""
     rows, classes = [], Counter(library.raised for library, _ in results.values() if library)
     for case in CASES:
         library, command = results[case.slug]
@@ -97,29 +97,44 @@ def summary_md(results):
         rows.append([f"[{case.title}](#{case.slug})", f"`{library.raised}`" if library else "—",
                      command.status if command else "—", "none" if command else "—", files])
     commands = [command for _, command in results.values() if command]
-    statuses, counts = {c.status for c in commands}, {len(c.kept) for c in commands}
-    return (f"{len(CASES)} bad inputs. {sum(classes.values())} library calls each raised a `TransformerError` ("
-            + ", ".join(f"{n} `{name}`" for name, n in sorted(classes.items())) + f"); {len(commands)} commands "
-            f"each exited with status {' or '.join(map(str, sorted(statuses)))} after one line on stderr, with no "
-            f"traceback, and changed none of the {' or '.join(map(str, sorted(counts)))} files in their folder. "
-            "The details of each follow the table.\n\n"
-            + sections.md_table(["Bad input", "Library raises", "Exit status", "Traceback", "Files"], rows))
+    table = sections.md_table(["Bad input", "Library raises", "Exit status", "Traceback", "Files"], rows)
+    class_table = sections.md_table(["Error class", "Library calls that raised it", "What it stands for"], [
+        [f"`{name}`", n, getattr(errors, name).__doc__.splitlines()[0]] for name, n in sorted(classes.items())])
+    values = {"cases": len(CASES), "calls": sum(classes.values()), "commands": len(commands),
+              "statuses": sorted({c.status for c in commands}), "files": sorted({len(c.kept) for c in commands}),
+              "usage": sum(c.stderr.endswith(USAGE) for c in commands), "usage_end": USAGE}
+    return table, class_table, values
 
 
-def optimized_md(results, folder):
+def refusal_path(results, values):
+    """The ways the refusals of this build took, as a mermaid flowchart, its counts measured: a library call
+    raises to its caller; a command is refused by the parser, or runs the library and cli.main prints the error."""
+    classes = Counter(library.raised for library, _ in results.values() if library)
+    usage, calls, commands = values["usage"], values["calls"], values["commands"]
+    lines = ["flowchart LR", f'  lib["{calls} library calls"]',
+             '  te["a TransformerError, which is a ValueError,<br/>raised to the caller"]',
+             f'  cmd["{commands} commands<br/>python -m transformer ..."]', '  parser["the parser (argparse)"]',
+             '  run["the command runs the library"]', '  main["cli.main catches it"]',
+             '  line["one line on stderr: error: ...<br/>exit status 2, no traceback"]']
+    for name, n in sorted(classes.items()):
+        lines += [f'  lib -->|"{n}"| {name}["{name}"]', f"  {name} --> te"]
+    lines += [f'  cmd -->|"{usage}"| parser', '  parser -->|"Parser.error"| line',
+              f'  cmd -->|"{commands - usage}"| run', '  run -->|"a TransformerError, or an OSError"| main',
+              "  main --> line"]
+    return "```mermaid\n" + "\n".join(lines) + "\n```\n"
+
+
+# ---------------------------------------------------------------- python -O, and the negative control
+
+def optimized(results, folder):
     """All library calls again under python -O: the same class and message each, or the build stops."""
     library = {case.slug: results[case.slug][0] for case in CASES if case.call}
     script = run_optimized(CASES, setup_text(), folder, {s: (r.raised, r.message) for s, r in library.items()})
     case, r = next(c for c in CASES if c.slug == "negative-id"), library["negative-id"]
-    body = "\n".join(("    " + line).rstrip() for line in f"```python\n{script}```".splitlines())
     asserts = sum(isinstance(node, ast.Assert) for path in sorted((sections.ROOT / "transformer").glob("*.py"))
                   for node in ast.walk(ast.parse(path.read_text())))
-    return (f"`python -O` removes every `assert` statement, so the library checks its inputs with explicit "
-            f"`raise` statements: `transformer/` holds {asserts or 'no'} `assert` statement{'s' * (asserts != 1)} "
-            f"(counted now). The build ran all {len(library)} library calls again in a fresh `python -O` process "
-            f"(where `__debug__` is False) and compared: each raised the same class with the same message. For "
-            f"example `{case.call}` still raised `{r.raised}`: `{r.message}`.\n\n"
-            f'??? note "The script it ran, in a copy of the same folder"\n\n{body}\n')
+    return f"```python\n{script}```\n", {"asserts": asserts, "calls": len(library), "call": case.call,
+                                         "raised": r.raised, "message": r.message}
 
 
 def negative_md(namespace, folder):
@@ -137,9 +152,7 @@ def negative_md(namespace, folder):
             rows.append([what, code(case.call or case.command), code(str(e).splitlines()[0])])
         else:
             raise RuntimeError(f"the checks let {what} through: this page could show a wrong result")
-    return ("Each of these was given to the same checks at build time in place of a bad input. Each would have "
-            "stopped the build with the message shown (here the error was caught, so the build went on):\n\n"
-            + sections.md_table(["Given", "Input", "The build stops with"], rows))
+    return sections.md_table(["Given", "Input", "The build stops with"], rows)
 
 
 def generate(context):
@@ -150,11 +163,14 @@ def generate(context):
         results = run_every_case(tmp)
         for copy in ("optimized", "negative"):
             shutil.copytree(tmp / "fixtures", tmp / copy)
-        text = {"summary": summary_md(results), "cases": cases_md(results, namespace, tests),
-                "optimized": optimized_md(results, tmp / "optimized"),
-                "negative": negative_md(namespace, tmp / "negative")}
-    for name, fragment in text.items():
-        if tmp.name in fragment:
-            raise RuntimeError(f"the {name} fragment names the temporary folder {tmp}: two builds would differ")
-    return {**text, "setup": f"```python\n{setup_text()}```\n",
+        summary_table, class_table, summary_values = summary(results)
+        script, optimized_values = optimized(results, tmp / "optimized")
+        text = {"summary": summary_table, "classes": class_table, "negative": negative_md(namespace, tmp / "negative"),
+                "refusals": refusal_path(results, summary_values), "optimized": script,
+                **{fragment(c): case_md(c, *results[c.slug], tests[c.slug]) for c in CASES}}
+    for name, part in [*text.items(), *optimized_values.items()]:
+        if tmp.name in str(part):
+            raise RuntimeError(f"{name} names the temporary folder {tmp}: two builds would differ")
+    values = {"summary": summary_values, "optimized": optimized_values, "negative_id": negative_id(namespace)}
+    return {"values": values, **text, "setup": f"```python\n{setup_text()}```\n",
             "provenance": sections.provenance_md(PAGE, {"init_params": SEED, "train": SEED})}

@@ -1,14 +1,25 @@
-"""Generator of the Cross-check on devices page's fragments."""
+"""Generator of the Cross-check on devices page: the values its prose shows (docs/verification/crosscheck.md binds
+them), its tables and its picture, all read from the report of `python -m transformer crosscheck`
+(site_scripts/results.py runs it once per change of the code behind it)."""
 
-from transformer.crosscheck import ADAMW, TOLERANCES, ZERO_GRADIENT_NOISE
+import numpy as np
+
+from transformer.crosscheck import ADAMW, ZERO_GRADIENT_NOISE
+from transformer.crosscheck_rows import TOLERANCES
 
 from .. import sections
-from ..examples import collapsed
+from ..figures import new_figure, png
 from ..results import ROW_HEADER, crosscheck_report, device_label, row_cells
 
+ZERO_AT = 1e-18  # where the picture draws a gap that is exactly zero (a log axis has no 0)
 
-def machine_md():
-    report = crosscheck_report()
+
+def kinds(report):
+    """The checks of the report, in the order they first appear."""
+    return list(dict.fromkeys(r.check for r in report["rows"]))
+
+
+def machine(report):
     rows = []
     for d in report["devices"]:
         if d["status"] == "checked":
@@ -17,40 +28,27 @@ def machine_md():
         else:
             rows.append([f"**{d['device']}**", "not available", "—", 0, "—", d["reason"]])
     cfg = report["config"]
-    return (f"torch {report['versions']['torch']}, numpy {report['versions']['numpy']}; the default config "
-            f"(n_V = {cfg['vocab_size']}, d = {cfg['emb_dim']}, H = {cfg['num_heads']}, L = {cfg['num_layers']}, "
-            f"F = {cfg['ff_dim']}, {cfg['activation']}), ids of shape {tuple(report['ids_shape'])}, seed "
-            f"{report['seed']}.\n\n"
-            + sections.md_table(["Device", "Status", "dtype", "Comparisons", "Result", "Detail"], rows))
+    values = {"torch": report["versions"]["torch"], "numpy": report["versions"]["numpy"],
+              "n_v": cfg["vocab_size"], "d": cfg["emb_dim"], "h": cfg["num_heads"], "l": cfg["num_layers"],
+              "f": cfg["ff_dim"], "activation": cfg["activation"], "ids_shape": report["ids_shape"],
+              "seed": report["seed"], "checked": [d["device"] for d in report["devices"] if d["status"] == "checked"],
+              "absent": [d["device"] for d in report["devices"] if d["status"] != "checked"]}
+    return sections.md_table(["Device", "Status", "dtype", "Comparisons", "Result", "Detail"], rows), values
 
 
-def tolerances_md():
+def tolerances(report):
+    """The table of tolerances by dtype, and the rows held to a bound of their own (the key biases' drift in
+    whole training steps)."""
     rows = [[dtype, f"{t.rel:g}", f"{t.abs:g}", t.why] for dtype, t in TOLERANCES.items()]
-    report = crosscheck_report()
-    special = [r for r in report["rows"]
-               if (r.tol_rel, r.tol_abs) != (TOLERANCES[r.dtype].rel, TOLERANCES[r.dtype].abs)]
-    text = (sections.md_table(["dtype on the torch side", "Relative", "Absolute", "Why this value"], rows)
-            + "\nA comparison passes when its relative gap is within the relative tolerance or its absolute gap "
-              "within the absolute one. The relative gap is max |ours − torch| divided by the larger of max |ours| "
-              "and max |torch|.\n")
-    if special:
-        bounds = sorted({r.tol_abs for r in special})
-        tensors = sorted({r.tensor for r in special})
-        checks = sorted({r.check for r in special})
-        text += (f"\n**One exception, {len(special)} comparisons** ({', '.join(checks)}; "
-                 + ", ".join(f"`{t}`" for t in tensors) + "). The key bias gets a zero gradient in exact arithmetic: "
-                 "adding the same vector to every key adds the same number to every score of a row, which the "
-                 "softmax ignores. Each framework computes it as rounding noise instead (at most "
-                 f"{ZERO_GRADIENT_NOISE:g} allowed here), and Adam divides that noise by √v + ε, so each side moves "
-                 f"the key bias by up to lr × noise / ε per step (lr = {ADAMW.lr:g}, ε = {ADAMW.eps:g}), in "
-                 "unrelated directions. Relative comparison of two noises means nothing, so these rows have relative "
-                 f"tolerance 0 and an absolute bound that grows with the step, from {bounds[0]:.1e} to "
-                 f"{bounds[-1]:.1e}: twice the largest drift either side can have taken.\n")
-    return text
+    special = [r for r in report["rows"] if (r.tol_rel, r.tol_abs) != (TOLERANCES[r.dtype].rel, TOLERANCES[r.dtype].abs)]
+    bounds = sorted({r.tol_abs for r in special})
+    values = {"count": len(special), "checks": sorted({r.check for r in special}),
+              "tensors": sorted({r.tensor for r in special}), "noise": ZERO_GRADIENT_NOISE, "lr": ADAMW.lr,
+              "eps": ADAMW.eps, "bound_lo": bounds[0], "bound_hi": bounds[-1], "float32": TOLERANCES["float32"].rel}
+    return sections.md_table(["dtype on the torch side", "Relative", "Absolute", "Why this value"], rows), values
 
 
-def summary_md():
-    report = crosscheck_report()
+def summary_md(report):
     groups = {}
     for r in report["rows"]:
         groups.setdefault((r.device, r.dtype, r.check), []).append(r)
@@ -63,24 +61,63 @@ def summary_md():
                      f"{worst.max_rel:.2e}", f"{worst.tol_rel:g}",
                      ("all pass" if all(r.passed for r in group) else "**FAIL**")
                      + (f"; {floor} on the absolute tolerance" if floor else "")])
-    return (sections.md_table(["Device", "Check", "Comparisons", "Worst relative gap in", "Its gap",
-                               "Rel tolerance", "Result"], rows)
-            + "\nThe worst relative gap is taken over the comparisons that pass on their relative gap; those that "
-              "pass on the absolute tolerance (tensors that are zero in exact arithmetic) are counted in the last "
-              "column.\n")
+    return sections.md_table(["Device", "Check", "Comparisons", "Worst relative gap in", "Its gap", "Rel tolerance",
+                              "Result"], rows)
 
 
-def every_row_md():
-    report = crosscheck_report()
-    rows = [row_cells(report, r) for r in report["rows"]]
-    return collapsed(f"All {len(rows)} comparisons", sections.md_table(ROW_HEADER, rows))
+def worked(report):
+    """Two comparisons written out: the logits (passed on the relative gap) and the first row passed on the
+    absolute tolerance alone."""
+    logits = next(r for r in report["rows"] if r.check == "forward")
+    floor = next(r for r in report["rows"] if r.on_floor)
+    return {"logits": {"gap": logits.max_abs, "rel": logits.max_rel, "scale": logits.max_abs / logits.max_rel,
+                       "tol": logits.tol_rel, "margin": logits.tol_rel / logits.max_rel,
+                       "device": device_label(report, logits.device)},
+            "floor": {"check": floor.label, "tensor": floor.tensor, "gap": floor.max_abs, "rel": floor.max_rel,
+                      "tol_rel": floor.tol_rel, "tol_abs": floor.tol_abs}}
+
+
+def gaps_png(report):
+    """Every comparison's relative gap, by check, against the relative tolerance of its dtype: the rows judged on
+    their relative gap, the rows passed on the absolute tolerance alone, and exact zeros at the bottom."""
+    names = kinds(report)
+    jitter = np.random.default_rng(0).uniform(-0.3, 0.3, len(report["rows"]))  # spreads the dots of a column
+    x = np.array([names.index(r.check) for r in report["rows"]]) + jitter
+    rel = np.array([r.max_rel for r in report["rows"]])
+    floor = np.array([r.on_floor for r in report["rows"]])
+    fig, ax = new_figure(figsize=(11, 4.6))
+    plain = ~floor & (rel > 0)
+    ax.scatter(x[plain], rel[plain], s=6, alpha=0.5, label="judged on the relative gap")
+    ax.scatter(x[rel == 0], np.full((rel == 0).sum(), ZERO_AT), s=14, marker="v", color="tab:green",
+               label=f"gap exactly 0 (drawn at {ZERO_AT:g})")
+    ax.scatter(x[floor], rel[floor], s=18, marker="x", color="tab:red", label="passed on the absolute tolerance")
+    for dtype in sorted({r.dtype for r in report["rows"]}):
+        ax.axhline(TOLERANCES[dtype].rel, color="gray", lw=1, ls="--", label=f"relative tolerance, {dtype}")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(names)), names, rotation=40, ha="right")
+    ax.set_xlabel("check")
+    ax.set_ylabel("relative gap, max |ours − torch| / scale")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
+    judged = [r for r, keep in zip(report["rows"], plain) if keep]
+    closest = min(judged, key=lambda r: r.tol_rel / r.max_rel)
+    values = {"zeros": int((rel == 0).sum()), "floor": int(floor.sum()), "median": float(np.median(rel[plain])),
+              "floor_tensors": sorted({r.tensor for r in report["rows"] if r.on_floor}),
+              "floor_above": sum(r.on_floor and r.max_rel > TOLERANCES[r.dtype].rel for r in report["rows"]),
+              "closest": f"{closest.label}: {closest.tensor}", "closest_rel": closest.max_rel,
+              "margin": closest.tol_rel / closest.max_rel}
+    return png(fig), values
 
 
 def generate(context):
-    return {
-        "provenance": sections.provenance_md("crosscheck", {"cross-check inputs": crosscheck_report()["seed"]}),
-        "machine": machine_md(),
-        "tolerances": tolerances_md(),
-        "summary": summary_md(),
-        "every": every_row_md(),
-    }
+    report = crosscheck_report()
+    machine_table, machine_values = machine(report)
+    tolerance_table, tolerance_values = tolerances(report)
+    picture, picture_values = gaps_png(report)
+    steps = max(r.step for r in report["rows"] if r.check == "adamw step")
+    values = {"total": len(report["rows"]), "checks": kinds(report), "kinds": len(kinds(report)), "steps": steps,
+              "machine": machine_values, "tolerance": tolerance_values, "picture": picture_values,
+              "worked": worked(report)}
+    return {"values": values, "gaps.png": picture, "machine": machine_table, "tolerances": tolerance_table,
+            "summary": summary_md(report),
+            "every": sections.md_table(ROW_HEADER, [row_cells(report, r) for r in report["rows"]]),
+            "provenance": sections.provenance_md("crosscheck", {"cross-check inputs": report["seed"]})}

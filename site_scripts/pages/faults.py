@@ -1,6 +1,6 @@
-"""Generator of the "What survives a fault" page: every fault of tools/fault_cases.py injected into real runs
-of the command line at build time, with what the program said and what its folder kept. A fault that the
-program does not survive as the page says stops the build."""
+"""Generator of the "What survives a fault" page: every fault of tools/fault_cases.py injected into real runs of
+the command line at build time; the values its prose shows (docs/verification/faults.md binds them), its tables
+and its picture. A fault that the program does not survive as the page says stops the build (`require`)."""
 
 import math
 import tempfile
@@ -10,10 +10,13 @@ import numpy as np
 
 from tools import fault_cases as fc
 from transformer.optim import clip_grads, global_norm
+from transformer.train_config import MAX_SKIPS_IN_A_ROW
 
 from .. import sections
+from ..figures import new_figure, png
 
 PAGE = "faults"
+CLIP = 1.0  # the library example's clip
 
 
 def code(text):
@@ -46,7 +49,10 @@ def equal_text(equal):
     return f"{'**equal**' if same else '**not equal**'}, bit for bit, in all {count} arrays (parameters and both AdamW moments)"
 
 
-def kill_md(rounds, last, equal, same_losses):
+# ---------------------------------------------------------------- kill -9
+
+def kill_part(rounds, last, equal, same_losses, final):
+    """The kill table, and the values of its prose; `final` is what the killed run's folder kept at the end."""
     rows = []
     for i, r in enumerate(rounds, 1):
         require(r.ran.status == -9 and r.kept.loads, f"kill {i} did not leave a loadable checkpoint")
@@ -54,17 +60,40 @@ def kill_md(rounds, last, equal, same_losses):
         rows.append([str(i), f"step {r.step}, {r.moment}", status(r.ran), f"step {r.kept.step}" + (
             f"; also the torn temporary file {code(stale[0])}" if stale else ""), files(r.kept)])
     require(last.status == 0 and equal[0] and same_losses, "the resumed run does not equal the straight one")
-    return (sections.md_table(["Kill", "Moment", "The process", "Checkpoint kept", "Files in the folder"], rows)
-            + f"\nAfter each kill the next round was `python -m transformer train --resume --out killed`; the last "
-            f"one ran to the end ({status(last)}), and removed what a torn save had left. Its final checkpoint "
-            f"against the uninterrupted run's: {equal_text(equal)}; every step's training loss in `metrics.jsonl` "
-            f"is equal too, each step logged once.\n")
+    require(not any(f.endswith(".tmp") for f in final.files), "the resumed run left a torn temporary file behind")
+    table = sections.md_table(["Kill", "Moment", "The process", "Checkpoint kept", "Files in the folder"], rows)
+    return table, {"kills": len(rounds), "resume": last.command, "last": last.status,
+                   "arrays": equal[1], "final_files": final.files, "redone": sum(r.step - r.kept.step for r in rounds)}
 
+
+def kill_png(rounds, straight, killed):
+    """The uninterrupted run's training loss, step by step, the killed run's on top of it, each kill and the
+    checkpoint it went back to."""
+    fig, ax = new_figure(figsize=(10, 4.2))
+    steps = sorted(straight)
+    ax.plot(steps, [straight[s] for s in steps], "-", color="tab:blue", lw=2.5, alpha=0.4, label="run with no fault")
+    ax.plot(sorted(killed), [killed[s] for s in sorted(killed)], ".", color="k", ms=5,
+            label=f"run killed {len(rounds)} times, resumed after each (its metrics.jsonl)")
+    for i, r in enumerate(rounds):
+        y = straight[r.step]
+        ax.plot([r.step], [y], "x", color="tab:red", ms=10, mew=2, label="kill -9" if i == 0 else None)
+        ax.annotate("", xy=(r.kept.step, straight[r.kept.step]), xytext=(r.step, y),
+                    arrowprops={"arrowstyle": "->", "color": "tab:red", "connectionstyle": "arc3,rad=-0.4"})
+    for s in range(fc.CKPT_EVERY, fc.STEPS + 1, fc.CKPT_EVERY):
+        ax.axvline(s, color="gray", lw=0.8, ls=":", label="checkpoint saved" if s == fc.CKPT_EVERY else None)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("training loss of the step")
+    ax.legend(fontsize="small", loc="upper right")
+    return png(fig)
+
+
+# ---------------------------------------------------------------- a full disk, two runs, a NaN, an overflow
 
 def disk_md(case):
     if case.skipped:
-        return (f"**Not run on this build machine**: mounting a {case.size:,}-byte tmpfs was refused "
-                f"({code(case.skipped)}). The build goes on without this case.\n")
+        return sections.md_table(["", "At build time"], [[
+            "What was done", f"**not run on this build machine**: mounting a {case.size:,}-byte tmpfs was refused "
+                             f"({code(case.skipped)})"]])
     require(case.ran.status == 2 and case.kept.step == fc.CKPT_EVERY and case.equal[0],
             "the full disk was not survived as described")
     rows = [["What was done", f"`--out` on a tmpfs of {case.size:,} bytes: room for one checkpoint "
@@ -91,7 +120,7 @@ def lock_md(case):
     return sections.md_table(["", "At build time"], rows)
 
 
-def nonfinite_md(case):
+def nonfinite_part(case):
     p = fc.POISONED_BATCH
     require(case.stopped.status == 2 and case.stopped_kept.step == p - 1 and case.same_losses,
             "the stopped run did not keep its last good step")
@@ -105,9 +134,8 @@ def nonfinite_md(case):
              "the same batch drawn again, poisoned again, and skipped: the sampler had been put back before it"],
             ["Skip from the start", code(case.skipped.command), said(case.skipped),
              f"every step; `metrics.jsonl` records the batch: {code(str(record))}"]]
-    return (sections.md_table(["Mode", "Command", "What the program said", "What was kept"], rows)
-            + f"\nThe run stopped and resumed with skip against the run that skipped from the start: "
-            f"{equal_text(case.equal)}.\n")
+    table = sections.md_table(["Mode", "Command", "What the program said", "What was kept"], rows)
+    return table, {"batch": p, "kept": case.stopped_kept.step, "arrays": case.equal[1]}
 
 
 def overflow_md(rows):
@@ -118,25 +146,31 @@ def overflow_md(rows):
         require(r.norm > math.sqrt(np.finfo(r.dtype).max), f"{r.dtype}: the squares of norm {r.norm:g} do not overflow")
         table.append([r.dtype, f"{r.factor:g}", code(r.ran.command), f"{r.norm:.4e}", "yes" if r.committed else "no",
                       "yes" if r.finite else "no"])
-    return (sections.md_table(["dtype", f"Gradients of batch {fc.POISONED_BATCH} times", "Command",
-                               "`grad_norm` recorded", "Step taken", "Every parameter finite at the end"], table)
-            + "\n" + squares_md())
+    return sections.md_table(["dtype", f"Gradients of batch {fc.POISONED_BATCH} times", "Command",
+                              "`grad_norm` recorded", "Step taken", "Every parameter finite at the end"], table)
 
 
-def squares_md():
-    """The same kind of gradients in the library: the plain formula against `global_norm`, and the clip."""
+def squares():
+    """The same kind of gradients in the library: the plain formula against `global_norm` and the clip, and the
+    power-of-two scaling of global_norm written out for the float32 case."""
     rng = np.random.default_rng(fc.SEED)
-    rows = []
+    rows, sizes = [], (8, 3)
     for dtype, factor in fc.OVERFLOW_FACTORS.items():
-        grads = {"a": (rng.standard_normal(8) * factor).astype(dtype), "b": (rng.standard_normal(3) * factor).astype(dtype)}
+        grads = {name: (rng.standard_normal(n) * factor).astype(dtype) for name, n in zip("ab", sizes)}
         with np.errstate(over="ignore"):
             plain = math.sqrt(sum(float(np.vdot(g, g)) for g in grads.values()))
-        clipped, norm = clip_grads(grads, 1.0)
+        clipped, norm = clip_grads(grads, CLIP)
         rows.append([dtype, f"{plain:g}", f"{norm:.4e}", f"{global_norm(clipped):.6f}"])
-    return ("The same in the library, on 11 random normal entries times the factor: squaring first overflows, so "
-            "the plain formula says `inf`, and a clip by `1.0 / inf` would have made every gradient zero.\n\n"
-            + sections.md_table(["dtype", "sqrt(sum g²), squares first", "`global_norm`",
-                                 "Norm after `clip_grads(grads, 1.0)`"], rows))
+        if dtype == "float32":
+            largest = max(float(np.abs(g).max()) for g in grads.values())
+            k = math.frexp(largest)[1] - 1
+            total = sum(float(np.vdot(g / 2.0 ** k, g / 2.0 ** k)) for g in grads.values())
+            worked = {"largest": largest, "k": k, "total": total, "root": math.sqrt(total), "norm": norm,
+                      "max": float(np.finfo(np.float32).max), "square": largest ** 2}
+            require(2.0 ** k * math.sqrt(total) == norm, "the written-out global norm is not global_norm's")
+    table = sections.md_table(["dtype", "sqrt(sum g²), squares first", "`global_norm`",
+                               "Norm after `clip_grads(grads, 1.0)`"], rows)
+    return table, {"entries": sum(sizes), "clip": CLIP, "worked": worked}
 
 
 def summary_md(kill, disk, lock, nonfinite, overflow):
@@ -166,14 +200,23 @@ def generate(context):
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         fc.write_corpus(folder)
+        words = len((folder / "corpus.txt").read_text().split(" "))
         straight = fc.straight_run(folder)
         require(straight.status == 0, f"the uninterrupted run failed: {straight.stderr}")
         cases = (fc.kill_case(folder), fc.disk_case(folder), fc.lock_case(folder), fc.nonfinite_case(folder),
                  fc.overflow_case(folder))
+        final, losses = fc.kept(folder / "killed"), (fc.losses(folder / "straight"), fc.losses(folder / "killed"))
+        logged = [r["step"] for r in fc.metric_records(folder / "killed", "loss")]
+    require(logged == list(range(1, fc.STEPS + 1)), f"the killed run logged the steps {logged}, not each once")
     kill, disk, lock, nonfinite, overflow = cases
-    text = {"kill": kill_md(*kill), "disk": disk_md(disk), "lock": lock_md(lock), "nonfinite": nonfinite_md(nonfinite),
-            "overflow": overflow_md(overflow), "summary": summary_md(*cases)}
+    kill_table, kill_values = kill_part(*kill, final)
+    nonfinite_table, nonfinite_values = nonfinite_part(nonfinite)
+    squares_table, squares_values = squares()
+    text = {"kill": kill_table, "disk": disk_md(disk), "lock": lock_md(lock), "nonfinite": nonfinite_table,
+            "overflow": overflow_md(overflow), "squares": squares_table, "summary": summary_md(*cases)}
     for name, fragment in text.items():
         require(tmp not in fragment, f"the {name} fragment names the temporary folder {tmp}")
-    return {**text, "setup": f"`{' '.join(fc.SMALL + fc.SCHEDULE)}`\n",
+    values = {"words": words, "settings": " ".join(fc.SMALL + fc.SCHEDULE), "every": fc.CKPT_EVERY,
+              "disk_size": disk.size, "max_skips": MAX_SKIPS_IN_A_ROW, "kill": kill_values, "nonfinite": nonfinite_values, "squares": squares_values}
+    return {"values": values, **text, "kill.png": kill_png(kill[0], *losses),
             "provenance": sections.provenance_md(PAGE, {"corpus and kill moments": fc.SEED})}

@@ -49,7 +49,8 @@ def test_a_broadcast_not_undone_makes_the_tiny_example_fail(monkeypatch):
     monkeypatch.setattr(ag, "unbroadcast", leading_axes_only)
     c = anatomy.tiny_comparison()
     assert not c.passed()
-    assert "**FAIL**" in anatomy.example_md(c)
+    tables, values = anatomy.tiny_part(c)
+    assert "**FAIL**" in tables["tiny_grads"] and values["passed"] < values["total"]
 
 
 def nodes_by_walking(root):
@@ -67,8 +68,9 @@ def test_the_symbol_table_counts_the_graph_it_describes():
     cfg, t = anatomy.default_tape()
     walked = nodes_by_walking(t.loss)
     assert len(walked) == len(t.order) == len(t.leaves) + sum(not n.is_leaf for n in walked.values())
-    text = anatomy.symbols_md()
+    text, values = anatomy.symbols_md()
     assert f"| `len(topological_order(loss))` | scalar | {len(walked)} |" in text
+    assert values["constants"] == len(t.constants())
     operations = sum(not n.is_leaf for n in walked.values())
     table = text[text.index("| Operation | Nodes |"):].splitlines()[2:]
     counted = [int(line.split("|")[2]) for line in table if line.startswith("| `")]
@@ -107,10 +109,35 @@ def engine_report(monkeypatch=None):
 
 
 def test_the_engine_against_numpy_table_lists_every_gradient_and_shows_a_wrong_one(monkeypatch):
-    text = anatomy.engine_against_numpy_md(engine_report())
+    text, values = anatomy.engine_against_numpy(engine_report())
     rows = [line for line in text.splitlines() if line.strip().startswith("| `")]
-    assert len(rows) == len(engine_report()["autograd"]["gaps"]) and "all pass" in text and "FAIL" not in text
+    assert len(rows) == len(engine_report()["autograd"]["gaps"]) and values["verdict"] == "all pass"
+    assert "FAIL" not in text
     assert sum("held to the absolute bound" in row for row in rows) == 2  # the key biases, b0.bk and b1.bk
-    planted = anatomy.engine_against_numpy_md(engine_report(monkeypatch))
-    assert "**1 FAIL**" in planted
+    assert values["on_floor"] == ["b0.bk", "b1.bk"] and values["floor_count"] == 2
+    planted, planted_values = anatomy.engine_against_numpy(engine_report(monkeypatch))
+    assert planted_values["verdict"] == "**1 FAIL**"
     assert [row for row in planted.splitlines() if "**FAIL**" in row][0].strip().startswith("| `b1.ff1_w`")
+
+
+def test_a_graph_of_self_capturing_rules_waits_for_the_collector_and_the_engines_own_does_not():
+    """The page's measurement: with the cyclic collector off, a graph whose rules hold their own nodes stays
+    alive after its last name is dropped, and gc.collect() frees it; the engine's own rules are freed at once."""
+    from site_scripts.pages import autograd
+
+    found = autograd.cycles()
+    assert found["built"] > 0 and found["left"] == found["built"]
+    assert found["after_collect"] == 0 and found["own_left"] == 0
+
+
+def test_the_autograd_prose_shows_no_typed_number_and_names_its_sources():
+    """Every engine the page names is one a reader can open: micrograd, PyTorch's and JAX's own pages."""
+    from site_scripts import prose
+    from site_scripts.common import ROOT
+
+    text = (ROOT / "docs" / "verification" / "autograd.md").read_text()
+    assert prose.typed_numbers(text) == []
+    for source in ("https://github.com/karpathy/micrograd", "https://pytorch.org/docs/stable/notes/autograd.html",
+                   "https://docs.jax.dev/en/latest/jaxpr.html"):
+        assert source in text
+    assert "reference engine" not in text and "micrograd-style" not in text

@@ -27,13 +27,19 @@ def kill_round(step, kept_step, loads=True):
     return fc.KillRound(step, "after-step", ran(-9), fc.Kept(kept_step, ["checkpoint.npz"], loads))
 
 
-def test_the_kill_table_refuses_a_resume_that_differs_by_one_bit_or_a_kill_that_left_no_checkpoint():
+FINAL = fc.Kept(40, ["checkpoint.npz", "metrics.jsonl", "run.lock"], True)
+
+
+def test_the_kill_table_refuses_a_resume_that_differs_by_one_bit_a_kill_that_left_no_checkpoint_or_a_torn_file():
     rounds = [kill_round(25, 20), kill_round(34, 30)]
-    assert "**equal**" in faults.kill_md(rounds, ran(0), (True, 66), True)
-    for bad in ((rounds, ran(0), (False, 66), True), (rounds, ran(0), (True, 66), False),
-                ([kill_round(25, None, loads=False)], ran(0), (True, 66), True)):
+    table, values = faults.kill_part(rounds, ran(0), (True, 66), True, FINAL)
+    assert "| step 20 |" in table and values["redone"] == 5 + 4 and values["arrays"] == 66
+    torn = fc.Kept(40, ["checkpoint.npz", "checkpoint.npz.*.tmp"], True)
+    for bad in ((rounds, ran(0), (False, 66), True, FINAL), (rounds, ran(0), (True, 66), False, FINAL),
+                ([kill_round(25, None, loads=False)], ran(0), (True, 66), True, FINAL),
+                (rounds, ran(0), (True, 66), True, torn)):
         with pytest.raises(RuntimeError, match="fault page"):
-            faults.kill_md(*bad)
+            faults.kill_part(*bad)
 
 
 def test_the_lock_table_refuses_a_refusal_that_does_not_name_the_live_run():
@@ -62,6 +68,21 @@ def test_the_overflow_table_refuses_a_row_whose_squares_would_not_have_overflowe
     for dtype, norm in (("float32", 1.3e19), ("float64", 1.3e150)):
         with pytest.raises(RuntimeError, match="do not overflow"):
             faults.overflow_md([overflow_row(dtype, norm)])
+
+
+def test_the_worked_global_norm_is_global_norms_and_its_plain_square_overflows():
+    """The page's float32 example: the largest entry's square is past float32's range, s = 2^k lies at or below
+    the largest entry and above half of it, and s times the root of the scaled squares is the norm."""
+    _, values = faults.squares()
+    w = values["worked"]
+    assert w["square"] > w["max"] and 2.0 ** w["k"] <= w["largest"] < 2.0 ** (w["k"] + 1)
+    assert 2.0 ** w["k"] * w["root"] == w["norm"] and w["root"] == pytest.approx(np.sqrt(w["total"]))
+
+
+def test_the_faults_prose_shows_no_typed_number():
+    from site_scripts import prose
+
+    assert prose.typed_numbers((ROOT / "docs" / "verification" / "faults.md").read_text()) == []
 
 
 # ---------------------------------------------------------------- tools/fault_inject.py: the loop's hooks, and only them

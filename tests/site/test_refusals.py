@@ -2,6 +2,7 @@
 (tools/refusals.py) stop the build when a bad input is not refused properly."""
 
 import ast
+import re
 from pathlib import Path
 
 import numpy as np
@@ -117,3 +118,37 @@ def test_the_command_line_check_exits_1_when_a_bad_input_is_accepted(monkeypatch
     monkeypatch.setattr(bad_input_cases, "CASES", [Case("accepted", "", "", call="forward(params, ids, cfg)")])
     assert bad_input_cases.main([]) == 1
     assert capsys.readouterr().err.startswith("error: ")
+
+
+# ---------------------------------------------------------------- the page's prose
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "verification" / "bad-inputs.md"
+
+
+def test_the_page_has_a_section_for_every_case_in_the_catalogues_order_with_its_table():
+    """The docs page holds each case's heading and sentence; its heading is the catalogue's title and anchor, and
+    its table (one fragment per case) stands in its own section."""
+    from site_scripts.pages.bad_inputs import fragment
+
+    text = PAGE.read_text()
+    headings = re.findall(r"^### (.+) \{#([\w-]+)\}$", text, flags=re.M)
+    assert headings == [(case.title, case.slug) for case in bad_input_cases.CASES]
+    sections = re.split(r"^### ", text, flags=re.M)[1:]
+    for case, section in zip(bad_input_cases.CASES, sections):
+        assert f'--8<-- "bad_inputs/{fragment(case)}.md"' in section, case.slug
+    assert [g for g in re.findall(r"^## (.+)$", text, flags=re.M) if g in bad_input_cases.GROUPS] == \
+        list(bad_input_cases.GROUPS)
+
+
+def test_numpy_would_read_a_negative_id_as_the_last_row():
+    """The page's sentence about id -1, read off the real table."""
+    from site_scripts.pages.bad_inputs import negative_id
+
+    namespace = bad_input_cases.setup()
+    assert negative_id(namespace) == {"row": namespace["cfg"].vocab_size - 1, "same": "yes"}
+
+
+def test_the_bad_inputs_prose_shows_no_typed_number():
+    from site_scripts import prose
+
+    assert prose.typed_numbers(PAGE.read_text()) == []
