@@ -143,9 +143,10 @@ MUTANTS = (
            "wrong queries.",
            (edit(f"{ATT}:attention_backward", "dv = att.transpose(0, 1, 3, 2) @ dheads", "dv = att @ dheads"),)),
     Mutant("attention-key-bias-grad-zeroed",
-           "The key bias gets a gradient of exactly zero instead of the computed one.",
+           "The key bias gets a gradient of exactly zero instead of the computed one (a frozen key bias still gets "
+           "none).",
            (edit(f"{ATT}:qkv_backward", "    return dx, grads",
-                 '    grads["bk"] = np.zeros_like(grads["bk"])\n    return dx, grads'),),
+                 '    grads["bk"] = None if grads["bk"] is None else np.zeros_like(grads["bk"])\n    return dx, grads'),),
            uncatchable="The true gradient of the key bias is zero: q.bk adds the same number to every score of "
                        "a query's row, and softmax ignores a constant added to a row. The computed dbk is zero "
                        "up to rounding (about 1e-17), so replacing it by an exact zero changes nothing a "

@@ -37,7 +37,6 @@ TIMEOUT_S = 300  # per process: a bad input that makes a command hang stops the 
 class Case:
     slug: str  # the anchor of the case on the page
     title: str
-    wrong: str  # one plain sentence: what is wrong with the input
     call: str = ""  # a library call, evaluated in setup()'s namespace; "" for command-line-only cases
     # The command line after `python -m transformer`, as typed in a shell (shlex splits it); None for
     # library-only cases, "" for the command with no arguments at all.

@@ -14,12 +14,12 @@ from site_scripts.pages.bad_inputs import checked_by, defined_tests
 from tools.refusals import Case, check_command, check_files, check_raised, run_call, run_command
 from transformer.errors import InputError
 
-CASE = Case("negative-id", "A negative id", "", "forward(params, np.array([3, -1]), cfg)", "train --out run",
+CASE = Case("negative-id", "A negative id", "forward(params, np.array([3, -1]), cfg)", "train --out run",
             names=("found -1",))
 
 
 def test_an_accepted_library_call_stops_the_build(tmp_path):
-    accepted = Case("valid", "Valid ids", "", "forward(params, ids, cfg)")
+    accepted = Case("valid", "Valid ids", "forward(params, ids, cfg)")
     with pytest.raises(RuntimeError, match="was accepted: it raised no error"):
         run_call(accepted, bad_input_cases.setup(), tmp_path)
 
@@ -58,7 +58,7 @@ def test_a_command_not_refused_properly_stops_the_build(status, stdout, stderr, 
 
 def test_a_real_command_that_exits_0_stops_the_build(tmp_path):
     with pytest.raises(RuntimeError, match="exited with status 0: the bad input was accepted"):
-        run_command(Case("help", "", "", cli="gradcheck --help"), tmp_path)
+        run_command(Case("help", "", cli="gradcheck --help"), tmp_path)
 
 
 BEFORE = {"run/checkpoint.npz": "a", "corpus.txt": "c"}  # path: sha256
@@ -101,11 +101,11 @@ def test_tests_are_found_by_name_in_any_folder_and_a_missing_or_twice_defined_on
     (tmp_path / "tests" / "unit" / "test_a.py").write_text(two)
     (tmp_path / "tests" / "test_b.py").write_text("def test_twice():\n    pass\n")
     found = defined_tests(tmp_path)
-    assert checked_by(Case("c", "", "", tests=("test_once",)), found) == ["tests/unit/test_a.py::test_once"]
+    assert checked_by(Case("c", "", tests=("test_once",)), found) == ["tests/unit/test_a.py::test_once"]
     with pytest.raises(RuntimeError, match=r"test_twice, which is defined in \['tests/test_b.py', 'tests/unit/"):
-        checked_by(Case("c", "", "", tests=("test_twice",)), found)
+        checked_by(Case("c", "", tests=("test_twice",)), found)
     with pytest.raises(RuntimeError, match="test_gone, which is defined in no file"):
-        checked_by(Case("c", "", "", tests=("test_gone",)), found)
+        checked_by(Case("c", "", tests=("test_gone",)), found)
 
 
 def test_every_case_names_tests_that_are_defined_once_under_tests():
@@ -115,7 +115,7 @@ def test_every_case_names_tests_that_are_defined_once_under_tests():
 
 def test_the_command_line_check_exits_1_when_a_bad_input_is_accepted(monkeypatch, capsys):
     """python -m tools.bad_input_cases is the page's check without the site: a case that is not refused fails it."""
-    monkeypatch.setattr(bad_input_cases, "CASES", [Case("accepted", "", "", call="forward(params, ids, cfg)")])
+    monkeypatch.setattr(bad_input_cases, "CASES", [Case("accepted", "", call="forward(params, ids, cfg)")])
     assert bad_input_cases.main([]) == 1
     assert capsys.readouterr().err.startswith("error: ")
 
