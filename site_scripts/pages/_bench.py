@@ -20,7 +20,6 @@ from tools import bench_decode as bench  # noqa: E402
 
 from .. import depends, sections  # noqa: E402
 from ..common import CACHE, ROOT, cached_json, hash_parts, mode, numpy_version  # noqa: E402
-from ..examples import collapsed  # noqa: E402
 
 QUICK = {"contexts": (32, 64), "requests": (1, 4), "rounds": 1}
 SOURCE = ROOT / "tools" / "bench_decode.py"
@@ -85,28 +84,23 @@ def table_md(results):
                               "cache bytes per position"], rows)
 
 
-def bars_md(results):
-    lines = bench.bars(results)
-    if not lines:
-        chosen = cells()
-        return (f"This build measured contexts {list(chosen['contexts'])} and {list(chosen['requests'])} requests "
-                "only (the quick build); the issue's bars, at a context of 256 and for 16 requests, are measured "
-                "by the full build and by `python -m tools.bench_decode`.\n")
-    return ("The bars of the issue, as `bench_decode.bars` reads them off this run:\n\n"
-            + "\n".join(f"- {line.removeprefix('bar: ')}" for line in lines) + "\n")
+def speeds(results):
+    """How many times as many tokens per second one strategy decoded as another, at the largest context measured:
+    each cache against recomputing, for one request; batched steps against one by one, for the most requests."""
+    top, most = max(m.context for m in results), max(m.requests for m in results)
+    return {"top": top, "most": most,
+            "contiguous": bench.speedup(results, "contiguous", "recompute", top, 1),
+            "paged": bench.speedup(results, "paged one by one", "recompute", top, 1),
+            "batched": bench.speedup(results, "paged batched", "paged one by one", top, most)}
 
 
 def fragments():
+    """The benchmark's figure (an inline SVG) and table, and the values the prose reads."""
     results = measurements()
-    cfg = bench.CONFIG
-    machine = (f"Measured on the build machine ({os.cpu_count()} CPU cores, numpy {numpy_version()}) when this "
-               "page's code last changed; times depend on the machine and on whatever else it was running, so "
-               "read the ratios, not the absolute rates.")
-    setup = (f"`tools/bench_decode.py` with its model (\\(d\\) = {cfg.emb_dim}, \\(H\\) = {cfg.num_heads}, \\(L\\) = "
-             f"{cfg.num_layers}, \\(F\\) = {cfg.ff_dim}, \\(T_{{\\max}}\\) set to each context), float32, pages of "
-             f"{bench.PAGE_SIZE}: every request has a prompt of half the context and adds the other half; each "
-             f"cell is the median of {results[0].rounds} round{'s' if results[0].rounds > 1 else ''}, the "
-             "strategies alternating within a round. "
-             + machine + "\n\n")
-    return {"bench": setup + figure_svg(results) + "\n" + bars_md(results),
-            "bench-table": collapsed(f"All {len(results)} measurements", table_md(results))}
+    cfg, chosen = bench.CONFIG, cells()
+    values = {"cores": os.cpu_count(), "numpy": numpy_version(), "d": cfg.emb_dim, "h": cfg.num_heads,
+              "l": cfg.num_layers, "f": cfg.ff_dim, "page": bench.PAGE_SIZE, "rounds": results[0].rounds,
+              "contexts": list(chosen["contexts"]), "requests": list(chosen["requests"]),
+              "all_contexts": list(bench.CONTEXTS), "all_requests": list(bench.REQUESTS), "count": len(results),
+              "speed": speeds(results)}
+    return {"bench_figure": figure_svg(results), "bench_table": table_md(results)}, values

@@ -1,5 +1,6 @@
-"""The KV cache page's paged fragments: two requests decoded together over one pool of pages, the diagram of
-which logical page sits in which physical page, bytes held per token, and the paged symbols.
+"""The KV cache page's paged parts: two requests decoded together over one pool of pages (its picture of the pool
+and the page tables, when each page was leased), bytes held per position, and the paged symbols; and the default
+config's sizes, which the KV cache and Serving pages show.
 
 Everything is read off a real run: `prefill` of each prompt, then batched `decode_batch` steps, over one
 `PagePool`. Nothing here types a page number or a byte count.
@@ -11,29 +12,39 @@ from dataclasses import dataclass
 import numpy as np
 
 from transformer.config import PRESETS
-from transformer.generate import decode_batch, decode_block, prefill
+from transformer.generate import decode_batch, decode_block, decode_step, prefill
 from transformer.kv_cache import KVCache, PagedCache, PagePool
 from transformer.model import forward, init_params
 
 from .. import sections
-from ..examples import SEED, default_note
+from ..examples import SEED
+from ..figures import new_figure, png
 
 PAGE_SIZE = 4  # small, so that the default context of 32 positions spans several pages
 PROMPTS = (6, 2)  # prompt lengths of requests A and B: they start at different positions
 STEPS = 7  # batched decoding steps after the two prefills
 NAMES = "AB"
+COLORS = {"A": "tab:blue", "B": "tab:orange"}
+
+
+def sizes(cfg):
+    """A config's sizes, for the prose to show in the Notation page's symbols."""
+    return {"n_v": cfg.vocab_size, "t_max": cfg.context_len, "d": cfg.emb_dim, "h": cfg.num_heads,
+            "l": cfg.num_layers, "f": cfg.ff_dim}
 
 
 @dataclass
 class TwoRequests:
     """The run: its config, parameters and pool, each request's ids and cache, the page tables after each
-    phase (prefill, then every batched step), and every request's logits beside a full forward's."""
+    phase (prefill, then every batched step), and every request's logits (from its prefill, then from each
+    batched step) with the largest gap of each request's to a full forward over its own ids."""
     cfg: object
     params: dict
     pool: PagePool
     ids: list  # per request, every id fed
     caches: list
     tables: list  # (phase label, [page table of A, of B]) after each phase
+    logits: list  # per request, (steps, n_V)
     gaps: list  # per request, the largest gap of its logits to a full forward over its own ids
 
 
@@ -51,11 +62,24 @@ def two_requests(steps=STEPS):
         for mine, row in zip(logits, rows):
             mine.append(row)
         tables.append((f"step {step + 1}", [list(c.pages) for c in caches]))
+    logits = [np.array(mine) for mine in logits]
     gaps = []
     for own, n, mine in zip(ids, PROMPTS, logits):
         full = forward(params, np.array(own[:n + steps - 1]), cfg)[0][n - 1:]  # rows of the positions decoded
-        gaps.append(float(np.abs(np.array(mine) - full).max()))
-    return TwoRequests(cfg, params, pool, ids, caches, tables, gaps)
+        gaps.append(float(np.abs(mine - full).max()))
+    return TwoRequests(cfg, params, pool, ids, caches, tables, logits, gaps)
+
+
+def alone_gap(run):
+    """Largest gap between the batched steps' logits and each request decoded alone, one `decode_step` at a time
+    into a contiguous cache: the batched step's attention against the single-request one."""
+    worst = 0.0
+    for own, n, mine in zip(run.ids, PROMPTS, run.logits):
+        cache = KVCache(run.cfg, np.float64)
+        prefill(run.params, own[:n], cache, run.cfg)
+        alone = [decode_step(run.params, token, cache, run.cfg) for token in own[n:n + len(mine) - 1]]
+        worst = max(worst, float(np.abs(mine[1:] - np.array(alone)).max()))
+    return worst
 
 
 def leased_at(run):
@@ -81,43 +105,70 @@ def contiguous_gap(run):
     return worst
 
 
-def diagram_md(run):
-    """A mermaid flowchart: each request's logical pages, each pointing at the physical page that holds it."""
-    S, lines = PAGE_SIZE, ["```mermaid", "flowchart LR"]
-    for name, cache in zip(NAMES, run.caches):
-        lines.append(f'  subgraph {name}["request {name}: {cache.length} positions"]')
-        for logical in range(len(cache.pages)):
-            last = min((logical + 1) * S, cache.length) - 1
-            lines.append(f'    {name}{logical}["logical page {logical}<br/>positions {logical * S}-{last}"]')
-        lines.append("  end")
-    lines.append('  subgraph pool["pool: physical pages"]')
-    for page in sorted(leased_at(run)):
-        lines.append(f'    P{page}["page {page}"]')
-    lines.append("  end")
-    for name, cache in zip(NAMES, run.caches):
-        lines += [f"  {name}{logical} --> P{page}" for logical, page in enumerate(cache.pages)]
-    return "\n".join(lines + ["```", ""])
+def positions_held(cache, logical):
+    """The first and last position of a request that its logical page holds."""
+    return logical * PAGE_SIZE, min((logical + 1) * PAGE_SIZE, cache.length) - 1
 
 
-def pages_md():
+def layout(run):
+    """Where the picture draws each box: per request, its page-table entries (logical page, physical page, first
+    and last position); and per physical page of the pool (the blank one last), its owner or None."""
+    tables = {name: [(logical, page, *positions_held(cache, logical)) for logical, page in enumerate(cache.pages)]
+              for name, cache in zip(NAMES, run.caches)}
+    owners = {page: (name, logical) for page, (name, logical, _) in leased_at(run).items()}
+    pool = [owners.get(page) for page in range(run.pool.num_pages + 1)]
+    return tables, pool
+
+
+def pages_png(run):
+    """The pool of pages as a row of boxes (who holds each, which positions), and above it each request's page
+    table, one box per logical page with an arrow to the physical page that holds it."""
+    from matplotlib.patches import Rectangle
+
+    tables, pool = layout(run)
+    fig, ax = new_figure(figsize=(12, 4.4))
+    for page, owner in enumerate(pool):
+        blank = page == run.pool.blank
+        face = COLORS[owner[0]] if owner else "0.85" if blank else "white"
+        ax.add_patch(Rectangle((page, 0), 0.9, 1, facecolor=face, edgecolor="black", alpha=0.6 if owner else 1,
+                               hatch="//" if blank else None))
+        label = "blank" if blank else "free" if owner is None else "{}\nt {}–{}".format(
+            owner[0], *positions_held(run.caches[NAMES.index(owner[0])], owner[1]))
+        ax.text(page + 0.45, 0.5, label, ha="center", va="center", fontsize=8,
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 1} if blank else None)
+    x0, y = 0.0, 2.2
+    for name in NAMES:
+        ax.text(x0, y + 1.15, f"request {name}: π = {[page for _, page, _, _ in tables[name]]}", fontsize=9)
+        for logical, page, first, last in tables[name]:
+            x = x0 + 1.5 * logical
+            ax.add_patch(Rectangle((x, y), 1.3, 1, facecolor=COLORS[name], alpha=0.6, edgecolor="black"))
+            ax.text(x + 0.65, y + 0.5, f"π[{logical}] = {page}\nt {first}–{last}", ha="center", va="center",
+                    fontsize=8)
+            ax.annotate("", xy=(page + 0.45, 1.0), xytext=(x + 0.65, y),
+                        arrowprops={"arrowstyle": "->", "color": COLORS[name], "alpha": 0.8})
+        x0 += 1.5 * len(tables[name]) + 1.5
+    ax.set_xlim(-0.3, len(pool) + 0.2)
+    ax.set_ylim(-0.2, 3.8)
+    ax.set_yticks([0.5, 2.7], ["pool", "page tables"])
+    ax.set_xticks([page + 0.45 for page in range(len(pool))], [str(page) for page in range(len(pool))])
+    ax.set_xlabel("physical page of the pool (its number)")
+    ax.set_ylabel("page tables and the pool")
+    ax.set_title("two requests' positions in one pool of pages, after their last batched step")
+    return png(fig)
+
+
+def pages():
+    """The two-request run: its picture, the lease table, and the values the prose reads."""
     run = two_requests()
-    leases = leased_at(run)
     rows = [[page, f"{name}, logical page {logical}", f"{logical * PAGE_SIZE}-{(logical + 1) * PAGE_SIZE - 1}", when]
-            for page, (name, logical, when) in leases.items()]
-    free = len(run.pool.free)
-    a, b = (c.pages for c in run.caches)
-    return (f"Two requests over one pool of {run.pool.num_pages} pages of \\(S_{{\\mathrm{{page}}}}\\) = {PAGE_SIZE} "
-            f"positions, at {default_note(batch=False)}: request A's prompt has {PROMPTS[0]} ids, B's {PROMPTS[1]}; "
-            f"each is prefilled, then both are decoded together for {STEPS - 1} batched steps. The diagram is the "
-            "page tables at the end of that run:\n\n" + diagram_md(run)
-            + f"\nA's table is `{a}` and B's `{b}`: a request's pages are not adjacent in the pool; each is whichever "
-              "page was free when the request first needed it. When each was leased:\n\n"
-            + sections.md_table(["physical page", "holds", "positions", "leased at"], rows)
-            + f"\n{free} pages are still free. Read back through the page tables, the keys and values of every block "
-              f"differ from those of a contiguous cache filled with the same ids by at most "
-              f"{sections.gap_text(contiguous_gap(run))}, and each request's logits at every step differ from a "
-              f"full `forward` over its own ids by at most {sections.gap_text(max(run.gaps))} (float64): the "
-              "batched step attends to each request's own positions only.\n")
+            for page, (name, logical, when) in leased_at(run).items()]
+    table = sections.md_table(["physical page", "holds", "positions", "leased at"], rows)
+    values = {"pages": run.pool.num_pages, "size": PAGE_SIZE, "prompt_a": PROMPTS[0], "prompt_b": PROMPTS[1],
+              "steps": STEPS - 1, "length_a": run.caches[0].length, "length_b": run.caches[1].length,
+              "table_a": run.caches[0].pages, "table_b": run.caches[1].pages, "free": len(run.pool.free),
+              "blank": run.pool.blank, "contiguous_gap": contiguous_gap(run), "forward_gap": max(run.gaps),
+              "alone_gap": alone_gap(run), "sizes": sizes(run.cfg)}
+    return pages_png(run), table, values
 
 
 def lengths(T, S):
@@ -125,7 +176,8 @@ def lengths(T, S):
     return sorted({1, S, S + 1, T // 2 + 1, T})
 
 
-def bytes_md():
+def held_bytes():
+    """Bytes a request's cache holds by positions filled, contiguous and paged: the table, and its values."""
     cfg, S = PRESETS["default"], PAGE_SIZE
     pool = PagePool(cfg, cfg.context_len // S, S, np.float64)
     contiguous = KVCache(cfg, np.float64).nbytes
@@ -136,17 +188,10 @@ def bytes_md():
         rows.append([n, f"{contiguous:,}", f"{contiguous / n:,.0f}", len(paged.pages), f"{paged.nbytes:,}",
                      f"{paged.nbytes / n:,.0f}"])
         paged.release()
-    per_position = contiguous // cfg.context_len
-    return (f"Bytes a request's cache holds, at {default_note(batch=False)} in float64, by how many positions it "
-            f"has filled. One position costs {per_position:,} bytes (keys and values, {cfg.num_layers} blocks, "
-            f"\\(d\\) = {cfg.emb_dim} numbers each); the contiguous cache holds \\(T_{{\\max}}\\) = "
-            f"{cfg.context_len} of them from the start, the paged one whole pages of {S} as it fills them:\n\n"
-            + sections.md_table(["positions filled", "contiguous: bytes", "per position", "pages leased",
-                                 "paged: bytes", "per position"], rows)
-            + f"\nThe pool itself is allocated once, for all requests, plus one blank page ({pool.keys[0][0].nbytes:,} "
-              "bytes per block for keys, as many for values) that pads the shorter page tables in a batched step. "
-              "So paging does not make a cache cheaper to fill: it lets one pool be sized for the positions "
-              "requests really use, where contiguous caches reserve \\(T_{\\max}\\) positions per request.\n")
+    table = sections.md_table(["positions filled", "contiguous: bytes", "per position", "pages leased",
+                               "paged: bytes", "per position"], rows)
+    return table, {"per_position": contiguous // cfg.context_len, "size": S, "blank": pool.keys[0][0].nbytes,
+                   "sizes": sizes(cfg)}
 
 
 def profiled(call, profile):

@@ -1,111 +1,171 @@
-"""Generator of the Activation checkpointing page's fragments: the symbol table, the tiny example (gradients
-with and without checkpointing compared with ==, and the block forwards counted), the gradient check of
-`checkpointed_block_backward`, and the measured memory and time (tools/memory_policies.py, through
+"""Generator of the Activation checkpointing page: the values its prose shows (docs/training/activation-checkpointing.md
+binds them), its tables and its picture. The tiny example compares the gradients with and without checkpointing
+with == and counts the block forwards; the picture traces what a training step holds, block by block, with and
+without checkpointing; the table is the memory tool's measurements (tools/memory_policies.py, through
 site_scripts/memory.py)."""
 
+import tracemalloc
+from contextlib import ExitStack
 from unittest import mock
 
 import numpy as np
 
 from transformer import activation_checkpoint
+from transformer import model as model_module
 from transformer.activation_checkpoint import checkpointed_block_backward, checkpointed_block_forward
 from transformer.block import BLOCK_KEYS, block_forward, block_params
 from transformer.model import forward, init_params, loss_and_grads
 from tools.memory_policies import owned_bytes
 
 from .. import memory, sections
-from ..cache_inventory import BLOCKS, inventory_md
-from ..common import md_table, mode
-from ..examples import (H_STEP, SEED, TINY_IDS, TINY_TARGETS, biases_moved, default_note, default_run, illustrative,
-                        tiny, weighted_sum)
+from ..common import md_table
+from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, biases_moved, default_note, default_run, tiny, weighted_sum
+from ..figures import new_figure, png
 
+PICTURED = ("materialized", "checkpointed")  # the memory tool's policies the picture traces
+SHOWN_ENTRY = ("b0.wq", (0, 0))  # the gradient entry the example prints from both runs
+
+
+# ---------------------------------------------------------------- the tiny example: the same bits
 
 def counted_grads(cfg, dtype):
-    """The tiny model's gradients under cfg in dtype, and how many times `block_forward` ran for them."""
+    """The tiny model's loss and gradients under cfg in dtype, and how many times `block_forward` ran for them."""
     params = init_params(cfg, seed=SEED, dtype=dtype)
     ids, targets = np.array([TINY_IDS]), np.array([TINY_TARGETS])
     with mock.patch.object(activation_checkpoint, "block_forward", wraps=block_forward) as replays:
-        _, grads = loss_and_grads(params, ids, targets, cfg)
-    return grads, replays.call_count
+        loss, grads = loss_and_grads(params, ids, targets, cfg)
+    return grads, replays.call_count, loss
 
 
 def bitwise_rows():
-    """Per dtype: parameters compared, how many differ in any bit, the largest difference, block forwards
+    """Per dtype: parameters compared, those that differ in any bit, the largest difference, block forwards
     through activation_checkpoint with checkpointing."""
     cfg = tiny().cfg
     rows = []
     for dtype in (np.float64, np.float32):
-        plain, _ = counted_grads(cfg, dtype)
-        checked, calls = counted_grads(cfg.with_(checkpoint_blocks=True), dtype)
+        plain = counted_grads(cfg, dtype)[0]
+        checked, calls, _ = counted_grads(cfg.with_(checkpoint_blocks=True), dtype)
         differ = [k for k in plain if not np.array_equal(plain[k], checked[k])]
         gap = max(float(np.abs(plain[k].astype(np.float64) - checked[k]).max()) for k in plain)
         rows.append((np.dtype(dtype).name, len(plain), differ, gap, calls))
     return rows
 
 
-def same_text(rows):
-    """What the comparison found, in words: the claim of the page only if every entry of every dtype is equal."""
-    if all(not differ for _, _, differ, _, _ in rows):
-        return "With checkpointing every gradient entry is the same bits as without, in both dtypes."
-    return "**Checkpointing changed** " + "; ".join(f"{', '.join(differ)} in {name}" for name, _, differ, _, _ in rows
-                                                    if differ) + "."
-
-
-def per_block_text(rows, layers):
-    counts = sorted({calls / layers for *_, calls in rows})
-    return " or ".join({1.0: "once", 2.0: "twice"}.get(c, f"{c:g} times") for c in counts)
-
-
-def example_md():
+def example():
     cfg = tiny().cfg
     rows = bitwise_rows()
-    cells = [[name, n, len(differ), sections.gap_text(gap), calls, f"{calls / cfg.num_layers:g}"]
-             for name, n, differ, gap, calls in rows]
-    return "\n".join([
-        illustrative(f"ids `{TINY_IDS}`, targets `{TINY_TARGETS}`: the loss's gradients of every parameter, once "
-                     "with `checkpoint_blocks=False` and once with `True`, in each dtype."),
-        md_table(["dtype", "parameters", "not bitwise equal (`np.array_equal`)", "largest difference",
-                  "`block_forward` calls, checkpointed", "per block"], cells),
-        f"\n{same_text(rows)} Each of the {cfg.num_layers} blocks runs `block_forward` "
-        f"{per_block_text(rows, cfg.num_layers)} per step, counted by wrapping the function that "
-        "`checkpointed_block_forward` and `checkpointed_block_backward` call: once in the forward, whose cache is "
-        "dropped, and once in the backward's replay.\n",
-    ])
+    table = md_table(["dtype", "parameters", "not bitwise equal (`np.array_equal`)", "largest difference",
+                      "`block_forward` calls, checkpointed", "per block"],
+                     [[name, n, len(differ), sections.gap_text(gap), calls, f"{calls / cfg.num_layers:g}"]
+                      for name, n, differ, gap, calls in rows])
+    key, at = SHOWN_ENTRY
+    plain, _, loss = counted_grads(cfg, np.float64)
+    checked, calls, loss_ckpt = counted_grads(cfg.with_(checkpoint_blocks=True), np.float64)
+    values = {"sizes": {"n_v": cfg.vocab_size, "t_max": cfg.context_len, "d": cfg.emb_dim, "h": cfg.num_heads,
+                        "l": cfg.num_layers, "f": cfg.ff_dim},
+              "arrays": rows[0][1], "differ": sum(len(differ) for _, _, differ, _, _ in rows),
+              "gap": max(gap for *_, gap, _ in rows), "calls": calls, "per_block": calls // cfg.num_layers,
+              "loss": loss, "loss_ckpt": loss_ckpt, "key": key, "at": list(at),
+              "entry": float(plain[key][at]), "entry_ckpt": float(checked[key][at])}
+    return table, values
 
 
-def gradcheck_md():
-    ex, rng = tiny(), np.random.default_rng(SEED)
-    p = biases_moved(block_params(ex.params, 0), rng)
-    x = rng.standard_normal((2, ex.cfg.context_len, ex.cfg.emb_dim))
-    dy = rng.standard_normal(x.shape)
-    dx, grads = checkpointed_block_backward(dy, checkpointed_block_forward(x, p, ex.cfg)[1])
-    checks = [("dx", dx, x)] + [(f"d{k}", grads[k], p[k]) for k in BLOCK_KEYS]
-    rows = sections.gradcheck_rows(weighted_sum(dy, checkpointed_block_forward, x, p, ex.cfg), checks, H_STEP)
-    return (f"The [fake loss](../reference/notation.md#fake-loss) \\(f = \\sum \\operatorname{{Block}}_0(X) \\odot R\\) "
-            "through `checkpointed_block_forward` and `checkpointed_block_backward`, on the tiny model's block 0 "
-            f"(biases and gains moved off their initial values), with a random input of shape `{x.shape}` and a "
-            f"random \\(R\\) (seed {SEED}). The backward replays the block on the kept input; the central differences "
-            "move each entry and rerun the forward. The key bias's gradient is zero in exact arithmetic and passes "
-            "on the absolute floor.\n\n" + sections.gradcheck_table(rows))
+# ---------------------------------------------------------------- the picture: what a step holds, call by call
+
+def traced_step(policy, T):
+    """One `loss_and_grads` of the memory tool's model under a policy at length T, traced: for each block call
+    (forward, then backward) and each stretch between them, (label, bytes held after it, most bytes held during
+    it), above what was held when the step started (the parameters are not counted)."""
+    cfg = memory.tool.CONFIG.with_(**memory.tool.POLICIES[policy])
+    params = init_params(cfg, memory.tool.SEED, np.float32)
+    ids, targets = memory.tool.batch(T)
+    names = (("checkpointed_block_forward", "checkpointed_block_backward") if cfg.checkpoint_blocks
+             else ("block_forward", "block_backward"))
+    events, base = [], []
+
+    def mark(label):
+        held, peak = tracemalloc.get_traced_memory()
+        events.append((label, held - base[0], peak - base[0]))
+        tracemalloc.reset_peak()
+
+    def traced(name, order):
+        real, done = getattr(model_module, name), []
+
+        def call(*args, **kwargs):
+            mark("between")
+            out = real(*args, **kwargs)
+            mark(f"b{order[len(done)]} {'forward' if 'forward' in name else 'backward'}")
+            done.append(1)
+            return out
+        return mock.patch.object(model_module, name, call)
+
+    layers = list(range(cfg.num_layers))
+    tracemalloc.start()
+    try:
+        base.append(tracemalloc.get_traced_memory()[0])
+        tracemalloc.reset_peak()
+        with ExitStack() as stack:
+            stack.enter_context(traced(names[0], layers))
+            stack.enter_context(traced(names[1], layers[::-1]))
+            loss_and_grads(params, ids, targets, cfg)
+        mark("between")
+    finally:
+        tracemalloc.stop()
+    return stages(events)
 
 
-def symbols_md():
-    ex = default_run()
-    cfg, p, x = ex.cfg, block_params(ex.params, 0), ex.trace["embedding"]
-    y, replay = checkpointed_block_forward(x, p, cfg)
-    dx, _ = checkpointed_block_backward(np.ones_like(y), replay)
-    _, cache = block_forward(x, p, cfg)
-    kept = owned_bytes(replay, exclude=p.values())
-    rows = [
-        (r"X^{(l)}", "replay.x", replay.x.shape, f"block 0's, the one array it keeps ({kept:,} bytes)"),
-        (r"X^{(l+1)}", "y", y.shape),
-        (r"\operatorname{Block}_l", "checkpointed_block_forward", "function",
-         f"block 0; the cache it drops holds {owned_bytes(cache, exclude=p.values()):,} bytes"),
-        (r"\partial\ell/\partial X^{(l)}", "dx", dx.shape),
-        (r"L", "cfg.num_layers", "int", f"{cfg.num_layers}"),
-    ]
-    return sections.symbols_md(rows, default_note())
+def stages(events):
+    """The traced events with each stretch between two block calls of one pass folded into the call after it (it
+    allocates nothing of its own), and the three others named: the embedding; LN_f, the head and the loss; the
+    embeddings' backward."""
+    out, names, pending = [], iter(("embedding", "LN_f, head, loss", "embedding backward")), 0
+    for i, (label, held, peak) in enumerate(events):
+        if label != "between":
+            out.append((label, held, max(peak, pending)))
+            pending = 0
+        elif 0 < i < len(events) - 1 and events[i - 1][0].split()[1] == events[i + 1][0].split()[1]:
+            pending = peak
+        else:
+            out.append((next(names), held, peak))
+    return out
 
+
+def memory_png(traces, T):
+    """Grouped bars per stage of the step: the most held during it (light) and what is held after it (dark)."""
+    labels = [label for label, _, _ in traces[PICTURED[0]]]
+    x, width, mib = np.arange(len(labels)), 0.4, memory.MIB
+    fig, ax = new_figure(figsize=(11, 4.2))
+    for shift, policy, color in ((-width / 2, PICTURED[0], "tab:blue"), (width / 2, PICTURED[1], "tab:orange")):
+        _, held, peak = zip(*traces[policy])
+        name = "checkpointed" if policy == "checkpointed" else "not checkpointed"
+        ax.bar(x + shift, np.array(peak) / mib, width, color=color, alpha=0.35, label=f"most held during it, {name}")
+        ax.bar(x + shift, np.array(held) / mib, width, color=color, label=f"held after it, {name}")
+    ax.set_xticks(x, labels, rotation=30, ha="right")
+    ax.set_xlabel("stage of one training step (loss_and_grads), in order")
+    ax.set_ylabel("MiB above the parameters")
+    ax.set_title(f"one training step at T = {T}, traced with tracemalloc")
+    ax.legend(fontsize="small")
+    return png(fig)
+
+
+def picture():
+    T, cfg = memory.lengths()[-1], memory.tool.CONFIG
+    traces = {policy: traced_step(policy, T) for policy in PICTURED}
+    plain, ckpt = traces[PICTURED[0]], traces[PICTURED[1]]
+    last_forward = f"b{cfg.num_layers - 1} forward"
+    held = {name: next(h for label, h, _ in trace if label == last_forward) for name, trace in (("plain", plain),
+                                                                                               ("ckpt", ckpt))}
+    first_backward = next(i for i, (label, _, _) in enumerate(plain) if label.endswith("backward"))
+    values = {"T": T, "batch": memory.tool.BATCH, "held_plain": held["plain"] / memory.MIB,
+              "held_ckpt": held["ckpt"] / memory.MIB, "cache": block_internals(T) / memory.MIB,
+              "peak_plain": max(p for *_, p in plain) / memory.MIB, "peak_ckpt": max(p for *_, p in ckpt) / memory.MIB,
+              "extra": (plain[first_backward][2] - plain[first_backward - 1][1]) / memory.MIB,
+              "extra_ckpt": (ckpt[first_backward][2] - ckpt[first_backward - 1][1]) / memory.MIB}
+    values["factor"] = values["peak_plain"] / values["peak_ckpt"]
+    return memory_png(traces, T), values
+
+
+# ---------------------------------------------------------------- what it costs: the memory tool's table
 
 def block_internals(T):
     """Bytes of one block's cache at length T in the memory tool's model (block 0; every block's is the same)."""
@@ -116,41 +176,75 @@ def block_internals(T):
     return owned_bytes(cache.block_caches[0], exclude=params.values())
 
 
-def measured_md():
+def measured():
+    """The memory tool's table for the plain and the checkpointed policy, and the values its prose reads."""
     found, lengths = memory.measurements(), memory.lengths()
     cfg = memory.tool.CONFIG
     L = cfg.num_layers
-    rows, fractions = [], []
+    rows, shares, times = [], [], []
     for T in lengths:
         plain, ckpt = found["materialized", T], found["checkpointed", T]
         internals = block_internals(T)
-        cut = (plain.retained - ckpt.retained) / (L * internals)
-        fractions.append(cut)
+        shares.append((plain.retained - ckpt.retained) / (L * internals))
+        times.append(ckpt.seconds / plain.seconds)
         rows.append([T, memory.mib(L * internals), memory.mib(plain.retained), memory.mib(ckpt.retained),
-                     f"{cut:.3f}", memory.mib(plain.step_peak), memory.mib(ckpt.step_peak),
-                     f"{ckpt.seconds / plain.seconds:.2f}"])
-    banner = (f'!!! warning "Quick run"\n    This build measured {len(lengths)} lengths (SITE_QUICK=1); '
-              f"`scripts/site` measures {', '.join(map(str, memory.tool.LENGTHS))}.\n\n") if mode() == "quick" else ""
-    holds = all(f >= (L - 1) / L for f in fractions)
-    return (banner + f"`tools/memory_policies.py`, materialized attention, on \\(B\\) = {memory.tool.BATCH} windows of a "
-            f"model with \\(d\\) = {cfg.emb_dim}, \\(H\\) = {cfg.num_heads}, \\(L\\) = {L}, \\(F\\) = {cfg.ff_dim}, "
-            "float32 (the [Flash attention](../model/flash-attention.md#memory-and-time) page has the other "
-            "policies). *Block internals* are the bytes of the \\(L\\) block caches `block_forward` returns; "
-            "*retained*, what the whole forward keeps for the backward; a *peak*, the most numpy held at once "
-            "in one training step above the parameters and AdamW's moments.\n\n"
-            + md_table(["\\(T\\)", "block internals (MiB)", "retained (MiB)", "retained, checkpointed (MiB)",
-                        "share of the internals cut", "step peak (MiB)", "step peak, checkpointed (MiB)",
-                        "time, checkpointed / not"], rows)
-            + f"\nThe share cut is (retained − retained checkpointed) / block internals; \\((L-1)/L\\) = "
-              f"{(L - 1) / L:.3f} for \\(L\\) = {L}, and the share is "
-              + ("at least that at every length measured" if holds else "**below it** at some length")
-              + f" ({min(fractions):.3f} to {max(fractions):.3f}). The time ratio is of medians of "
-                f"{memory.STEPS} steps on the machine that built this page, and changes with its load; the bytes "
-                "do not.\n")
+                     f"{shares[-1]:.3f}", memory.mib(plain.step_peak), memory.mib(ckpt.step_peak), f"{times[-1]:.2f}"])
+    table = md_table(["\\(T\\)", "block internals (MiB)", "retained (MiB)", "retained, checkpointed (MiB)",
+                      "share of the internals cut", "step peak (MiB)", "step peak, checkpointed (MiB)",
+                      "time, checkpointed / not"], rows)
+    hi = lengths[-1]
+    values = {"batch": memory.tool.BATCH, "d": cfg.emb_dim, "h": cfg.num_heads, "l": L, "f": cfg.ff_dim,
+              "lengths": list(lengths), "all_lengths": list(memory.tool.LENGTHS), "bound": (L - 1) / L,
+              "share_lo": min(shares), "share_hi": max(shares), "time_lo": min(times), "time_hi": max(times),
+              "steps": memory.STEPS, "hi": hi,
+              "peak_factor": found["materialized", hi].step_peak / found["checkpointed", hi].step_peak}
+    return table, values
+
+
+# ---------------------------------------------------------------- the evidence: symbols, gradient check
+
+def default_caches():
+    """Block 0 of the default run: (bytes of its cache, bytes a checkpointed block 0 keeps, and the arrays)."""
+    ex = default_run()
+    cfg, p, x = ex.cfg, block_params(ex.params, 0), ex.trace["embedding"]
+    y, replay = checkpointed_block_forward(x, p, cfg)
+    _, cache = block_forward(x, p, cfg)
+    return owned_bytes(cache, exclude=p.values()), owned_bytes(replay, exclude=p.values()), (cfg, x, y, replay)
+
+
+def symbols_md():
+    cached, kept, (cfg, x, y, replay) = default_caches()
+    dx, _ = checkpointed_block_backward(np.ones_like(y), replay)
+    rows = [
+        (r"X^{(l)}", "replay.x", replay.x.shape, f"block 0's, the one array it keeps ({kept:,} bytes)"),
+        (r"X^{(l+1)}", "y", y.shape),
+        (r"\operatorname{Block}_l", "checkpointed_block_forward", "function",
+         f"block 0; the cache it drops holds {cached:,} bytes"),
+        (r"\partial\ell/\partial X^{(l)}", "dx", dx.shape),
+        (r"L", "cfg.num_layers", "int", f"{cfg.num_layers}"),
+    ]
+    return sections.symbols_md(rows, default_note())
+
+
+def gradcheck():
+    ex, rng = tiny(), np.random.default_rng(SEED)
+    p = biases_moved(block_params(ex.params, 0), rng)
+    x = rng.standard_normal((2, ex.cfg.context_len, ex.cfg.emb_dim))
+    dy = rng.standard_normal(x.shape)
+    dx, grads = checkpointed_block_backward(dy, checkpointed_block_forward(x, p, ex.cfg)[1])
+    checks = [("dx", dx, x)] + [(f"d{k}", grads[k], p[k]) for k in BLOCK_KEYS]
+    rows = sections.gradcheck_rows(weighted_sum(dy, checkpointed_block_forward, x, p, ex.cfg), checks, H_STEP)
+    return sections.gradcheck_table(rows), {"shape": x.shape}
 
 
 def generate(context):
-    inventory = inventory_md("activation_checkpoint", context["repo_url"], runs=("materialized", "checkpointed"),
-                             caches=BLOCKS)
-    return {"symbols": symbols_md(), "example": example_md(), "gradcheck": gradcheck_md(),
-            "measured": measured_md(), "cache-inventory": inventory}
+    example_table, example_values = example()
+    figure, picture_values = picture()
+    measured_table, measured_values = measured()
+    gradcheck_table, gradcheck_values = gradcheck()
+    cached, kept, _ = default_caches()
+    values = {"seed": SEED, "ids": TINY_IDS, "targets": TINY_TARGETS, "example": example_values,
+              "picture": picture_values, "measured": measured_values, "gradcheck": gradcheck_values,
+              "default": {"cached": cached, "kept": kept}}
+    return {"values": values, "memory.png": figure, "bitwise": example_table, "measured": measured_table,
+            "symbols": symbols_md(), "gradcheck": gradcheck_table}

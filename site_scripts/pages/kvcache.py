@@ -1,42 +1,51 @@
-"""Generator of the KV cache page's fragments."""
+"""Generator of the KV cache page: the values its prose shows (docs/generation/kv-cache.md binds them), its tables
+and its pictures. The tiny example decodes one token at a time against the full forward, and again through a
+paged cache; the paged parts (two requests over one pool) are site_scripts/pages/_paged.py's, the decoding
+benchmark _bench.py's."""
 
 import numpy as np
 
 from transformer.config import PRESETS
-from transformer.generate import decode_step
+from transformer.generate import decode_step, prefill
 from transformer.kv_cache import KVCache, PagedCache, PagePool
 from transformer.model import forward, init_params
 
 from .. import sections
-from ..examples import SEED, TINY_IDS, default_note, illustrative, tiny
+from ..examples import SEED, TINY_IDS, default_note, tiny
 from ._bench import fragments as bench_fragments
-from ._paged import PAGE_SIZE as PAGED_SIZE, bytes_md, pages_md, symbol_rows
+from ._paged import PAGE_SIZE as PAGED_SIZE, held_bytes, pages, sizes, symbol_rows
 
 TINY_PAGE = 2  # positions per page of the tiny example's paged cache
 
 
-def example_md():
+# ---------------------------------------------------------------- the tiny example
+
+def example():
+    """TINY_IDS fed one at a time to decode_step against the full forward; the same ids prefilled in one pass;
+    and through a paged cache. Tables and values."""
     ex = tiny()
     cfg, full = ex.cfg, ex.trace["logits"][0]
     cache = KVCache(cfg, np.float64)
-    rows = []
+    rows, gaps = [], []
     for t, token in enumerate(TINY_IDS):
         logits = decode_step(ex.params, token, cache, cfg)
-        rows.append([t, token, cache.length, " ".join(f"{v:.4f}" for v in logits),
-                     f"{np.abs(logits - full[t]).max():.1e}"])
-    return "\n".join([
-        illustrative(f"ids `{TINY_IDS}` fed one at a time to `decode_step`, each result compared with row t of "
-                     "the full `forward` over all the ids."),
-        sections.md_table(["\\(t\\)", "token id", "cache length after", "\\(z\\) from the cache",
-                           "max gap to forward"], rows),
-        f"Block 0's cached keys after the last step, head 0 (rows = positions; the rest of the {cfg.context_len} "
-        "rows are still zero):\n",
-        sections.array_md("keys[0][head 0]", cache.keys[0][0], row_label="position"),
-        paged_example_md(ex, cache),
-    ])
+        gaps.append(float(np.abs(logits - full[t]).max()))
+        rows.append([t, token, cache.length, " ".join(f"{v:.4f}" for v in logits), f"{gaps[-1]:.1e}"])
+    filled = KVCache(cfg, np.float64)
+    at_once = prefill(ex.params, TINY_IDS, filled, cfg)
+    prefill_keys = max(float(np.abs(a[:, :filled.length] - b[:, :filled.length]).max())
+                       for a, b in zip(filled.keys + filled.values, cache.keys + cache.values))
+    paged_table, paged_values = paged_example(ex, cache)
+    tables = {"decode": sections.md_table(["\\(t\\)", "token id", "cache length after", "\\(z\\) from the cache",
+                                           "max gap to forward"], rows),
+              "keys": sections.array_md("keys[0][head 0]", cache.keys[0][0], row_label="position"),
+              "paged_decode": paged_table}
+    values = {"sizes": sizes(cfg), "decode_gap": max(gaps), "prefill_gap": float(np.abs(at_once - logits).max()),
+              "prefill_keys_gap": prefill_keys, "paged": paged_values}
+    return tables, values
 
 
-def paged_example_md(ex, contiguous):
+def paged_example(ex, contiguous):
     """The same ids through a paged cache: its page table after each step, and its logits and keys against the
     contiguous cache's."""
     cfg, full = ex.cfg, ex.trace["logits"][0]
@@ -47,15 +56,13 @@ def paged_example_md(ex, contiguous):
         logits = decode_step(ex.params, token, cache, cfg)
         rows.append([t, token, f"`{cache.pages}`", f"{cache.slot(t)}", f"{np.abs(logits - full[t]).max():.1e}"])
     keys, _ = cache.read(0, cache.length)
-    gap = np.abs(keys - contiguous.keys[0][:, :cache.length]).max()
-    return ("\nThe same ids through a `PagedCache` over a pool of "
-            f"{pool.num_pages} pages of {TINY_PAGE} positions; (page, offset) is `cache.slot(t)`, where position "
-            "\\(t\\)'s key and value went:\n\n"
-            + sections.md_table(["\\(t\\)", "token id", "page table after", "(page, offset) of \\(t\\)",
-                                 "max gap to forward"], rows)
-            + f"\nBlock 0's keys read back through the page table differ from the contiguous cache's above by "
-              f"{sections.gap_text(gap)}.\n")
+    table = sections.md_table(["\\(t\\)", "token id", "page table after", "(page, offset) of \\(t\\)",
+                               "max gap to forward"], rows)
+    return table, {"pages": pool.num_pages, "size": TINY_PAGE,
+                   "keys_gap": float(np.abs(keys - contiguous.keys[0][:, :cache.length]).max())}
 
+
+# ---------------------------------------------------------------- what the cache saves
 
 LINEAR_WEIGHTS = ("wq", "wk", "wv", "wo", "ff1_w", "ff2_w")  # a block's matrices, each used once per position
 
@@ -75,39 +82,28 @@ def attention_counts(params, cfg):
     return counts
 
 
-def cost_md():
+def cost():
     cfg = PRESETS["default"]
     params = init_params(cfg, seed=SEED)
-    T, d = cfg.context_len, cfg.emb_dim
+    T = cfg.context_len
     counts = attention_counts(params, cfg)
     per_position = sum(params[f"b0.{k}"].size for k in LINEAR_WEIGHTS)  # multiply-adds of one row through a block
     marks = sorted({0, 1, T // 4 - 1, T // 2 - 1, T - 1})
     rows = [[t, t + 1, f"{counts[t][0]:,}", f"{counts[t][1]:,}", f"{counts[t][1] / counts[t][0]:g}",
              f"{per_position:,}", f"{(t + 1) * per_position:,}"] for t in marks]
+    table = sections.md_table(["step \\(t\\)", "positions attended", "attention, cache", "attention, no cache",
+                               "ratio", "linear, cache", "linear, no cache"], rows)
     with_total, without_total = sum(c[0] for c in counts), sum(c[1] for c in counts)
-    linear_without = per_position * T * (T + 1) // 2
     empty = KVCache(cfg, np.float64)
-    cache_size = sum(k.size + v.size for k, v in zip(empty.keys, empty.values))
-    if any(c != (2 * (t + 1) * d, 2 * (t + 1) ** 2 * d) for t, c in enumerate(counts)):
-        raise RuntimeError("the counts read off the arrays are not 2(t+1)d and 2(t+1)²d: the text below is wrong")
-    return (f"Multiply-adds per block at {default_note(batch=False)}, read off the arrays the code multiplies: "
-            "with the cache, the cached keys step \\(t\\) attends over; without it, the attention weights of the "
-            "full forward over the prefix; each score, and each weight applied to a value, costs "
-            f"\\(d_h\\) = {cfg.head_dim} multiply-adds. The linear layers (\\(W_q, W_k, W_v, W_o, W_1, W_2\\)) cost "
-            f"{per_position:,} per position.\n\n"
-            + sections.md_table(["step \\(t\\)", "positions attended", "attention, cache",
-                                 "attention, no cache", "ratio", "linear, cache", "linear, no cache"],
-                                rows)
-            + "\nAt every step the counts are exactly \\(2(t+1)\\,d\\) with the cache "
-              f"and \\(2(t+1)^2 d\\) without (\\(d\\) = {d}): with the cache each step's attention grows linearly "
-              "in \\(t\\), without it quadratically, and the ratio is the number of positions, \\(t + 1\\). Over a "
-              f"whole context of {T} steps, attention costs {with_total:,} multiply-adds per block with the cache and "
-              f"{without_total:,} without ({without_total / with_total:.1f} times as many), the linear layers "
-              f"{T * per_position:,} and {linear_without:,} ({linear_without / (T * per_position):.1f} times). "
-              "The full forward also computes the masked half of each score matrix, which the mask then discards. "
-              f"The cache itself holds {cache_size:,} numbers (keys and values of {cfg.num_layers} blocks, {T} "
-              "positions, width \\(d\\)).\n")
+    values = {"sizes": sizes(cfg), "head_dim": cfg.head_dim, "per_position": per_position, "T": T,
+              "with": with_total, "without": without_total, "ratio": without_total / with_total,
+              "linear_with": T * per_position, "linear_without": per_position * T * (T + 1) // 2,
+              "cache_size": sum(k.size + v.size for k, v in zip(empty.keys, empty.values))}
+    values["linear_ratio"] = values["linear_without"] / values["linear_with"]
+    return table, values
 
+
+# ---------------------------------------------------------------- the symbols
 
 SYMBOL_STEPS = 3  # tokens decoded before the symbols are recorded, so that K_{0:t} has more than one row
 
@@ -137,5 +133,12 @@ def symbols_md():
 
 
 def generate(context):
-    return {"symbols": symbols_md(), "example": example_md(), "cost": cost_md(), "pages": pages_md(),
-            "bytes": bytes_md(), **bench_fragments()}
+    example_tables, example_values = example()
+    cost_table, cost_values = cost()
+    picture, lease_table, pages_values = pages()
+    bytes_table, bytes_values = held_bytes()
+    bench_tables, bench_values = bench_fragments()
+    values = {"seed": SEED, "ids": TINY_IDS, "example": example_values, "cost": cost_values, "pages": pages_values,
+              "bytes": bytes_values, "bench": bench_values}
+    return {"values": values, "pages.png": picture, **example_tables, "cost": cost_table, "leases": lease_table,
+            "bytes": bytes_table, **bench_tables, "symbols": symbols_md()}

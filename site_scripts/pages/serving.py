@@ -1,6 +1,7 @@
-"""Generator of the Serving several requests page: a real run of the scheduler (who runs at each step, who waits
-for pages), the replay at the context limit and what it costs against the sliding window, the equality of
-the served logits with a full forward and with `generate`, and the decoding benchmark (site_scripts/pages/_bench.py).
+"""Generator of the Serving several requests page: the values its prose shows (docs/generation/serving.md binds
+them) and its tables. The tiny example serves one request past the context limit; then a real run of the scheduler
+(who runs at each step, who waits for pages), the replay at the context limit and what it costs against the
+sliding window, and the equality of the served logits with a full forward and of the tokens with `generate`.
 """
 
 import time
@@ -16,13 +17,14 @@ from transformer.scheduler import Request, Scheduler
 
 from .. import sections
 from ..common import mode
-from ..examples import SEED, default_note
+from ..examples import SEED, TINY_IDS, default_note, tiny
 from ._bench import timed
-from ._paged import profiled
+from ._paged import profiled, sizes
 
 PAGE_SIZE = 4
-BATCH_SIZES = ((5, 6), (3, 20), (10, 4), (2, 12), (7, 9), (4, 3))  # (prompt length, tokens to add) per request
+BATCH_SIZES = ((5, 6), (3, 20), (10, 4), (2, 12), (7, 10), (4, 3))  # (prompt length, tokens to add) per request
 MAX_BATCH, POOL_PAGES = 4, 12  # the pool, not the batch, holds the third request back at first
+TINY_TOKENS, TINY_KEEP, TINY_PAGE = 6, 2, 2  # the tiny example: tokens added, T_keep, positions per page
 
 
 class Recording(Scheduler):
@@ -48,10 +50,11 @@ def setting():
     return cfg, init_params(cfg, seed=SEED)
 
 
-def requests_of(cfg, sizes, seed=SEED):
-    """Requests with prompts drawn from `seed`, request i sampling with seed + i."""
+def requests_of(cfg, lengths, seed=SEED):
+    """Requests of (prompt length, tokens to add) `lengths`, prompts drawn from `seed`, request i sampling with
+    seed + i."""
     rng = np.random.default_rng(seed)
-    return [Request(rng.integers(0, cfg.vocab_size, n).tolist(), m, seed=seed + i) for i, (n, m) in enumerate(sizes)]
+    return [Request(rng.integers(0, cfg.vocab_size, n).tolist(), m, seed=seed + i) for i, (n, m) in enumerate(lengths)]
 
 
 def batching_run():
@@ -77,23 +80,55 @@ def timeline(log, count):
     return "```text\n" + "\n".join(lines) + "\n```\n"
 
 
-def batching_md():
+def batching():
+    """The run of the scheduler: the table of requests, the timeline, and the values the prose reads."""
     cfg, scheduler, requests = batching_run()
     log = scheduler.log
     rows, waited = [], [i for i, (_, short) in enumerate(log) if short]
     for r, request in enumerate(requests):
         ran = [i for i, (running, _) in enumerate(log) if r in running]
         rows.append([r, len(request.prompt), request.num_tokens, scheduler.pages_needed(request), ran[0], ran[-1]])
-    return (f"{len(requests)} requests at {default_note(batch=False)}, over a pool of {POOL_PAGES} pages of "
-            f"{PAGE_SIZE} positions, at most {MAX_BATCH} decoded together:\n\n"
-            + sections.md_table(["request", "prompt ids", "tokens to add", "pages promised", "first step",
-                                 "last step"], rows)
-            + "\nEach step draws one token for every running request. Who ran at each step (`#`), and who "
-              "had been submitted but waited (`.`):\n\n" + timeline(log, len(requests))
-            + f"\nThe batch sizes of the decoding steps, `scheduler.steps`, were `{scheduler.steps}`. "
-              + (f"At {len(waited)} steps (the first at step {waited[0]}) a request waited although the batch had "
-                 "room: the pool could not promise it its pages. " if waited else "")
-              + f"After the run all {len(scheduler.pool.free)} pages are free again.\n")
+    table = sections.md_table(["request", "prompt ids", "tokens to add", "pages promised", "first step",
+                               "last step"], rows)
+    values = {"sizes": sizes(cfg), "count": len(requests), "pool": POOL_PAGES, "size": PAGE_SIZE,
+              "max_batch": MAX_BATCH, "steps": scheduler.steps, "waited": len(waited), "first_wait": waited[0],
+              "free": len(scheduler.pool.free), "example": minus_one_example(scheduler, requests)}
+    return table, timeline(log, len(requests)), values
+
+
+def minus_one_example(scheduler, requests):
+    """The first request of the run whose promise the − 1 changes: its sizes, its pages, and what counting its
+    last token too would promise."""
+    ceil = lambda n: -(-n // PAGE_SIZE)  # noqa: E731
+    for r, request in enumerate(requests):
+        fed = len(request.prompt) + request.num_tokens - 1
+        if ceil(min(fed + 1, scheduler.cfg.context_len)) != scheduler.pages_needed(request):
+            return {"request": r, "prompt": len(request.prompt), "tokens": request.num_tokens, "fed": fed,
+                    "pages": scheduler.pages_needed(request), "more": ceil(min(fed + 1, scheduler.cfg.context_len))}
+    return None
+
+
+def tiny_example():
+    """One request on the tiny model, served alone past the context limit with a small T_keep: per new token, the
+    span of text its logits saw, its logits, and their gap to a full forward over that span."""
+    ex = tiny()
+    cfg = ex.cfg
+    scheduler = Scheduler(ex.params, cfg, PagePool(cfg, cfg.context_len // TINY_PAGE, TINY_PAGE, np.float64), 1,
+                          keep=TINY_KEEP)
+    request = Request(list(TINY_IDS), TINY_TOKENS, seed=SEED)
+    scheduler.submit(request)
+    scheduler.run()
+    text, rows, gaps = request.prompt + request.new, [], []
+    for k, ((start, stop), logits, token) in enumerate(zip(request.windows, request.drawn_from, request.new)):
+        gaps.append(float(np.abs(forward(ex.params, np.array(text[start:stop]), cfg)[0][-1] - logits).max()))
+        rows.append([k, f"[{start}, {stop})", f"`{text[start:stop]}`", " ".join(f"{v:.4f}" for v in logits), token,
+                     f"{gaps[-1]:.1e}"])
+    table = sections.md_table(["new token", "span \\([a, b)\\) of the text", "ids the model saw",
+                               "logits \\(z\\)", "token drawn", "gap to a full forward"], rows)
+    starts = [k for k in range(1, len(request.windows)) if request.windows[k][0] != request.windows[k - 1][0]]
+    return table, {"sizes": sizes(cfg), "prompt": len(TINY_IDS), "tokens": TINY_TOKENS, "keep": TINY_KEEP, "page": TINY_PAGE,
+                   "pages": cfg.context_len // TINY_PAGE, "replays": request.replays, "at": starts,
+                   "period": cfg.context_len - TINY_KEEP + 1, "gap": max(gaps)}
 
 
 # ---------------------------------------------------------------- reset and replay
@@ -131,9 +166,7 @@ def replay_row(cfg, params, keep, prompt, n):
     seconds = time.perf_counter() - start
     counts = positions_run(serve_one)
     starts = [i for i in range(1, n) if request.windows[i][0] != request.windows[i - 1][0]]
-    periods = {b - a for a, b in zip(starts, starts[1:])}
-    if periods and periods != {cfg.context_len - keep + 1}:
-        raise RuntimeError(f"replays every {periods} tokens, not T_max - keep + 1: the text below is wrong")
+    periods = {b - a for a, b in zip(starts, starts[1:])}  # one period, T_max - keep + 1 (tests/site/test_pages_kv.py)
     after = [b - a for a, b in request.windows[starts[0]:]] if starts else []
     return [keep, request.replays, periods.pop() if periods else "-", f"{min(after)}-{max(after)}" if after else "-",
             counts["forward"], counts["decode"], f"{(counts['forward'] + counts['decode']) / n:.1f}",
@@ -152,53 +185,54 @@ def replay_rows(cfg, prompt, n):
                     counts["decode"], f"{(counts['forward'] + counts['decode']) / n:.1f}", f"{1e3 * seconds / n:.2f}"]]
 
 
-def replay_md():
+def replay():
+    """The replay table (counted, and timed once per change of the code it times) and the values its prose reads."""
     cfg = PRESETS["default"]
     T, n = cfg.context_len, cfg.context_len * (2 if mode() == "quick" else 4)
     prompt = np.random.default_rng(SEED).integers(0, cfg.vocab_size, T // 2).tolist()
     rows = timed("serving_replay", Path(__file__), lambda: replay_rows(cfg, prompt, n), repr(cfg), prompt, n)
-    default = next(row for row in rows if row[0] == T // 2)
-    ratio = float(rows[-1][6]) / float(default[6])
-    return (f"One request with a prompt of {len(prompt)} ids adds {n} tokens, {n // T} times "
-            f"\\(T_{{\\max}}\\) = {T}, alone, pages of {PAGE_SIZE}; each row is one \\(T_{{\\mathrm{{keep}}}}\\). "
-            "Positions are counted as the code runs: every id through `forward` (prefills, and the sliding window's "
-            "full passes) and every row of a `decode_batch` step.\n\n"
-            + sections.md_table(["\\(T_{\\mathrm{keep}}\\)", "replays", "tokens between replays",
-                                 "context seen after the limit", "positions through forward",
-                                 "rows through decode_batch", "positions per token", "ms per token"], rows)
-            + f"\nWith the default \\(T_{{\\mathrm{{keep}}}}\\) = {T // 2}, the request ran {default[6]} positions "
-              f"through the model per token, against {rows[-1][6]} for the sliding window ({ratio:.0f} times fewer), "
-              f"and every token after the limit still saw at least {default[3].split('-')[0]} tokens of its text. "
-              "The milliseconds were measured on the build machine and depend on it; the counts do not.\n")
+    table = sections.md_table(["\\(T_{\\mathrm{keep}}\\)", "replays", "tokens between replays",
+                               "context seen after the limit", "positions through forward",
+                               "rows through decode_batch", "positions per token", "ms per token"], rows)
+    default, window = next(row for row in rows if row[0] == T // 2), rows[-1]
+    full = next(row for row in rows if row[0] == T)
+    values = {"prompt": len(prompt), "tokens": n, "multiple": n // T, "T": T, "size": PAGE_SIZE, "keep": T // 2,
+              "per_token": float(default[6]), "window_per_token": float(window[6]),
+              "ratio": float(window[6]) / float(default[6]), "least": int(default[3].split("-")[0]),
+              "full_per_token": float(full[6])}
+    return table, values
 
 
 # ---------------------------------------------------------------- equality
 
-def generate_md():
-    """keep = T_max against generate: the same tokens, the same logits."""
+GENERATE_PAGE = 3  # positions per page of the run against generate
+
+
+def against_generate():
+    """keep = T_max against generate: the same tokens, the same logits up to rounding."""
     cfg, params = setting()
     requests = requests_of(cfg, ((3, 2 * cfg.context_len), (cfg.context_len - 2, 10), (1, cfg.context_len + 5)))
-    pool = PagePool(cfg, 3 * -(-cfg.context_len // 3), 3, np.float64)
+    pool = PagePool(cfg, 3 * -(-cfg.context_len // GENERATE_PAGE), GENERATE_PAGE, np.float64)
     scheduler = Scheduler(params, cfg, pool, 3, keep=cfg.context_len)
     for request in requests:
         scheduler.submit(request)
     scheduler.run()
-    rows = []
+    rows, gaps = [], []
     for i, r in enumerate(requests):
         new, logits = generate_tokens(params, cfg, r.prompt, r.num_tokens, seed=r.seed, return_logits=True)
         gap, verdict = sections.agreement(np.array(r.drawn_from), np.array(logits))
+        gaps.append(gap)
         rows.append([i, len(r.prompt), r.num_tokens, r.replays, f"{sum(a == b for a, b in zip(r.new, new))} of "
                      f"{len(new)}", sections.gap_text(gap), verdict])
-    return ("Three requests served together with \\(T_{\\mathrm{keep}} = T_{\\max}\\), pages of 3, each beside "
-            "`generate` on its own prompt with its own seed (float64):\n\n"
-            + sections.md_table(["request", "prompt ids", "tokens", "replays", "same tokens", "largest logit gap",
-                                 "result"], rows))
+    table = sections.md_table(["request", "prompt ids", "tokens", "replays", "same tokens", "largest logit gap",
+                               "result"], rows)
+    return table, {"count": len(requests), "size": GENERATE_PAGE, "gap": max(gaps)}
 
 
-def windows_md():
+def windows():
     """Every token's logits against a full forward over the window it saw, for several page sizes."""
     cfg, params = setting()
-    rows = []
+    rows, gaps = [], []
     for size in sorted({1, 3, 16, cfg.context_len}):
         requests = requests_of(cfg, ((3, 2 * cfg.context_len), (9, 12), (1, cfg.context_len + 10)))
         pool = PagePool(cfg, 3 * -(-cfg.context_len // size), size, np.float64)
@@ -210,12 +244,11 @@ def windows_md():
         full = np.stack([forward(params, np.array((r.prompt + r.new)[a:b]), cfg)[0][-1]
                          for r in requests for a, b in r.windows])
         gap, verdict = sections.agreement(mine, full)
+        gaps.append(gap)
         rows.append([size, len(mine), sum(r.replays for r in requests), f"{max(scheduler.steps)}",
                      sections.gap_text(gap), verdict])
-    return (f"Three requests served together with the default \\(T_{{\\mathrm{{keep}}}}\\) = {cfg.context_len // 2}, "
-            "two of them past the context limit; every token's logits against a full `forward` over the span of "
-            "its request's text that those logits saw (`Request.windows`), float64:\n\n"
-            + sections.md_table(["page size", "tokens", "replays", "largest batch", "largest gap", "result"], rows))
+    table = sections.md_table(["page size", "tokens", "replays", "largest batch", "largest gap", "result"], rows)
+    return table, {"count": len(requests), "keep": cfg.context_len // 2, "gap": max(gaps)}
 
 
 def symbols_md():
@@ -230,5 +263,12 @@ def symbols_md():
 
 
 def generate(context):
-    return {"symbols": symbols_md(), "batching": batching_md(), "replay": replay_md(), "generate": generate_md(),
-            "windows": windows_md()}
+    tiny_table, tiny_values = tiny_example()
+    batching_table, batching_timeline, batching_values = batching()
+    replay_table, replay_values = replay()
+    generate_table, generate_values = against_generate()
+    windows_table, windows_values = windows()
+    values = {"seed": SEED, "ids": TINY_IDS, "tiny": tiny_values, "batching": batching_values,
+              "replay": replay_values, "generate": generate_values, "windows": windows_values}
+    return {"values": values, "tiny": tiny_table, "batching": batching_table, "timeline": batching_timeline,
+            "replay": replay_table, "generate": generate_table, "windows": windows_table, "symbols": symbols_md()}

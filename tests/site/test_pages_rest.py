@@ -21,20 +21,20 @@ from transformer.train_config import TrainConfig
 # ---------------------------------------------------------------- optim
 
 def test_the_clipping_threshold_of_the_example_is_half_the_norm_and_the_default_is_named():
-    text = optim.clip_md()
+    table, values = optim.clip()
     norm = global_norm(optim.tiny_grads()[1])
-    assert f"| {round(norm / 2, 3):g} | this example: half of" in text
-    assert f"| {TrainConfig().grad_clip:g} | the training default, `TrainConfig().grad_clip` |" in text
-    assert "no (the same arrays back)" in text  # the threshold above the norm leaves the gradients alone
+    assert values["limit"] == round(norm / 2, 3) and values["norm"] == norm
+    assert f"| {round(norm / 2, 3):g} | this example: half of" in table
+    assert f"| {TrainConfig().grad_clip:g} | the training default, `TrainConfig().grad_clip` |" in table
+    assert "no (the same arrays back)" in table  # the threshold above the norm leaves the gradients alone
 
 
 def test_the_decay_fraction_is_the_schedules_rate_times_lambda_and_is_not_fixed():
-    tc, text = TrainConfig(), optim.schedule_md()
+    tc, (table, values) = TrainConfig(), optim.schedule()
     for s in (0, tc.warmup, tc.steps):
         rate = lr_at(s, tc.lr, tc.warmup, tc.steps, tc.min_lr)
-        assert f"| {s} | {optim.schedule_branch(s, tc)} | {rate:.6f} | {rate * tc.weight_decay:.2e} |" in text
-    low, high = re.search(r"ranges from (\S+) \(step \d+\) to (\S+) \(step", text).groups()
-    assert float(high) / float(low) > 10
+        assert f"| {s} | {optim.schedule_branch(s, tc)} | {rate:.6f} | {rate * tc.weight_decay:.2e} |" in table
+    assert values["hi"] / values["lo"] > 10  # "the shrinking follows the schedule"
 
 
 def test_the_whole_schedule_is_continuous_where_its_branches_meet():
@@ -48,18 +48,41 @@ def test_the_whole_schedule_is_continuous_where_its_branches_meet():
 
 
 def test_the_first_update_is_written_out_from_the_arrays_and_its_formula_needs_the_decay_term():
-    text = optim.example_md()
-    table = re.search(r"\| `head_w` \| yes \| (\S+) \| (.+?) \|", text)
-    assert table[2] == "pass"
-    shown = re.search(r"= (\S+) − (\S+) = (\S+); the table's change is (\S+)\.", text).groups()
-    decay, adam, total, change = (float(v.replace("−", "-")) for v in shown)
-    assert decay - adam == pytest.approx(total, abs=2e-6) and total == change
+    tables, values = optim.example()
+    assert re.search(r"\| `head_w` \| yes \| \S+ \| pass \|", tables["agreement"])
+    entry = values["entry"]
+    assert entry["decay"] + entry["adam"] == pytest.approx(entry["total"], abs=1e-15)
+    assert f"{entry['total']:.6f}" == f"{entry['change']:.6f}"  # the sum the page writes is the table's change
     params, grads = optim.tiny_grads()
     theta, opt = params["head_w"].copy(), AdamWConfig()
     adamw_update(params, grads, adamw_init(params), opt.lr, opt)
     without_decay = optim.first_update(theta, grads["head_w"], opt.lr, opt, decayed=False)  # negative control
     assert "FAIL" in sections.agreement(params["head_w"] - theta, without_decay)[1]
-    assert f"| {theta[0, 0]:.4f} |" in text  # θ before the step is shown
+    assert f"| {theta[0, 0]:.4f} |" in tables["theta_head_w"]  # θ before the step is shown
+    assert values["against"] == "yes" and values["lnf_hi"] <= opt.lr  # "about η_s against the sign of g"
+
+
+def test_the_pictures_run_shows_what_its_sentences_say():
+    """The trajectory's sentences: the loss falls, the step stays near η while |g| shrinks, m changes sign after g
+    (momentum), the dots sit off the line by λθ, and its first step is the example's written-out change."""
+    rec, opt = optim.adamw_run(), AdamWConfig()
+    _, values = optim.trajectory()
+    assert values["loss_last"] < values["loss_first"]
+    assert values["g_flip"] is not None and values["m_flip"] is not None and values["m_flip"] > values["g_flip"]
+    assert values["ratio_at_lo"] > 10 * values["g_lo"] / values["g_hi"]  # the step shrank far less than |g|
+    n = np.arange(1, len(rec["g"]) + 1)
+    adam = -(rec["m"] / (1 - opt.beta1 ** n)) / (np.sqrt(rec["v"] / (1 - opt.beta2 ** n)) + opt.eps)
+    theta_before = rec["theta"] - rec["step"]
+    np.testing.assert_allclose(rec["step"] / opt.lr - adam, -opt.weight_decay * theta_before, atol=1e-9)
+    assert rec["step"][0] == pytest.approx(optim.example()[1]["entry"]["change"], abs=1e-15)
+
+
+def test_the_optim_prose_binds_to_its_values():
+    from site_scripts import prose
+
+    text = (ROOT / "docs" / "training" / "optim.md").read_text()
+    assert prose.typed_numbers(text) == []
+    prose.bind(text, prose.plain(optim.generate({})["values"]), "optim")
 
 
 def test_lr_at_tests_the_floor_before_the_cosine_and_the_max_never_changes_a_value():
@@ -108,17 +131,25 @@ def test_a_first_batch_from_another_start_does_not_reproduce_the_recorded_loss()
 
 # ---------------------------------------------------------------- kv cache
 
-def test_the_attention_counts_read_off_the_arrays_are_linear_with_the_cache_and_quadratic_without():
-    cfg = PRESETS["tiny"]
+def follows_the_formula(counts, d):
+    """The page's sentence: step t costs exactly 2(t+1)d multiply-adds with the cache and 2(t+1)²d without."""
+    return counts == [(2 * (t + 1) * d, 2 * (t + 1) ** 2 * d) for t in range(len(counts))]
+
+
+@pytest.mark.parametrize("preset", ["tiny", "default"])
+def test_the_attention_counts_read_off_the_arrays_are_linear_with_the_cache_and_quadratic_without(preset):
+    cfg = PRESETS[preset]
     counts = kvcache.attention_counts(init_params(cfg, seed=0), cfg)
-    assert counts == [(2 * (t + 1) * cfg.emb_dim, 2 * (t + 1) ** 2 * cfg.emb_dim) for t in range(cfg.context_len)]
+    assert len(counts) == cfg.context_len and follows_the_formula(counts, cfg.emb_dim)
+    assert not follows_the_formula([(a, a) for a, _ in counts], cfg.emb_dim)  # negative control
 
 
-def test_the_cost_sentence_refuses_counts_that_contradict_it(monkeypatch):
-    real = kvcache.attention_counts
-    monkeypatch.setattr(kvcache, "attention_counts", lambda p, c: [(a, a) for a, _ in real(p, c)])
-    with pytest.raises(RuntimeError, match="not 2"):
-        kvcache.cost_md()
+def test_the_cost_values_are_the_sums_of_the_counts():
+    cfg = PRESETS["default"]
+    counts = kvcache.attention_counts(init_params(cfg, seed=0), cfg)
+    _, values = kvcache.cost()
+    assert values["with"] == sum(c[0] for c in counts) and values["without"] == sum(c[1] for c in counts)
+    assert values["cache_size"] == 2 * cfg.num_layers * cfg.context_len * cfg.emb_dim  # "2 L d per position"
 
 
 def test_the_kv_symbol_records_the_slice_attended_and_names_the_buffer_apart():
@@ -137,7 +168,40 @@ def test_the_sampling_symbols_are_the_notation_pages():
         assert f"| {symbol} |" in text
 
 
+def test_the_sampling_example_says_what_its_draws_show():
+    """Each frequency within the page's bound of its probability, lower temperatures sharper, top-k leaving the
+    others nothing, and several rows drawn together as each alone in every round."""
+    logits, found, _, values = sampling.example()
+    assert values["worst"] < values["bound"]
+    top = values["top"]
+    assert top["low"]["p"] > top["mid"]["p"] > top["high"]["p"]
+    probs = found[1.0, values["top_k"]][0]
+    assert np.count_nonzero(probs) == values["top_k"]
+    together = sampling.rows_together(logits)
+    assert together["same"] == together["rounds"]
+
+
+def test_rows_drawn_with_other_generators_are_caught(monkeypatch):
+    """Negative control of rows_together: a sample_rows that shuffles its generators draws other tokens."""
+    real = sampling.sample_rows
+    monkeypatch.setattr(sampling, "sample_rows", lambda z, t, k, rngs: real(z, t, k, rngs[::-1]))
+    logits = sampling.example()[0]
+    together = sampling.rows_together(logits)
+    assert together["same"] < together["rounds"]
+
+
+def test_the_sampling_prose_binds_to_its_values():
+    from site_scripts import prose
+
+    text = (ROOT / "docs" / "generation" / "sampling.md").read_text()
+    assert prose.typed_numbers(text) == []
+    prose.bind(text, prose.plain(sampling.generate({})["values"]), "sampling")
+
+
 # ---------------------------------------------------------------- gradient checking
+
+GRADCHECK_PAGE = ROOT / "docs" / "verification" / "gradcheck.md"
+
 
 def test_the_verdict_says_when_the_floor_alone_decides():
     assert gradcheck.verdict(1e-10, 1.0) == "pass, **on the floor alone**"
@@ -152,20 +216,56 @@ def test_a_backward_without_the_gain_passes_at_initialisation_and_fails_once_the
 
 
 def test_the_floor_lets_a_flipped_gradient_through_once_it_is_tiny():
-    rows = [line for line in gradcheck.floor_blind_md().splitlines() if line.startswith("|") and "sign flipped" in line]
+    table, values = gradcheck.floor_blind()
+    rows = [line for line in table.splitlines() if line.startswith("|") and "sign flipped" in line]
     assert rows[0].endswith("| **fails** |") and rows[1].endswith("| pass, **on the floor alone** |")
+    assert values["rel"] == pytest.approx(2, rel=1e-6) and values["rel_tiny"] == pytest.approx(2, rel=1e-6)
 
 
-def test_the_floor_paragraph_names_every_row_small_enough_for_the_floor_to_matter():
+def test_the_floor_values_name_every_row_small_enough_for_the_floor_to_matter():
     """A planted tiny, wrong gradient (gap under the floor, relative gap 2) is listed as floor-decided."""
     rows = [GradRow("big", (4,), 1e-10, 1e-10, "float64", 1e-5), GradRow("planted", (4,), 5e-10, 2.0, "float64", 1e-5)]
-    text = gradcheck.floor_md(rows)
-    assert "decides 1 of the 2 rows: `planted`" in text and "1 rows are that small (`planted`)" in text
+    values = gradcheck.floor_values(rows)
+    assert (values["count"], values["decided"], values["small"]) == (1, ["planted"], ["planted"])
+    assert values["rel_min"] == 2.0 and values["scale_max"] == pytest.approx(2.5e-10)
+
+
+def test_the_floor_decides_only_the_key_biases_and_every_other_row_passes_on_its_relative_gap():
+    """The page says the rows the floor decides are the key biases, and that every other row passes on its
+    relative gap."""
+    _, rows = gradcheck.model_rows()
+    values = gradcheck.floor_values(rows)
+    assert values["decided"] == values["small"] == [r.label for r in rows if r.label.endswith(".bk")]
+    assert all(r.rel < REL_TOL for r in rows if not r.label.endswith(".bk"))
 
 
 def test_the_key_bias_sentence_gives_head_hs_score_shift():
-    rows = [GradRow("b0.bk", (4,), 1e-17, 1.0, "float64", 1e-5)]
-    assert "\\(Q^{(h)}_{w,t} \\cdot b_k^{(h)} / \\sqrt{d_h}\\)" in gradcheck.floor_md(rows)
+    assert "\\(Q^{(h)}_{w,t} \\cdot b_k^{(h)} / \\sqrt{d_h}\\)" in GRADCHECK_PAGE.read_text()
+
+
+def test_the_steps_read_as_the_page_says():
+    """Smooth: the gap falls like Δ² from the largest step to the next and rises again below the best one.
+    ReLU: far off while the step straddles its corner, exact up to rounding once it does not."""
+    ln, relu = gradcheck.step_gaps(gradcheck.STEPS)
+    steps = np.array(gradcheck.STEPS)
+    assert 50 < ln[0] / ln[1] < 200 and (steps[0] / steps[1]) ** 2 == pytest.approx(100)
+    best = int(np.argmin(ln))
+    assert 0 < best < len(steps) - 1 and steps[best] == gradcheck.H_STEP and ln[-1] > ln[best]
+    assert all(relu[steps > gradcheck.CORNER] > 1e-3) and relu[best] < REL_TOL
+
+
+def test_the_worked_entry_passes_and_a_wrong_gradient_fails_by_the_margins_the_page_gives():
+    worked = gradcheck.worked()
+    assert worked["rel"] < REL_TOL and worked["numeric"] == pytest.approx(worked["analytic"], rel=1e-8)
+    _, wrong = gradcheck.wrong_dg()
+    assert wrong["times"] > 1 and wrong["real_below"] > 1
+
+
+def test_the_gradcheck_prose_binds_to_its_values():
+    from site_scripts import prose
+    text = GRADCHECK_PAGE.read_text()
+    assert prose.typed_numbers(text) == []
+    prose.bind(text, prose.plain(gradcheck.generate({})["values"]), "gradcheck")
 
 
 def test_an_error_orthogonal_to_r_cancels_and_a_random_r_catches_it():
