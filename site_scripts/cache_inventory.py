@@ -1,9 +1,7 @@
 """The cache inventory: each cache the model's forward returns and its backward reads, what it holds, where
 it is built and read, its shapes and its bytes, for the memory policies of tools/memory_policies.py. Every
-entry comes from running the real forward and backward (site_scripts/cache_walk.py).
-
-A page generator calls `inventory_md(page, repo_url)`; `runs` picks the policies and `caches` the rows (by
-the start of their path, e.g. "block_caches[l].attn_cache" for attention's caches alone).
+entry comes from running the real forward and backward (site_scripts/cache_walk.py); the Full Model page
+shows it (site_scripts/pages/_model_cache.py).
 """
 
 from functools import lru_cache
@@ -15,11 +13,9 @@ from transformer.config import PRESETS, ModelConfig
 from . import sections
 from .cache_walk import inventory
 from .common import md_table
-from .examples import SEED, default_note, default_run
+from .examples import SEED, default_run
 
 RUNS = ("materialized", "flash", "checkpointed")  # policies of tools/memory_policies.py
-ATTENTION = ("block_caches[l].attn_cache",)  # `caches` for attention's rows alone (its cache and those inside)
-BLOCKS = ("block_caches[l]",)  # `caches` for the blocks' rows
 LONG_T = 1024  # the long run: the default config with context_len = LONG_T, one sequence that long
 # Sizes unlike each other, so that a shape recorded with them reads back as symbols (d = H d_h, BT = B T).
 SYMBOLIC = ModelConfig(vocab_size=17, context_len=13, emb_dim=14, num_heads=2, num_layers=1, ff_dim=11)
@@ -79,47 +75,11 @@ def place_link(page, place, repo_url):
     return f"[{text}]({sections.function_link(page, place.path, place.function, place.line)})"
 
 
-def chosen(caches, prefixes):
-    return [c for c in caches if picked(c, prefixes)]
-
-
-def picked(c, prefixes):
-    return prefixes is None or c.path.startswith(tuple(prefixes))
-
-
-def run_table(page, policy, repo_url, prefixes=None):
-    """One policy's inventory: a row per cache, with its bytes at the default run and at T = LONG_T."""
-    (short, short_total), (long, long_total), (sym, _) = runs_of(policy)
-    rows = []
-    for c, c_long, c_sym in zip(short, long, sym, strict=True):
-        if not picked(c, prefixes):
-            continue
-        holds = "; ".join(holds_text(f, fs) for f, fs in zip(c.fields, c_sym.fields, strict=True))
-        times = f" × {c.count}" if c.count > 1 else ""
-        rows.append([f"`{c.path}`{times}", holds, f"`{c.built.function}`, {place_link(page, c.built, repo_url)}",
-                     f"`{c.read.function}`, {place_link(page, c.read, repo_url)}", size_text(c.charged),
-                     size_text(c_long.charged)])
-    if prefixes is None:
-        rows.append(["**All of it**", "", "", "", f"**{size_text(short_total)}**", f"**{size_text(long_total)}**"])
-    return md_table(["Passed as", "Holds", "Built at", "Read at", "Bytes, default run", f"Bytes, \\(T\\) = {LONG_T}"],
-                    rows)
-
-
-def scaling_text(policy, prefixes=None):
-    """How the long run's bytes grow with B: only arrays with a batch axis do."""
+def unbatched(policy):
+    """The bytes of the long run that have no batch axis, so do not grow with B."""
     (long, _), (sym, _) = runs_of(policy)[1:]
-    fixed, names = 0, []
-    for c, c_sym in zip(long, sym, strict=True):
-        if picked(c, prefixes):
-            for f, fs in zip(c.fields, c_sym.fields, strict=True):
-                shape = fs.base_shape or fs.shape
-                if f.charged and not {"B", "BT"} & {SYMBOLS[n] for n in shape}:
-                    fixed += f.charged
-                    names.append(f"`{c.path}.{f.name}`")
-    if not fixed:
-        return f"For \\(B\\) sequences of \\(T\\) = {LONG_T} instead of one, multiply all of these bytes by \\(B\\)."
-    return (f"For \\(B\\) sequences of \\(T\\) = {LONG_T} instead of one, multiply all but {size_text(fixed)} of "
-            f"these bytes by \\(B\\): {', '.join(names)} {'has' if len(names) == 1 else 'have'} no batch axis.")
+    return sum(f.charged for c, c_sym in zip(long, sym, strict=True) for f, fs in zip(c.fields, c_sym.fields, strict=True)
+               if f.charged and not {"B", "BT"} & {SYMBOLS[n] for n in fs.base_shape or fs.shape})
 
 
 def policy_text(policy):
@@ -129,35 +89,10 @@ def policy_text(policy):
     return f"`ModelConfig({fields})`" if fields else "the default `ModelConfig`"
 
 
-def comparison_table(runs, prefixes=None):
+def comparison_table(runs):
     """The runs' totals side by side, each against the first run's at T = LONG_T."""
-    totals = []
-    for policy in runs:
-        short, long = (sum(c.charged for c in chosen(caches, prefixes)) for caches, _ in runs_of(policy)[:2])
-        totals.append((policy, short, long))
+    totals = [(policy, short, long) for policy in runs for (_, short), (_, long) in [runs_of(policy)[:2]]]
     first = totals[0][2]
     rows = [[policy, size_text(short), size_text(long), f"{long / first:.3f}"] for policy, short, long in totals]
     return md_table(["Policy", "Bytes, default run", f"Bytes, \\(T\\) = {LONG_T}",
                      f"Of the {runs[0]} run's, at \\(T\\) = {LONG_T}"], rows)
-
-
-def inventory_md(page, repo_url, runs=RUNS, caches=None):
-    """The inventory of each policy in `runs`, limited to the caches whose path starts with one of `caches`
-    (None: all of them), then the totals side by side."""
-    ex, long = default_run(), long_config()
-    whole = ("Together the rows make up `owned_bytes` of `forward`'s whole cache, what `tools/memory_policies.py` "
-             "reports as retained" if caches is None else "These rows are part of `forward`'s cache, whose other "
-             f"rows and totals the [Full Model]({sections.page_link(page, 'model', 'cache-inventory')}) page shows")
-    out = [f"The default run is {default_note()}, in {ex.params['tok_emb'].dtype}; the long run is the same "
-           f"config with \\(T_{{\\max}}\\) = {long.context_len} and one sequence of \\(T\\) = {LONG_T} tokens. "
-           "Shapes are written in symbols (read back from a run with sizes unlike each other) and as recorded in "
-           "the default run. A buffer is counted once, at the first field that holds it (a view keeps, and counts, "
-           "the whole array it looks into); the parameters are left out, since the caches only refer to them. "
-           f"A block's row adds up its {ex.cfg.num_layers} blocks. {whole}; the build stops if the rows of the "
-           "whole cache do not add up to it, or if a built-at line does not make its cache.\n"]
-    for policy in runs:
-        out.append(f"**{policy.capitalize()}**, {policy_text(policy)}:\n\n" + run_table(page, policy, repo_url, caches)
-                   + "\n" + scaling_text(policy, caches) + "\n")
-    if len(runs) > 1:
-        out.append("The totals side by side:\n\n" + comparison_table(runs, caches))
-    return "\n".join(out)

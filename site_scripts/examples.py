@@ -52,12 +52,6 @@ def sizes(cfg):
             f"\\(H\\) = {cfg.num_heads}, \\(L\\) = {cfg.num_layers}, \\(F\\) = {cfg.ff_dim}")
 
 
-def illustrative(text):
-    """The admonition that labels a tiny example as illustrative."""
-    return (f'!!! example "Illustrative: the tiny model built by the real `init_params` (seed {SEED}), '
-            f'not learned values"\n    Sizes: {sizes(PRESETS["tiny"])}. {text}\n')
-
-
 def default_note(batch=True):
     """Where a symbol table's recorded shapes come from: default_run (or the default config alone)."""
     cfg = PRESETS["default"]

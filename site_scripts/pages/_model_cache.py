@@ -12,7 +12,7 @@ from transformer.model import ModelCache, forward
 
 from .. import code_facts, depends, sections
 from ..cache_inventory import LONG_T, RUNS, comparison_table, holds_text, long_config, place_link, policy_text, \
-    runs_of, size_text, SYMBOLS
+    runs_of, size_text, unbatched
 from ..common import md_table
 from ..examples import default_run, tiny
 from ._model_backward import PAGE, here
@@ -132,13 +132,6 @@ def rows_of(policy, repo_url):
     (short, total), (long, long_total), (sym, _) = runs_of(policy)
     return ({c.path: row(c, cl, cs, repo_url) for c, cl, cs in zip(short, long, sym, strict=True)},
             (total, long_total))
-
-
-def unbatched(policy):
-    """The bytes of the long run that have no batch axis, so do not grow with B."""
-    (long, _), (sym, _) = runs_of(policy)[1:]
-    return sum(f.charged for c, c_sym in zip(long, sym, strict=True) for f, fs in zip(c.fields, c_sym.fields, strict=True)
-               if f.charged and not {"B", "BT"} & {SYMBOLS[n] for n in fs.base_shape or fs.shape})
 
 
 HEADER = ["Passed as", "Holds", "Built at", "Read at", "Bytes, default run", f"Bytes, \\(T\\) = {LONG_T}"]

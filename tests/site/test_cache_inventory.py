@@ -86,24 +86,18 @@ def test_a_planted_wrong_byte_count_stops_the_build():
 
 def test_the_bytes_of_the_long_run_grow_with_the_batch_as_the_page_says():
     """The page says which bytes are B times the one-sequence figure; a run with B = 2 must agree."""
-    (long, total), (sym, _) = cache_inventory.runs_of("materialized")[1:]
-    fixed = sum(f.charged for c, cs in zip(long, sym) for f, fs in zip(c.fields, cs.fields)
-                if f.charged and "B" not in str([cache_inventory.SYMBOLS[n] for n in fs.base_shape or fs.shape]))
+    (_, total), _ = cache_inventory.runs_of("materialized")[1:]
+    fixed = cache_inventory.unbatched("materialized")
     ids = np.random.default_rng(SEED).integers(0, 65, (2, cache_inventory.LONG_T))
     _, total_b2 = cache_walk.inventory("materialized", cache_inventory.long_config(), ids)
     assert 0 <= fixed < total and total_b2 == 2 * (total - fixed) + fixed  # fixed: bytes with no batch axis
 
 
-def test_the_page_fragments_show_the_rows_asked_for_and_the_real_totals():
-    md = cache_inventory.inventory_md("model", "https://example.invalid/repo")
+def test_the_totals_table_shows_each_policys_real_totals():
+    md = cache_inventory.comparison_table(cache_inventory.RUNS)
     for policy in cache_inventory.RUNS:
         (_, total), (_, long_total), _ = cache_inventory.runs_of(policy)
-        assert f"**{cache_inventory.size_text(total)}** | **{cache_inventory.size_text(long_total)}**" in md
-    attention = cache_inventory.inventory_md("attention", "https://example.invalid/repo",
-                                             runs=("materialized", "flash"), caches=cache_inventory.ATTENTION)
-    rows = [r for r in attention.splitlines() if r.startswith("| `")]
-    assert rows and all(r.startswith("| `block_caches[l].attn_cache") for r in rows)
-    assert "row_max" in attention and "`att`" in attention
+        assert f"| {policy} | {cache_inventory.size_text(total)} | {cache_inventory.size_text(long_total)} |" in md
 
 
 @pytest.mark.parametrize("page", ["model"])
