@@ -140,9 +140,9 @@ def optimized(results, folder):
 def negative_md(namespace, folder):
     """Feed the checks inputs that are not refused properly: each must stop the build."""
     controls = [
-        (Case("control", "", "", call="forward(params, ids, cfg)"), "a valid call (it is accepted)"),
-        (Case("control", "", "", call='int("ten")'), "a call that raises a plain ValueError, not a TransformerError"),
-        (Case("control", "", "", cli="gradcheck --help"), "a command that exits with status 0"),
+        (Case("control", "", call="forward(params, ids, cfg)"), "a valid call (it is accepted)"),
+        (Case("control", "", call='int("ten")'), "a call that raises a plain ValueError, not a TransformerError"),
+        (Case("control", "", cli="gradcheck --help"), "a command that exits with status 0"),
     ]
     rows = []
     for case, what in controls:
