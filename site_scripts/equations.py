@@ -17,6 +17,7 @@ hook writes under each equation the links to its lines (site_scripts/hook.py).
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .common import ROOT
 from .depends import read_text
@@ -37,17 +38,19 @@ class Equation:
     step: bool  # declared by a comment (a derivation's step), not a heading
 
 
+@lru_cache(maxsize=256)
 def parse(markdown, page):
-    """The equations a page's markdown declares, in order; a mistyped declaration is an error."""
+    """The equations a page's markdown declares, in order; a mistyped declaration is an error. Kept per text:
+    the build asks for them many times, and a page's text changes only between builds."""
     matches = list(DECLARATION.finditer(markdown))
     starts = {markdown.count("\n", 0, m.start()) for m in matches}
     for number, line in enumerate(markdown.splitlines()):
         if LOOSE.search(line) and number not in starts:
             raise RuntimeError(f"{page}: {line.strip()!r} declares no equation: write '### Title {{#eq-ID}}' or "
                              "'<!-- eq ID: Title -->', then a blank line (headings only) and a $$ block")
-    return [Equation(m["id"] or m["sid"], page, m["title"] or m["stitle"],
-                     "\n".join(line.strip() for line in m["block"].splitlines()[1:-1]), m["sid"] is not None)
-            for m in matches]
+    return tuple(Equation(m["id"] or m["sid"], page, m["title"] or m["stitle"],
+                          "\n".join(line.strip() for line in m["block"].splitlines()[1:-1]), m["sid"] is not None)
+                 for m in matches)
 
 
 def expand(markdown, computed_at):

@@ -5,6 +5,7 @@ import platform
 import posixpath
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +20,9 @@ from .code_facts import (
     top_level_function,
 )
 from . import checked, registry
-from .common import ROOT, md_table, torch_version, verdict_text
+from .common import ROOT, md_table, stamps, torch_version, verdict_text
 from .depends import read_text
-from .equations import by_id, page_equations
+from .equations import by_id, page_equations, table_text
 from .markers import collect_markers
 from .registry import PAGE_PATHS
 
@@ -99,10 +100,18 @@ def listed_functions(page):
 
 def function_page(path, name):
     """The page that lists a function's code, or None."""
+    return function_pages(table_text(), tuple(stamps(ROOT, "transformer", "*.py"))).get((path, name))
+
+
+@lru_cache(maxsize=4)
+def function_pages(_equations, _package):
+    """{(path, function): the first page that lists it}, for one state of the equations and of the package
+    (the arguments: the pages ask for one function at a time, hundreds of times a build)."""
+    index = {}
     for page in PAGE_PATHS:
-        if (path, name) in listed_functions(page):
-            return page
-    return None
+        for place in listed_functions(page):
+            index.setdefault(place, page)
+    return index
 
 
 def function_link(from_page, path, name, line=None):
@@ -264,6 +273,23 @@ def gradcheck_rows(loss, checks, h, dtype="float64"):
         rows.append(GradRow(label, np.shape(wrt), float(np.abs(analytic - numeric).max()),
                             relative_gap(analytic, numeric), dtype, h))
     return rows
+
+
+def block_layer_check(layer_forward, layer_backward, keys, rng, *extra, label=""):
+    """A layer of block 0 against central differences: the tiny model's block 0 with its biases moved, an input
+    of two sequences and an upstream gradient drawn from rng; layer_forward reads (x, block parameters,
+    *extra). Returns the check's rows (sections.gradcheck_rows) and the analytic gradients."""
+    from transformer.block import block_params
+
+    from .examples import H_STEP, biases_moved, tiny, weighted_sum
+
+    ex = tiny()
+    p = biases_moved(block_params(ex.params, 0), rng)
+    x = rng.standard_normal((2, ex.cfg.context_len, ex.cfg.emb_dim))
+    dy = rng.standard_normal(x.shape)
+    dx, grads = layer_backward(dy, layer_forward(x, p, *extra)[1])
+    checks = [(f"{label}dx", dx, x)] + [(f"{label}d{k}", grads[k], p[k]) for k in keys]
+    return gradcheck_rows(weighted_sum(dy, layer_forward, x, p, *extra), checks, H_STEP), grads
 
 
 def gradcheck_table(rows, differentiated=f"the [fake loss f](../{NOTATION}#fake-loss)"):

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from transformer.parallel import cores  # noqa: F401  (the tools import it from here)
+
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "data" / "tinyshakespeare" / "input.txt"
 FETCH_CORPUS = ROOT / "scripts" / "fetch_corpus.py"  # puts the corpus in place, verified against its SHA-256
@@ -46,14 +48,6 @@ def environment():
     of a check."""
     versions = ", ".join(f"{name} {package_version(name)}" for name in CHECKED_PACKAGES)
     return f"Python {platform.python_version()} on {platform.machine()}; {versions}"
-
-
-def cores():
-    """The number of cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS has no affinity mask
-        return os.cpu_count() or 1
 
 
 def positive_int(text):

@@ -10,16 +10,16 @@ from unittest import mock
 
 import numpy as np
 
+from tools.memory_policies import owned_bytes
 from transformer import activation_checkpoint
 from transformer import model as model_module
 from transformer.activation_checkpoint import checkpointed_block_backward, checkpointed_block_forward
 from transformer.block import BLOCK_KEYS, block_forward, block_params
 from transformer.model import forward, init_params, loss_and_grads
-from tools.memory_policies import owned_bytes
 
 from .. import memory, sections
 from ..common import md_table
-from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, biases_moved, default_note, default_run, tiny, weighted_sum
+from ..examples import SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, tiny
 from ..figures import new_figure, png
 
 PICTURED = ("materialized", "checkpointed")  # the memory tool's policies the picture traces
@@ -227,14 +227,10 @@ def symbols_md():
 
 
 def gradcheck():
-    ex, rng = tiny(), np.random.default_rng(SEED)
-    p = biases_moved(block_params(ex.params, 0), rng)
-    x = rng.standard_normal((2, ex.cfg.context_len, ex.cfg.emb_dim))
-    dy = rng.standard_normal(x.shape)
-    dx, grads = checkpointed_block_backward(dy, checkpointed_block_forward(x, p, ex.cfg)[1])
-    checks = [("dx", dx, x)] + [(f"d{k}", grads[k], p[k]) for k in BLOCK_KEYS]
-    rows = sections.gradcheck_rows(weighted_sum(dy, checkpointed_block_forward, x, p, ex.cfg), checks, H_STEP)
-    return sections.gradcheck_table(rows), {"shape": x.shape}
+    cfg = tiny().cfg
+    rows, _ = sections.block_layer_check(checkpointed_block_forward, checkpointed_block_backward, BLOCK_KEYS,
+                                         np.random.default_rng(SEED), cfg)
+    return sections.gradcheck_table(rows), {"shape": (2, cfg.context_len, cfg.emb_dim)}
 
 
 def generate(context):

@@ -17,8 +17,7 @@ from transformer.softmax import softmax_backward
 
 from .. import sections
 from ..common import md_table
-from ..examples import (H_STEP, SEED, TINY_IDS, TINY_TARGETS, biases_moved, default_note, default_run, tiny,
-                        weighted_sum)
+from ..examples import H_STEP, SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, tiny
 from ..figures import new_figure, png
 from ..tiny_backward import tiny_backward
 from ._attention_steps import from_qkv, from_scores, from_weights, masked, row_softmax, tiny_steps
@@ -371,15 +370,12 @@ def symbols_md():
 
 def gradcheck():
     """The backward against central differences with the biases moved off zero: the table, and its values."""
-    ex, rng = tiny(), np.random.default_rng(SEED)
-    p = biases_moved(block_params(ex.params, 0), rng)
-    x = rng.standard_normal((2, ex.cfg.context_len, ex.cfg.emb_dim))
-    dy = rng.standard_normal(x.shape)
-    dx, grads = attention_backward(dy, attention_forward(x, p, ex.cfg.num_heads)[1])
-    checks_ = [("dx", dx, x)] + [(f"d{k}", grads[k], p[k]) for k in ATTENTION_KEYS]
-    rows = sections.gradcheck_rows(weighted_sum(dy, attention_forward, x, p, ex.cfg.num_heads), checks_, H_STEP)
+    cfg = tiny().cfg
+    rows, grads = sections.block_layer_check(attention_forward, attention_backward, ATTENTION_KEYS,
+                                             np.random.default_rng(SEED), cfg.num_heads)
+    x_shape = (2, cfg.context_len, cfg.emb_dim)
     bk = next(row for row in rows if row.label == "dbk")
-    return sections.gradcheck_table(rows), {"shape": x.shape, "bk_max": float(np.abs(grads["bk"]).max()),
+    return sections.gradcheck_table(rows), {"shape": x_shape, "bk_max": float(np.abs(grads["bk"]).max()),
                                             "bk_gap": bk.gap, "bk_rel": bk.rel}
 
 

@@ -22,11 +22,11 @@ from transformer.softmax import cross_entropy_backward, cross_entropy_forward
 
 from .. import sections
 from ..common import md_table
-from ..examples import H_STEP, SEED, TINY_IDS, biases_moved, default_note, default_run, tiny, weighted_sum
+from ..examples import H_STEP, SEED, TINY_IDS, default_note, default_run, tiny
 from ..figures import new_figure, png
 from ..tiny_backward import tiny_backward
-from .attention import (BACK, aligned, bias_table, caught, gap_cells, grad, latex_table, number, products, tex,
-                        verdict, weight_table)
+from .attention import (BACK, aligned, bias_table, caught, gap_cells, grad, latex_table, number, products, tex, verdict,
+                        weight_table)
 
 ROW = 0  # the position whose numbers the example follows by hand
 
@@ -309,16 +309,12 @@ def symbols_md():
 
 
 def gradcheck_md():
-    rows_all, ex, rng = [], tiny(), np.random.default_rng(SEED)
+    rows, rng = [], np.random.default_rng(SEED)
     for activation in ("relu", "gelu"):
-        cfg = ex.cfg.with_(activation=activation)
-        p = biases_moved(block_params(ex.params, 0), rng)
-        x = rng.standard_normal((2, cfg.context_len, cfg.emb_dim))
-        dy = rng.standard_normal(x.shape)
-        dx, grads = block_backward(dy, block_forward(x, p, cfg)[1])
-        checks = [(f"{activation}: dx", dx, x)] + [(f"{activation}: d{k}", grads[k], p[k]) for k in BLOCK_KEYS]
-        rows_all += sections.gradcheck_rows(weighted_sum(dy, block_forward, x, p, cfg), checks, H_STEP)
-    return sections.gradcheck_table(rows_all)
+        cfg = tiny().cfg.with_(activation=activation)
+        rows += sections.block_layer_check(block_forward, block_backward, BLOCK_KEYS, rng, cfg,
+                                           label=f"{activation}: ")[0]
+    return sections.gradcheck_table(rows)
 
 
 def generate(context):

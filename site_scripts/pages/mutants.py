@@ -83,8 +83,7 @@ def matrix_png(records):
               interpolation="nearest")
     pages = [mutant_page(r["mutant"]) for r in ordered]
     starts = [i for i, p in enumerate(pages) if i == 0 or p != pages[i - 1]]
-    for s in starts[1:]:
-        ax.axvline(s - 0.5, color="white", linewidth=2)
+    ax.vlines([s - 0.5 for s in starts[1:]], -0.5, len(TITLES) - 0.5, color="white", linewidth=2)
     ends = starts[1:] + [len(pages)]
     ax.set_xticks([(s + e - 1) / 2 for s, e in zip(starts, ends)],
                   [sections.page_title(pages[s]) for s in starts], rotation=60, ha="right", fontsize="small")
