@@ -88,11 +88,13 @@ def on_page_markdown(markdown, page, config, **kwargs):
     if entry is None:
         return markdown
     try:
-        typed = prose.typed_numbers(markdown)
+        typed = prose.typed_numbers(notebooks.markdown_cells(entry.id) if entry.notebook else markdown)
         if typed:
             raise ValueError("a measured number typed into the prose goes stale; bind it to a value the page's "
-                             "generator returns ({{ name:format }}): "
+                             "generator returns ({{ name:format }}), or print it from the notebook's code: "
                              + "; ".join(f"line {line}: {text!r}" for line, text in typed))
+        if entry.notebook:
+            return markdown
         markdown = prose.bind(markdown, build.made_values(entry.id), page.file.src_uri)
         markdown = anatomy.expand(markdown, entry.id, build.made_fragments(entry.id))
         return equations.expand(markdown, lambda eq_id: sections.computed_at(entry.id, eq_id, config["repo_url"])

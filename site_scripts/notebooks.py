@@ -62,6 +62,15 @@ def in_order(folder=NOTEBOOKS):
         raise NotebookError(f"notebooks depend on each other in a circle: {' -> '.join(reversed(e.args[1]))}") from None
 
 
+def markdown_cells(name, folder=NOTEBOOKS):
+    """The text of a notebook's markdown cells: its prose, which the hook checks for numbers typed by hand (the
+    numbers in its outputs are computed, so the rendered page is not checked)."""
+    import jupytext
+
+    nb = jupytext.read(folder / f"{name}.py")
+    return "\n\n".join(cell.source for cell in nb.cells if cell.cell_type == "markdown")
+
+
 def notebook_key(name, run_mode, folder=NOTEBOOKS, repo_url=""):
     path = folder / f"{name}.py"
     helpers = "".join(p.read_text() for p in sorted(folder.glob("_*.py")))

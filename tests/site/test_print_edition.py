@@ -43,6 +43,19 @@ def citations(printed_site):
     return found, where
 
 
+MOST_PAGES = 250  # the print edition is the reading path; the evidence stays on the site
+
+
+def test_the_print_edition_is_lean(pdf):
+    """The evidence blocks stay on the site: the PDF holds the reading path, in at most MOST_PAGES pages."""
+    import io
+
+    from pypdf import PdfReader
+
+    pages = len(PdfReader(io.BytesIO(pdf)).pages)
+    assert 0 < pages <= MOST_PAGES, f"the print edition has {pages} pages"
+
+
 def test_the_pdf_numbers_at_least_every_declared_equation(pdf):
     reading = print_readback.read(pdf)
     declared = [eq.id for eq in equations.all_equations()]

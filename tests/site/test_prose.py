@@ -53,3 +53,14 @@ def test_a_table_cell_shows_a_bar_in_code_as_it_is_and_escapes_one_outside():
 
     html = markdown.markdown(md_table(["a", "b"], [["`x | y`", "mean |error|"]]), extensions=["tables"])
     assert "<td><code>x | y</code></td>" in html and "<td>mean |error|</td>" in html
+
+
+def test_a_notebooks_prose_is_its_markdown_cells_and_its_outputs_are_not_checked(tmp_path):
+    """The numbers a notebook prints are computed; the ones typed into its markdown cells are not. Negative
+    control: a typed decimal in a markdown cell is found, the same number in code is not."""
+    from site_scripts import notebooks
+
+    (tmp_path / "nb.py").write_text('# %% [markdown]\n# The loss fell to 1.84.\n\n# %%\nprint(3.25)\n')
+    cells = notebooks.markdown_cells("nb", folder=tmp_path)
+    assert "1.84" in cells and "3.25" not in cells
+    assert [text for _, text in prose.typed_numbers(cells)] == ["1.84"]
