@@ -36,7 +36,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from .common import ROOT, cores, environment, files_text, hash_parts, positive_int
+from .common import ROOT, code_text, cores, environment, files_text, hash_parts, positive_int
 from .keyed_report import KeyedReport
 from .project_copy import UNIT_TESTS, project_copy, run_in
 
@@ -161,15 +161,17 @@ def unit_source(unit, root=ROOT):
 
 
 def trace_key(units, root):
-    """What the trace depends on: every package and test file, the plugin, the environment and the units."""
-    return hash_parts(environment(), files_text("transformer", UNIT_TESTS, "pyproject.toml", *PLUGIN, root=root),
-                      *sorted(units))
+    """What the trace depends on: every package and test file, the plugin, the environment and the units (the
+    code of the .py files: which test calls which function does not change with their words)."""
+    return hash_parts(environment(), files_text("transformer", UNIT_TESTS, "pyproject.toml", *PLUGIN, root=root,
+                                                code=True), *sorted(units))
 
 
 def unit_key(unit, calling, root):
     """What a unit's result depends on: its own source, the tests that call it and their files, the tools."""
     files = sorted({t.split("::")[0] for t in calling})
-    return hash_parts(environment(), unit_source(unit, root), *calling, files_text(*files, *MEASURED_BY, root=root))
+    return hash_parts(environment(), code_text(unit_source(unit, root)), *calling,
+                      files_text(*files, *MEASURED_BY, root=root, code=True))
 
 
 def measure(copy, units, todo, jobs, log, files=(UNIT_TESTS,)):

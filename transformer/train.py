@@ -271,7 +271,7 @@ def train(corpus_path, out_dir, model_cfg: ModelConfig, train_cfg: TrainConfig, 
 
 
 def run_session(session, progress, on_step, desc):
-    """The training loop of a session, with its progress bar, Ctrl-C and metrics file (see `train`)."""
+    """The training loop of one call of `train` or `finetune`, with its progress bar, Ctrl-C and metrics file."""
     from tqdm import tqdm  # imported here: the model itself needs numpy alone
 
     bar = tqdm(total=session.run.train_cfg.steps, initial=session.run.step, unit="step", desc=desc,

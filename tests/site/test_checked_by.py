@@ -326,6 +326,21 @@ def test_a_units_key_moves_with_its_source_and_its_tests_files_not_with_other_co
         checked_by.unit_source("layernorm:no_such")
 
 
+def test_a_units_key_holds_code_not_words(tmp_path):
+    """A docstring or a comment edited changes no test's outcome, so no entry's key; a line of code does."""
+    calling = ["tests/unit/test_layers.py::test_a"]
+    for name in ("transformer/layernorm.py", "tests/unit/test_layers.py", *checked_by.MEASURED_BY):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text((ROOT / name).read_text())
+    key = checked_by.unit_key("layernorm:layer_norm_backward", calling, tmp_path)
+    source = tmp_path / "transformer/layernorm.py"
+    text = source.read_text()
+    source.write_text(text.replace('"""Gradients', '"""The gradients', 1).replace("  # eq:", "  # equation eq:", 1))
+    assert text != source.read_text() and checked_by.unit_key("layernorm:layer_norm_backward", calling, tmp_path) == key
+    source.write_text(text.replace("    return dx", "    dx = dx + 0\n    return dx", 1))
+    assert checked_by.unit_key("layernorm:layer_norm_backward", calling, tmp_path) != key
+
+
 def test_a_test_that_fails_on_the_unchanged_code_stops_the_run(tmp_path):
     for path, text in FAKE.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
