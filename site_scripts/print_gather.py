@@ -92,6 +92,15 @@ def article(site, page):
     return found.group(1)
 
 
+def opening(text):
+    """A page that is not printed: its title and first paragraph, which say what the site has there."""
+    title = re.search(r"<h1\b.*?</h1>", text, flags=re.S)
+    first = re.search(r"<p\b.*?</p>", text, flags=re.S)
+    if not title or not first:
+        raise RuntimeError("print edition: a page left out of print needs a title and an opening paragraph")
+    return title.group(0) + first.group(0)
+
+
 def plain(fragment):
     return html.unescape(re.sub(r"<[^>]+>", "", fragment)).strip()
 
@@ -221,7 +230,8 @@ def gather(site, equation_ids, site_url=None):
             chapter = page.section
             body.append(f'<h1 class="print-chapter" id="{chapter_anchor(number)}"><span class="print-number">'
                         f'{number.split(".")[0]}</span> {html.escape(chapter)}</h1>')
-        text = Rewriter(page, registry.PAGES, site_url).rewrite(strip_for_print(article(site, page)))
+        text = Rewriter(page, registry.PAGES, site_url).rewrite(strip_for_print(
+            article(site, page) if page.printed else opening(article(site, page))))
         text, found = number_equations(text, page.id, len(equations) + 1)
         text, title = number_headings(text, number)
         equations += found

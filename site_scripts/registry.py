@@ -53,6 +53,9 @@ class Page:
     # Why its generator or notebook must run with nothing beside it ("" : it may run beside others): it times
     # what it runs, or uses every core itself (site_scripts/schedule.py).
     alone: str = ""
+    # False: the print edition keeps the page's title and opening paragraph and sends the reader to the site for
+    # the rest (the API reference: the docstrings again, long in print and looked things up in online).
+    printed: bool = True
 
     @property
     def units(self):
@@ -214,7 +217,7 @@ PAGES = (
     Page("mutants", "verification/mutants.md", "Are the checks good enough?", "Verification",
          reads=("reports/mutants.json", "tools/mutants.py", "tools/mutant_catalogue.py")),
     Page("notation", "reference/notation.md", "Notation", "Reference", generated=False),
-    Page("api", "reference/api.md", "API", "Reference", generated=False),
+    Page("api", "reference/api.md", "API", "Reference", generated=False, printed=False),
     Page("configuration", "reference/configuration.md", "Configuration", "Reference"),
     Page("cli", "reference/cli.md", "Command line", "Reference"),
     # It lists which pages have a generator, and sums up the measured "checked by" (tools/checked_by.py).

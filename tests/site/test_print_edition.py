@@ -165,3 +165,11 @@ def test_printing_the_same_site_again_gives_the_same_pdf_byte_for_byte(printed_s
     guess = {name: str(place.page) for name, place in print_readback.read(pdf).places.items()}
     again, _ = print_pdf.print_site(site, guess)
     assert again == pdf
+
+
+def test_a_page_left_out_of_print_keeps_its_title_and_opening_paragraph():
+    text = '<h1 id="api">API</h1>\n<p>What the site has here.</p>\n<h2>Model</h2><p>Long reference.</p>'
+    assert print_gather.opening(text) == '<h1 id="api">API</h1><p>What the site has here.</p>'
+    with pytest.raises(RuntimeError, match="needs a title and an opening paragraph"):
+        print_gather.opening("<h2>No title</h2>")
+    assert [p.id for p in registry.PAGES if not p.printed] == ["api"]
