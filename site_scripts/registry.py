@@ -215,7 +215,8 @@ PAGES = (
          reads=("transformer", "tools/fault_inject.py")),
     # The mutation report (tools/mutants.py) is brought up to date before any page's key is computed.
     Page("mutants", "verification/mutants.md", "Are the checks good enough?", "Verification",
-         reads=("reports/mutants.json", "tools/mutants.py", "tools/mutant_catalogue.py")),
+         reads=("reports/mutants.json", "tools/mutants.py", "tools/mutant_catalogue.py"),
+         alone="it computes the mutation report's stale entries on every core"),
     Page("notation", "reference/notation.md", "Notation", "Reference", generated=False),
     Page("api", "reference/api.md", "API", "Reference", generated=False, printed=False),
     Page("configuration", "reference/configuration.md", "Configuration", "Reference"),

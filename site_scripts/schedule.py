@@ -98,7 +98,11 @@ def run(tasks, jobs=1, log=print, fresh=False):
             log(ended(task, seconds[task.name]))
         return seconds
     done, running, left = set(), {}, list(tasks)
-    with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=get_context("spawn")) as pool:
+    workers = min(jobs, len(tasks))
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        # Start every worker now: the pool starts one only when none is idle, so two tasks handed over as the first
+        # worker comes free would otherwise share it, one after the other.
+        wait([pool.submit(int) for _ in range(workers)])
         while left or running:
             ready = [t for t in left if t.after <= done]
             alone = [t for t in ready if t.alone]

@@ -31,7 +31,7 @@ def test_one_job_runs_the_alone_tasks_first_and_each_task_after_those_it_comes_a
              task(tmp_path, "d", after=["a"], alone="times")]
     assert [t.name for t in order(tasks)] == ["a", "d", "c", "b"]  # the alone ones first; b after c
     logged = []
-    assert run(tasks, 1, logged.append) == ["a", "d", "c", "b"]
+    assert list(run(tasks, 1, logged.append)) == ["a", "d", "c", "b"]
     assert [line.split(" in ")[0] for line in logged] == ["a", "d", "c", "b"]
     ran = intervals(tmp_path)
     assert ran["a"][1] <= ran["d"][0] <= ran["d"][1] <= ran["c"][0] <= ran["c"][1] <= ran["b"][0]
