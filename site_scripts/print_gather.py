@@ -169,10 +169,11 @@ def unlinked_where_gone(document):
 
 
 def strip_for_print(text):
-    """Without the evidence, the edit button and the headings' permalinks, with every other collapsed block
+    """Without the evidence, the build's profile, the edit button and the headings' permalinks, with every other collapsed block
     open, the diagrams drawn from a fixed seed, and each code line carrying its number (the separate column of
     numbers is dropped: a wrapped line would leave it)."""
     text = without_evidence(text)
+    text = re.sub(r'<div id="build-profile">.*?</div>', "", text, flags=re.S)  # this build's timings: on the site only
     text = re.sub(r'<a [^>]*class="md-content__button[^"]*"[^>]*>.*?</a>', "", text, flags=re.S)
     text = re.sub(r'<a class="headerlink"[^>]*>.*?</a>', "", text, flags=re.S)
     text = re.sub(r"<details( [^>]*)?>", lambda m: f"<details{m[1] or ''} open>", text)

@@ -82,6 +82,21 @@ def ended(task, seconds):
     return f"{task.name} in {seconds:.1f} s" + (f" (alone: {task.alone})" if task.alone else "")
 
 
+def pid_after_a_moment():
+    time.sleep(0.05)
+    return os.getpid()
+
+
+def start_workers(pool, workers, timeout_s=60):
+    """Have every worker of the pool started and taking work: the pool starts a worker only when none is idle,
+    and a worker still starting takes nothing, so two tasks handed over at once could otherwise run one after the
+    other on the first worker. Each round hands every worker a short task; it ends when they came back from as
+    many processes as the pool has workers."""
+    seen, deadline = set(), time.monotonic() + timeout_s
+    while len(seen) < workers and time.monotonic() < deadline:
+        seen |= {f.result() for f in [pool.submit(pid_after_a_moment) for _ in range(workers)]}
+
+
 def run(tasks, jobs=1, log=print, fresh=False):
     """Run every task; log "<name> in <s> s" as each ends, and return {name: seconds}. The first failure stops
     the run: no task starts after it, the running ones are waited for, the failed task is logged and its
@@ -100,9 +115,7 @@ def run(tasks, jobs=1, log=print, fresh=False):
     done, running, left = set(), {}, list(tasks)
     workers = min(jobs, len(tasks))
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        # Start every worker now: the pool starts one only when none is idle, so two tasks handed over as the first
-        # worker comes free would otherwise share it, one after the other.
-        wait([pool.submit(int) for _ in range(workers)])
+        start_workers(pool, workers)
         while left or running:
             ready = [t for t in left if t.after <= done]
             alone = [t for t in ready if t.alone]
