@@ -19,15 +19,17 @@ def fault_path(name):
 
 
 def plant_faults(site, folder, faults):
-    """A copy of the built `site` in `folder`, plus fault_path(name)/index.html for each
-    name: (page's path under the site, its text to replace once, the replacement) of `faults`."""
+    """A copy of the built `site` in `folder`, plus fault_path(name)/index.html (beside a copy of the
+    page's pictures) for each name: (page's path under the site, its text to replace once, the
+    replacement) of `faults`."""
     shutil.copytree(site, folder)
     for name, (page_html, old, new) in faults.items():
         original = (site / page_html).read_text()
         if old not in original:
             raise ValueError(f"{page_html} does not hold {old!r}: the fault {name!r} cannot be planted")
         path = folder / fault_path(name) / "index.html"
-        path.parent.mkdir(parents=True)
+        # The page's folder comes along: its pictures are addressed relative to the page.
+        shutil.copytree((site / page_html).parent, path.parent)
         path.write_text(original.replace(old, new, 1))
     return folder
 

@@ -67,9 +67,19 @@ def open_annotation(annotation):
 EQUATION_TITLES = ("H3", "H4", "P")  # a headline equation's heading, or a derivation step's bold title
 
 
+def open_folds(page):
+    """Open, as a reader does by clicking its title, every folded block that holds annotated code. A page's
+    code listings are in its evidence, folded; Material fills a tooltip only once it can be seen, and folds
+    the evidence again when a link on the page is followed."""
+    titles = page.locator("details:not([open]):has(.highlight .md-annotation) > summary")
+    for _ in range(titles.count()):
+        titles.first.click()
+
+
 def annotation_link_problems(page, url):
-    """Load the page at `url` and follow every equation link of every code annotation: each must
-    show an equation (its heading, then its typeset formula) that the annotated line is marked with."""
+    """Load the page at `url` and follow every equation link of every code annotation (its folded code
+    opened first): each must show an equation (its heading, then its typeset formula) that the annotated
+    line is marked with."""
     problems = settle(page, url)
     annotations = page.locator(".highlight .md-annotation")
     if annotations.count() == 0:
@@ -77,6 +87,7 @@ def annotation_link_problems(page, url):
     for i in range(annotations.count()):
         line_id, line_text = annotations.nth(i).evaluate(
             "e => { const line = e.closest('[id^=__span-]'); return [line.id, line.textContent]; }")
+        open_folds(page)
         links, j = open_annotation(annotations.nth(i)), 0
         if links is None:
             problems.append(f"{line_id}: its annotation shows no link to an equation")
@@ -97,6 +108,7 @@ def annotation_link_problems(page, url):
             if j < links.count():  # reopen the tooltip, on this page, for its next link
                 if urlsplit(page.url).path != urlsplit(url).path:
                     problems += settle(page, url)
+                open_folds(page)
                 links = open_annotation(annotations.nth(i))
     return problems
 

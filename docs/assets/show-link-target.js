@@ -1,0 +1,10 @@
+// A link to a code line in a page's folded evidence: Material opens the folded block that holds the line and
+// then scrolls to the top of the block (details.scrollIntoView), which leaves the line itself a screen or more
+// below when that scroll comes last. A block that holds the page's target shows the target instead, in the
+// middle of the window, clear of the header.
+HTMLDetailsElement.prototype.scrollIntoView = function (...options) {
+  const id = decodeURIComponent(location.hash.slice(1));
+  const target = id && document.getElementById(id);
+  if (target && this.contains(target)) Element.prototype.scrollIntoView.call(target, {block: "center"});
+  else Element.prototype.scrollIntoView.apply(this, options);
+};
