@@ -6,6 +6,7 @@ site_scripts/memory.py)."""
 
 import tracemalloc
 from contextlib import ExitStack
+from pathlib import Path
 from unittest import mock
 
 import numpy as np
@@ -17,8 +18,8 @@ from transformer.activation_checkpoint import checkpointed_block_backward, check
 from transformer.block import BLOCK_KEYS, block_forward, block_params
 from transformer.model import forward, init_params, loss_and_grads
 
-from .. import memory, sections
-from ..common import md_table
+from .. import depends, memory, sections
+from ..common import CACHE, cached_json, hash_parts, md_table, mode, numpy_version
 from ..examples import SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, tiny
 from ..figures import new_figure, png
 
@@ -133,6 +134,16 @@ def stages(events):
     return out
 
 
+def step_traces(T):
+    """{policy: traced_step(policy, T)} for the pictured policies. tracemalloc's totals move by a few hundred bytes
+    from run to run (Python's free lists), which moves a bar's antialiased edge: kept under a key of the code they
+    trace, like the timings, so a rebuild with nothing changed draws the same picture."""
+    here = Path(__file__)
+    key = hash_parts(here.read_text(), depends.units_text(depends.page_units(here)), numpy_version(), T, PICTURED)
+    return cached_json(CACHE / f"checkpoint_traces-{mode()}.json", key,
+                       lambda: {policy: traced_step(policy, T) for policy in PICTURED})
+
+
 def memory_png(traces, T):
     """Grouped bars per stage of the step: the most held during it (light) and what is held after it (dark)."""
     labels = [label for label, _, _ in traces[PICTURED[0]]]
@@ -153,7 +164,7 @@ def memory_png(traces, T):
 
 def picture():
     T, cfg = memory.lengths()[-1], memory.tool.CONFIG
-    traces = {policy: traced_step(policy, T) for policy in PICTURED}
+    traces = step_traces(T)
     plain, ckpt = traces[PICTURED[0]], traces[PICTURED[1]]
     last_forward = f"b{cfg.num_layers - 1} forward"
     held = {name: next(h for label, h, _ in trace if label == last_forward) for name, trace in (("plain", plain),
