@@ -19,7 +19,9 @@ page's stamp changes exactly when its generator runs, and a notebook's stamp is
 rewritten whenever it runs. That depends on the caching rule, not on the wording
 of the build log (which we read too, only to cross-check). The expected set is
 computed independently, by site_scripts.depends: the pages and notebooks whose
-reached units include the function, and the notebooks that depend on those.
+reached units include the function, the pages that read a report the build
+rewrote (reports/*.json: an entry of it reached the function), and the notebooks
+that depend on those.
 An extra rerun is explained where it can be: a page's key also holds the first
 line of each unit it reaches and the lines that call them (the page prints
 both), so the inserted line moves code below it and reruns the pages that
@@ -209,13 +211,20 @@ def slowest(steps, wall_s, count=4):
     return ", ".join(f"{item} {seconds:.0f} s" for item, seconds in shown) + f", everything else {rest:.0f} s"
 
 
-def expected_reruns(root, module, function):
-    """The pages and notebooks whose reached units include the function, by site_scripts.depends,
-    and the notebooks that depend (`# depends-on:`) on one of those."""
-    from . import build, notebooks
+def report_texts(root):
+    """{path: text} of the reports kept in the repository (reports/*.json), which a build brings up to date."""
+    return {p.relative_to(root).as_posix(): p.read_text() for p in sorted((root / "reports").glob("*.json"))}
+
+
+def expected_reruns(root, module, function, rewritten=()):
+    """The pages and notebooks whose reached units include the function, by site_scripts.depends; the
+    pages that read a report the build rewrote (`rewritten`: an entry of it reached the function, so it
+    was computed again); and the notebooks that depend (`# depends-on:`) on one of those."""
+    from . import build, notebooks, registry
 
     unit = (module, function)
-    expected = {f"page {p}" for p in build.page_names() if unit in build.page_units(p, root)}
+    expected = {f"page {p}" for p in build.page_names() if unit in build.page_units(p, root)
+                or set(registry.BY_ID[p].reads) & set(rewritten)}
     folder = root / "notebooks"
     for name in notebooks.in_order(folder):  # a notebook comes after those it depends on
         reaches = unit in build.depends.page_units(folder / f"{name}.py", root)
@@ -265,11 +274,16 @@ def pages_showing(site_dir, text):
     return sorted(p.relative_to(site_dir).as_posix() for p in site_dir.rglob("*.html") if text in p.read_text())
 
 
+PROFILE = re.compile(rb'<div id="build-profile">.*?</div>', flags=re.S)  # each build's own timings
+
+
 def differing_files(a, b):
-    """The paths (relative to the folders) that one folder has and the other has not, or holds other bytes."""
+    """The paths (relative to the folders) that one folder has and the other has not, or holds other bytes
+    (the contributors' page compared without its build profile, which each build writes anew)."""
     compared, found = filecmp.dircmp(a, b), []
     found += compared.left_only + compared.right_only + compared.funny_files
-    found += [name for part in filecmp.cmpfiles(a, b, compared.common_files, shallow=False)[1:] for name in part]
+    found += [name for name in compared.common_files
+              if PROFILE.sub(b"", (Path(a) / name).read_bytes()) != PROFILE.sub(b"", (Path(b) / name).read_bytes())]
     found += [f"{d}/{name}" for d in compared.common_dirs for name in differing_files(Path(a) / d, Path(b) / d)]
     return sorted(found)
 
@@ -311,9 +325,10 @@ def run(root, args, work):
     (copy / path).write_text(insert_edit(source, args.edit))
     if EDIT_LINE not in check_imported(python, copy, env, module, args.edit):
         raise BenchError(f"the edit of {args.edit} does not show in the function the copy imports")
-    expected = expected_reruns(copy, module, args.edit)
-    before = stamps(copy, mode)
+    before, reports = stamps(copy, mode), report_texts(copy)
     edit_s, output = mkdocs_build(python, copy, site, env)
+    rewritten = sorted(path for path, text in report_texts(copy).items() if reports.get(path) != text)
+    expected = expected_reruns(copy, module, args.edit, rewritten)
     edit_steps = step_seconds(output)
     reran = reran_between(before, stamps(copy, mode))
     extra, missing = compare(reran, expected)
@@ -326,7 +341,7 @@ def run(root, args, work):
             and not differ,
             "edit": {"function": args.edit, "file": str(path), "s": edit_s, "steps_s": edit_steps,
                      "reran": sorted(reran),
-                     "expected": sorted(expected), "extra": extra, "missing": missing,
+                     "expected": sorted(expected), "reports_rewritten": rewritten, "extra": extra, "missing": missing,
                      "extra_reasons": why_extra(copy, module, extra, moved, called, reran),
                      "reran_in_log": sorted(edit_steps), "shown_on": pages_showing(site, EDIT_NAME),
                      "pass": not extra and not missing}}
@@ -366,7 +381,8 @@ def report(r):
              f"{', '.join(edit['shown_on']) or 'no page'})",
              f"  slowest:  {slowest(edit['steps_s'], edit['s'])}",
              f"  reran:    {listing(edit['reran'])}",
-             f"  expected: {listing(edit['expected'])}  (site_scripts.depends)",
+             f"  expected: {listing(edit['expected'])}  (site_scripts.depends; the pages that read "
+             f"{', '.join(edit['reports_rewritten']) or 'no rewritten report'})",
              f"  extra: {', '.join(edit['extra']) or 'none'}; missing: {', '.join(edit['missing']) or 'none'}"]
     for item, why in edit["extra_reasons"].items():
         lines.append(f"    extra {item}: {'; '.join(why) or 'no reason found'}")

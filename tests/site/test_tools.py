@@ -324,11 +324,24 @@ def test_rebuild_benchmark_names_each_file_two_built_sites_do_not_share_byte_for
     assert bench_rebuild.differing_files(tmp_path / "a", tmp_path / "b") == ["only.txt", "page/index.html"]
 
 
+def test_rebuild_benchmark_compares_the_contributors_page_without_its_build_profile(tmp_path):
+    """Each build writes its own timings into the profile; the rest of the page must be the same bytes."""
+    for site, seconds in (("a", "1.0"), ("b", "2.5")):
+        (tmp_path / site).mkdir()
+        (tmp_path / site / "index.html").write_text(f'<p>x</p><div id="build-profile">\n<td>{seconds}</td>\n</div>')
+    assert bench_rebuild.differing_files(tmp_path / "a", tmp_path / "b") == []
+    (tmp_path / "b" / "index.html").write_text('<p>y</p><div id="build-profile"><td>2.5</td></div>')
+    assert bench_rebuild.differing_files(tmp_path / "a", tmp_path / "b") == ["index.html"]
+
+
 def test_rebuild_benchmark_expects_the_pages_and_notebooks_that_reach_the_function():
     expected = bench_rebuild.expected_reruns(ROOT, "layernorm", "layer_norm_backward")
     assert {"page layernorm", "page gradcheck", "notebook gradcheck_by_hand"} <= expected
     assert "notebook attention_maps" in expected  # through `# depends-on: shakespeare`, which trains
     assert "page tokenizer" not in expected
+    assert "page mutants" not in expected  # no report was rewritten
+    rewritten = bench_rebuild.expected_reruns(ROOT, "layernorm", "layer_norm_backward", ["reports/mutants.json"])
+    assert rewritten - expected == {"page mutants"}  # the page that reads the report, and no other
 
 
 def test_rebuild_benchmark_usage_mistakes_exit_2_without_a_traceback(tmp_path, capsys):
