@@ -38,7 +38,7 @@ def missing():
     """Why Chromium cannot run here (playwright or the browser missing), or "" when it can."""
     from importlib.util import find_spec
 
-    if find_spec("playwright") is None:  # found, not imported: every build asks (0.1 s), only a print needs it
+    if find_spec("playwright") is None:  # found, not imported: every build asks, only a print needs it
         return "playwright is not installed"
     if not os.access(CHROMIUM, os.X_OK):
         return f"no Chromium at {CHROMIUM}"

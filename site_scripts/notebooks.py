@@ -233,7 +233,7 @@ def inputs_state(run_mode, repo_url):
     """One hash of what every notebook's key reads, as file stamps (`common.stamps`) where it reads files: the
     sources (build.source_state: notebooks/, transformer/, site_scripts/, ...), the corpus, the pages and keys
     the notebooks wrote, the versions, the mode and the repository's address. While it stays what it was when
-    no notebook was stale, none is, and `tasks` computes no key (which parses the package: 0.2 s)."""
+    no notebook was stale, none is, and `tasks` computes no key (which parses the package)."""
     from .build import source_state
 
     made = stamps(OUT, run_mode, "*") + stamps(CORPUS.parent, ".", CORPUS.name)
