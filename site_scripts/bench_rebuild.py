@@ -52,6 +52,7 @@ from pathlib import Path
 
 
 from .common import ROOT
+from .profile import without_profile
 
 BAR_NOTHING_CHANGED_S = 3.0  # a build with nothing changed must take at most this long
 EDIT_NAME = "bench_rebuild_edit"  # a new local name: assigning it changes nothing the function computes
@@ -274,16 +275,13 @@ def pages_showing(site_dir, text):
     return sorted(p.relative_to(site_dir).as_posix() for p in site_dir.rglob("*.html") if text in p.read_text())
 
 
-PROFILE = re.compile(rb'<div id="build-profile">.*?</div>', flags=re.S)  # each build's own timings
-
-
 def differing_files(a, b):
     """The paths (relative to the folders) that one folder has and the other has not, or holds other bytes
     (the contributors' page compared without its build profile, which each build writes anew)."""
     compared, found = filecmp.dircmp(a, b), []
     found += compared.left_only + compared.right_only + compared.funny_files
     found += [name for name in compared.common_files
-              if PROFILE.sub(b"", (Path(a) / name).read_bytes()) != PROFILE.sub(b"", (Path(b) / name).read_bytes())]
+              if without_profile((Path(a) / name).read_bytes()) != without_profile((Path(b) / name).read_bytes())]
     found += [f"{d}/{name}" for d in compared.common_dirs for name in differing_files(Path(a) / d, Path(b) / d)]
     return sorted(found)
 

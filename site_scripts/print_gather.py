@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
 from . import registry
+from .profile import without_profile
 
 ARTICLE = re.compile(r'<article class="md-content__inner md-typeset">(.*?)</article>', re.S)
 HEADING = re.compile(r"<h([1-6])([^>]*)>(.*?)</h\1>", re.S)
@@ -173,7 +174,7 @@ def strip_for_print(text):
     open, the diagrams drawn from a fixed seed, and each code line carrying its number (the separate column of
     numbers is dropped: a wrapped line would leave it)."""
     text = without_evidence(text)
-    text = re.sub(r'<div id="build-profile">.*?</div>', "", text, flags=re.S)  # this build's timings: on the site only
+    text = without_profile(text)  # this build's timings: on the site only
     text = re.sub(r'<a [^>]*class="md-content__button[^"]*"[^>]*>.*?</a>', "", text, flags=re.S)
     text = re.sub(r'<a class="headerlink"[^>]*>.*?</a>', "", text, flags=re.S)
     text = re.sub(r"<details( [^>]*)?>", lambda m: f"<details{m[1] or ''} open>", text)

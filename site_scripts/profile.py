@@ -8,6 +8,7 @@ its own profile, a rebuild the parts it reran beside the others' last times.
 """
 
 import json
+import re
 import time
 
 import markdown
@@ -16,7 +17,16 @@ from .common import CACHE, md_table, mode
 
 PLACEHOLDER = '<div id="build-profile"></div>'  # written in docs/reference/architecture.md
 PAGE = "reference/architecture/index.html"
+FILLED = r'<div id="build-profile">.*?</div>'  # the placeholder once filled: this build's own timings
 _build = {}
+
+
+def without_profile(page):
+    """The page's HTML (str or bytes) with the profile's table left out: each build writes its own timings, so
+    the print edition and any comparison of two builds leave them out."""
+    if isinstance(page, bytes):
+        return re.sub(FILLED.encode(), b"", page, flags=re.S)
+    return re.sub(FILLED, "", page, flags=re.S)
 
 
 def path():

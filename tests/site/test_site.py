@@ -17,6 +17,7 @@ from site_scripts import anatomy, build, common, depends, notebooks, registry
 from site_scripts.equations import by_id
 from site_scripts.registry import PAGE_PATHS
 from site_scripts.markers import Marker, collect_markers
+from site_scripts.profile import without_profile
 from site_scripts.sections import listed_functions
 
 CONTEXT = {"repo_url": "https://github.com/transformer-explained/transformer"}  # what mkdocs.yml gives by default
@@ -279,7 +280,7 @@ def site_files(site):
     """{path: bytes} of a built site, the contributors' page without its build profile (each build's timings)."""
     found = {p.relative_to(site): p.read_bytes() for p in site.rglob("*") if p.is_file()}
     page = Path("reference/architecture/index.html")
-    found[page] = re.sub(rb'<div id="build-profile">.*?</div>', b"", found[page], flags=re.S)
+    found[page] = without_profile(found[page])
     return found
 
 
