@@ -8,8 +8,9 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def built_site(tmp_path_factory):
-    """The site, built (quick notebooks) once per test session: pytest-xdist's workers share one build."""
+def site_and_mode(tmp_path_factory):
+    """(site, mode): scripts/site's site/ when current, else a quick build, chosen once per test session
+    (tests/site/sitebuild.py); pytest-xdist's workers share the choice and the build."""
     import sitebuild
 
     folder = tmp_path_factory.getbasetemp()
@@ -19,6 +20,24 @@ def built_site(tmp_path_factory):
         return sitebuild.build_once(folder)
     except RuntimeError as e:
         pytest.fail(str(e))
+
+
+@pytest.fixture(scope="session")
+def built_site(site_and_mode):
+    """The built site's folder."""
+    return site_and_mode[0]
+
+
+@pytest.fixture
+def built_mode(site_and_mode, monkeypatch):
+    """The mode the built site was made in ("full" or "quick"), set for the test as the build set it, so that
+    what the test recomputes or reads (fragments, notebooks, reports) is that build's."""
+    mode = site_and_mode[1]
+    if mode == "quick":
+        monkeypatch.setenv("SITE_QUICK", "1")
+    else:
+        monkeypatch.delenv("SITE_QUICK", raising=False)
+    return mode
 
 
 # ---------------------------------------------------------------- the browser tests (test_site_browser*.py)

@@ -1,6 +1,7 @@
-"""How the tests build the site: strictly, with the quick notebooks, into a folder of their
-choosing; and where each nav page lands in it. The `built_site` fixture (conftest.py) builds
-it once per test session."""
+"""Which built site the tests read, and where each nav page lands in it. The `built_site` fixture
+(conftest.py) asks once per test session: `scripts/site`'s own site/ when it is current (the README runs
+`scripts/site` first, so the tests check the very site a reader opens, and a second build would only
+repeat it), else a quick build (the notebooks shortened) into the session's folder."""
 
 import fcntl
 import os
@@ -13,34 +14,52 @@ from site_scripts import registry
 from site_scripts.common import ROOT
 ENV = dict(os.environ, NO_MKDOCS_2_WARNING="1", SITE_QUICK="1")  # quick notebooks: see site_scripts/notebooks.py
 ENV.pop("SITE_REPO_URL", None)
+REUSE_ENV = "SITE_TESTS_REUSE"  # SITE_TESTS_REUSE=0: the tests build their own quick site even when site/ is current
 
 
-def mkdocs_build(site_dir, cwd=ROOT):
-    """`python -m mkdocs build --strict`, as scripts/site runs it from the project root (which is then on
-    sys.path); a build of another folder's site finds the project through PYTHONPATH."""
-    env = {k: v for k, v in ENV.items() if k != "PYTHONPATH"}
+def mkdocs_build(site_dir, cwd=ROOT, mode="quick"):
+    """`python -m mkdocs build --strict` in `mode`, as scripts/site runs it from the project root (which is then
+    on sys.path); a build of another folder's site finds the project through PYTHONPATH."""
+    env = {k: v for k, v in ENV.items() if k != "PYTHONPATH" and (mode == "quick" or k != "SITE_QUICK")}
     if Path(cwd) != ROOT:
         env["PYTHONPATH"] = str(ROOT)
     return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],
                           cwd=cwd, capture_output=True, text=True, env=env)
 
 
+def current_full_site():
+    """site/ when `scripts/site` built it and nothing it is built from changed since (site_scripts/site_state.py),
+    with the settings the tests build with (the print edition unless SITE_PDF=0, the default repository URL)."""
+    env = {k: v for k, v in ENV.items() if k != "SITE_QUICK"}
+    state = subprocess.run([sys.executable, "-m", "site_scripts.site_state"], cwd=ROOT, env=env)
+    return ROOT / "site" if state.returncode == 0 else None
+
+
 def build_once(folder):
-    """folder/site, built unless an earlier call (in this process or another pytest-xdist worker,
-    which waits on the lock meanwhile) built it. Raises with mkdocs' output when the build fails."""
-    site = folder / "site"
+    """(site, mode): the site the tests read, and the mode it was built in ("full" or "quick"). The first call
+    of a test session decides, and later ones (in this process or another pytest-xdist worker, which waits
+    on the lock meanwhile) read its choice: site/ when current, else folder/site, built quick. Raises with
+    mkdocs' output when the build fails."""
+    site, choice = folder / "site", folder / "site.choice"
     with open(folder / "site.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if not (site / "index.html").is_file():
-            if not (ROOT / "docs/assets/vendor/mathjax/tex-mml-chtml.js").exists():
-                raise RuntimeError("docs/assets/vendor is missing: run scripts/setup")
-            partial = folder / "site.partial"
-            shutil.rmtree(partial, ignore_errors=True)
-            result = mkdocs_build(partial)
-            if result.returncode != 0:
-                raise RuntimeError(f"mkdocs build failed:\n{result.stderr[-3000:]}")
-            partial.rename(site)
-    return site
+        if choice.exists():
+            path, mode = choice.read_text().split("\n")
+            return Path(path), mode
+        full = current_full_site() if os.environ.get(REUSE_ENV, "1") == "1" else None
+        if full is not None:
+            choice.write_text(f"{full}\nfull")
+            return full, "full"
+        if not (ROOT / "docs/assets/vendor/mathjax/tex-mml-chtml.js").exists():
+            raise RuntimeError("docs/assets/vendor is missing: run scripts/setup")
+        partial = folder / "site.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        result = mkdocs_build(partial)
+        if result.returncode != 0:
+            raise RuntimeError(f"mkdocs build failed:\n{result.stderr[-3000:]}")
+        partial.rename(site)
+        choice.write_text(f"{site}\nquick")
+    return site, "quick"
 
 
 def nav_pages():

@@ -412,12 +412,12 @@ def test_a_pages_key_holds_the_printed_entries_of_its_own_functions_only(tmp_pat
     assert keys(UNITS_REPORT, "model:forward") == keys(slower, "model:forward")
 
 
-def test_the_full_model_page_says_which_tests_check_forward(built_site):
+def test_the_full_model_page_says_which_tests_check_forward(built_mode):
     """The comparison with the KV cache's decoding sees a scaled forward; the causality and batch-of-one tests
     compare forward with itself, so they cannot."""
     from site_scripts import build
 
-    text = (build.fragments_dir("quick") / "model" / "used.md").read_text()  # built_site's: a quick build
+    text = (build.fragments_dir(built_mode) / "model" / "used.md").read_text()  # built_site's
     forward = text[text.index("**`forward`**"):text.index("**`backward`**")]
     checking, using = forward.split("Uses it", 1)
     assert "| `test_kv_cache_logits_equal_full_recomputation` | `pytest tests/unit/test_generate.py::" in checking

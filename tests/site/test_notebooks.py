@@ -170,8 +170,8 @@ def markdown_table(text, header):
 
 
 @pytest.fixture(scope="module")
-def finetune_page(built_site):
-    return (notebooks.OUT / "quick" / "finetune.md").read_text()
+def finetune_page(built_site, built_mode):
+    return (notebooks.OUT / built_mode / "finetune.md").read_text()
 
 
 def test_the_finetune_page_holds_out_speeches_the_base_never_saw_of_the_speaker_with_most_of_them(finetune_page):
@@ -194,7 +194,7 @@ def test_the_finetune_page_holds_out_speeches_the_base_never_saw_of_the_speaker_
     assert len(re.findall(rf"^--- .+ ---\n{speaker}:\n", finetune_page, flags=re.M)) == 5
 
 
-def test_the_finetune_page_sizes_are_those_of_the_arrays_of_each_method(finetune_page):
+def test_the_finetune_page_sizes_are_those_of_the_arrays_of_each_method(finetune_page, built_mode):
     """The sizes are recomputed here from the shapes and the NF4 payload formula, not read back."""
     from transformer.checkpoint import load_checkpoint
     from transformer.finetune import is_linear_weight
@@ -202,7 +202,7 @@ def test_the_finetune_page_sizes_are_those_of_the_arrays_of_each_method(finetune
     from transformer.model import param_shapes
     from transformer.nf4 import payload_bytes
 
-    cfg = load_checkpoint(notebooks.ROOT / "build/notebook-data/quick/shakespeare/checkpoint.npz").cfg
+    cfg = load_checkpoint(notebooks.ROOT / "build/notebook-data" / built_mode / "shakespeare/checkpoint.npz").cfg
     sizes = {name: int(np.prod(s)) for name, s in param_shapes(cfg).items()}
     settings = markdown_table(finetune_page, "| method | what trains |")
     targets = tuple(re.search(r" on ([\w`, ]+); scale", settings["LoRA r=8"][0]).group(1).replace("`", "").split(", "))
@@ -237,8 +237,8 @@ def test_the_finetune_page_starts_every_dense_method_at_the_base_and_its_merged_
 # ---------------------------------------------------------------- the why_ffn experiment, as the test build ran it
 
 @pytest.fixture(scope="module")
-def why_ffn_page(built_site):
-    return (notebooks.OUT / "quick" / "why_ffn.md").read_text()
+def why_ffn_page(built_site, built_mode):
+    return (notebooks.OUT / built_mode / "why_ffn.md").read_text()
 
 
 def test_the_why_ffn_page_checks_the_backward_of_all_eight_models(why_ffn_page):

@@ -187,8 +187,7 @@ def test_the_fine_tuning_section_comes_after_training_and_before_generation():
     assert sections.index("Training") + 1 == sections.index("Fine-tuning") == sections.index("Generation") - 1
 
 
-def test_the_built_page_shows_its_sections_tables_and_figure(built_site, monkeypatch):
-    monkeypatch.setenv("SITE_QUICK", "1")  # built_site's mode, whose figures figure_files lists
+def test_the_built_page_shows_its_sections_tables_and_figure(built_site, built_mode):
     html = html_of(built_site, "finetuning/nf4.md")
     for anchor in ("eq-nf4-code", "eq-nf4-scales", "eq-qlinear-dx", "code-table", "tiny-numerical-example",
                    "double-quantization-worked", "bytes", "quantization-error", "checked-against-bitsandbytes",

@@ -147,7 +147,7 @@ def test_an_equation_above_every_section_is_refused():
 
 
 @pytest.mark.slow
-def test_printing_the_same_site_again_gives_the_same_pdf_byte_for_byte(printed_site, pdf, tmp_path, monkeypatch):
+def test_printing_the_same_site_again_gives_the_same_pdf_byte_for_byte(printed_site, built_mode, pdf, tmp_path):
     """A fresh print (no cache) of the built site, its citations emptied again as they were when it was
     printed, is the PDF the build made, byte for byte (about two minutes)."""
     from mkdocs.config import load_config
@@ -155,7 +155,6 @@ def test_printing_the_same_site_again_gives_the_same_pdf_byte_for_byte(printed_s
     from site_scripts.common import ROOT
     from site_scripts.print_document import NAME
 
-    monkeypatch.setenv("SITE_QUICK", "1")  # the mode built_site was built in (the title page says so)
     site = tmp_path / "site"
     shutil.copytree(printed_site, site)
     for path in site.rglob("index.html"):

@@ -21,11 +21,12 @@ from site_scripts.profile import without_profile
 from site_scripts.sections import listed_functions
 
 CONTEXT = {"repo_url": "https://github.com/transformer-explained/transformer"}  # what mkdocs.yml gives by default
-FRAGMENTS = build.fragments_dir("quick")  # the fragments of built_site, a quick build
 
 
-def fragments(name):
-    return sorted((FRAGMENTS / name).glob("*.md"))
+@pytest.fixture
+def fragments_dir(built_mode):
+    """The folder of the fragments built_site shows (its mode's)."""
+    return build.fragments_dir(built_mode)
 
 
 def test_every_page_is_in_the_registry_with_its_prose():
@@ -51,25 +52,24 @@ def test_every_nav_page_is_built_with_every_fragment_included(built_site):
     assert 'id="transformer.model.loss_and_grads"' in api  # mkdocstrings rendered the functions
 
 
-def test_every_experiment_page_is_built_with_its_figures(built_site):
+def test_every_experiment_page_is_built_with_its_figures(built_site, built_mode):
     experiments = [md for md in nav_pages() if md.startswith("experiments/")]
     assert {md.split("/")[1][:-3] for md in experiments} == set(notebooks.names())
     for md in experiments:
         html = html_of(built_site, md)
-        assert "Quick run" in html  # the tests build the quick notebooks, and the page says so
+        assert ("Quick run" in html) == (built_mode == "quick")  # a shortened run says so
         images = re.findall(r'<img[^>]+src="([^"]+\.png)"', html)
         assert images, md
         for src in images:
             assert (built_site / md[:-3] / src).is_file(), (md, src)
 
 
-def test_every_included_fragment_is_generated_and_every_generated_one_is_used(built_site, monkeypatch):
-    monkeypatch.setenv("SITE_QUICK", "1")  # built_site's mode, whose fragments made_fragments lists
+def test_every_included_fragment_is_generated_and_every_generated_one_is_used(fragments_dir):
     included = set()
     for page in (p for p in registry.PAGES if not p.notebook):  # each docs page with its anatomy written out
         text = anatomy.expand((ROOT / "docs" / page.path).read_text(), page.id, build.made_fragments(page.id))
         included |= set(re.findall(r'--8<-- "([^"]+)"', text))
-    generated = {p.relative_to(FRAGMENTS).as_posix() for p in FRAGMENTS.rglob("*.md")}
+    generated = {p.relative_to(fragments_dir).as_posix() for p in fragments_dir.rglob("*.md")}
     assert included <= generated, included - generated
     assert generated <= included, f"generated but shown on no page: {generated - included}"
 
@@ -79,10 +79,10 @@ def test_no_page_shows_a_failed_check(built_site):
         assert "**FAIL" not in html_of(built_site, md) and "<strong>FAIL" not in html_of(built_site, md), md
 
 
-def test_connection_tables_point_at_the_code_shown(built_site):
+def test_connection_tables_point_at_the_code_shown(fragments_dir):
     roles = set()
     for page in PAGE_PATHS:
-        path = FRAGMENTS / page / "connection.md"
+        path = fragments_dir / page / "connection.md"
         if not path.exists():
             continue
         rows = re.findall(r"^\| [^|]* \| ([^|]*) \| \[`([\w/.]+):(\d+)`\]\([^)]*\) \| `(.*)` \|$", path.read_text(),
@@ -96,10 +96,10 @@ def test_connection_tables_point_at_the_code_shown(built_site):
     assert any(r.startswith("written inline") for r in roles)
 
 
-def test_listings_show_the_file_lines_they_claim(built_site):
+def test_listings_show_the_file_lines_they_claim(fragments_dir):
     blocks = 0
     for page in PAGE_PATHS:
-        path = FRAGMENTS / page / "implementation.md"
+        path = fragments_dir / page / "implementation.md"
         if not path.exists():
             continue
         text = path.read_text()
@@ -153,9 +153,9 @@ def test_every_function_is_listed_on_one_page_only():
             seen[place] = page
 
 
-def test_every_tested_by_command_names_a_real_test(built_site):
+def test_every_tested_by_command_names_a_real_test(fragments_dir):
     commands = set()
-    for path in FRAGMENTS.rglob("*.md"):  # the "used" sections, the Bad inputs page's "checked by", ...
+    for path in fragments_dir.rglob("*.md"):  # the "used" sections, the Bad inputs page's "checked by", ...
         commands |= set(re.findall(r"`pytest (tests/[\w/.]+::\w+)`", path.read_text()))
     assert len(commands) > 20
     assert any("tests/unit/test_cli.py::" in c for c in commands)  # the Bad inputs page's commands are among them
@@ -166,9 +166,8 @@ def test_every_tested_by_command_names_a_real_test(built_site):
     assert collected == commands
 
 
-def test_nothing_reruns_when_nothing_changed_and_reruns_are_byte_identical(built_site, monkeypatch):
-    monkeypatch.setenv("SITE_QUICK", "1")  # the mode built_site was built in (the mutants page depends on it)
-    made = [p for p in FRAGMENTS.rglob("*") if p.suffix in (".md", ".png")]  # the fragments and the figures
+def test_nothing_reruns_when_nothing_changed_and_reruns_are_byte_identical(fragments_dir):
+    made = [p for p in fragments_dir.rglob("*") if p.suffix in (".md", ".png")]  # the fragments and the figures
     before = {p: p.read_bytes() for p in made}
     assert build.generate_all(CONTEXT) == []
     assert sorted(build.generate_all(CONTEXT, force=True)) == sorted(build.page_names())
@@ -242,8 +241,7 @@ def test_the_inputs_state_moves_with_any_file_a_key_reads_and_with_nothing_else(
     assert state() != before  # its change time still moved
 
 
-def test_with_the_inputs_state_current_no_page_key_is_computed(built_site, monkeypatch):
-    monkeypatch.setenv("SITE_QUICK", "1")
+def test_with_the_inputs_state_current_no_page_key_is_computed(built_mode, monkeypatch):
     assert build.generate_all(CONTEXT) == []  # the state of the last run is stored
 
     def no_key(*args):
@@ -256,10 +254,9 @@ def test_with_the_inputs_state_current_no_page_key_is_computed(built_site, monke
         build.generate_all(CONTEXT)
 
 
-def test_a_file_edited_while_the_pages_are_made_is_seen_by_the_next_build(built_site, monkeypatch):
+def test_a_file_edited_while_the_pages_are_made_is_seen_by_the_next_build(fragments_dir, monkeypatch):
     """The state stored after a run is the sources' state from before any key read them: a file edited while
     the pages are made (mkdocs serve rebuilds on a save) must make the next build compute the keys again."""
-    monkeypatch.setenv("SITE_QUICK", "1")
     assert build.generate_all(CONTEXT) == []
     now = build.source_state()
     before_the_edit = [(now[0][0], -1, *now[0][2:]), *now[1:]]
@@ -269,7 +266,7 @@ def test_a_file_edited_while_the_pages_are_made_is_seen_by_the_next_build(built_
     monkeypatch.setattr(build, "source_state", lambda: next(reads, now))
     computed = []
     monkeypatch.setattr(build, "page_key", lambda name, context: computed.append(name) or
-                        (FRAGMENTS / name / ".key").read_text())
+                        (fragments_dir / name / ".key").read_text())
     assert build.generate_all(CONTEXT) == []  # every key is current
     computed.clear()
     assert build.generate_all(CONTEXT) == []
@@ -284,9 +281,9 @@ def site_files(site):
     return found
 
 
-def test_two_builds_of_the_same_commit_are_byte_identical(built_site, tmp_path):
+def test_two_builds_of_the_same_commit_are_byte_identical(built_site, built_mode, tmp_path):
     again = tmp_path / "again"
-    assert mkdocs_build(again).returncode == 0
+    assert mkdocs_build(again, mode=built_mode).returncode == 0
     first, second = (site_files(site) for site in (built_site, again))
     assert first.keys() == second.keys()
     assert [k for k in first if first[k] != second[k]] == []
