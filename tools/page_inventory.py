@@ -5,9 +5,9 @@ sections (heading level, id and text) and tables (their header rows).
     python -m tools.page_inventory site --check FILE    # exit 1 if a section or table of FILE is gone
     python -m tools.page_inventory site --write FILE    # record the inventory (after a wanted change)
 
-The site tests compare the test build with tests/site/page_inventory.json, recorded from the site as
-it was before the page registry, so a refactor of the machinery cannot drop a section or a table
-unnoticed. Numbers are not part of it: they change with the code, and the fragments' own tests and
+The site tests compare the site they read with tests/site/page_inventory-<mode>.json (one per build
+mode: the experiments' tables name their run lengths), so a refactor of the machinery cannot drop a
+section or a table unnoticed. Numbers are not part of it: they change with the code, and the fragments' own tests and
 the rebuild check them.
 """
 

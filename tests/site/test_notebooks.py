@@ -170,8 +170,8 @@ def markdown_table(text, header):
 
 
 @pytest.fixture(scope="module")
-def finetune_page(built_site, built_mode):
-    return (notebooks.OUT / built_mode / "finetune.md").read_text()
+def finetune_page(site_and_mode):
+    return (notebooks.OUT / site_and_mode[1] / "finetune.md").read_text()  # the page as the built site shows it
 
 
 def test_the_finetune_page_holds_out_speeches_the_base_never_saw_of_the_speaker_with_most_of_them(finetune_page):
@@ -237,8 +237,8 @@ def test_the_finetune_page_starts_every_dense_method_at_the_base_and_its_merged_
 # ---------------------------------------------------------------- the why_ffn experiment, as the test build ran it
 
 @pytest.fixture(scope="module")
-def why_ffn_page(built_site, built_mode):
-    return (notebooks.OUT / built_mode / "why_ffn.md").read_text()
+def why_ffn_page(site_and_mode):
+    return (notebooks.OUT / site_and_mode[1] / "why_ffn.md").read_text()  # the page as the built site shows it
 
 
 def test_the_why_ffn_page_checks_the_backward_of_all_eight_models(why_ffn_page):

@@ -281,6 +281,28 @@ def site_files(site):
     return found
 
 
+def test_the_tests_read_a_current_site_or_build_a_quick_one_and_keep_the_first_choice(tmp_path, monkeypatch):
+    import sitebuild
+
+    def quick_build(site_dir):
+        (site_dir / "index.html").parent.mkdir(parents=True)
+        (site_dir / "index.html").write_text("quick")
+        return subprocess.CompletedProcess([], 0)
+
+    for session in "abc":
+        (tmp_path / session).mkdir()
+    monkeypatch.setattr(sitebuild, "mkdocs_build", quick_build)
+    monkeypatch.setattr(sitebuild, "current_full_site", lambda: tmp_path / "full")
+    assert sitebuild.build_once(tmp_path / "a") == (tmp_path / "full", "full")
+    monkeypatch.setattr(sitebuild, "current_full_site", lambda: None)  # site/ changed while the tests ran
+    assert sitebuild.build_once(tmp_path / "a") == (tmp_path / "full", "full")  # the session's first choice holds
+    assert sitebuild.build_once(tmp_path / "b") == (tmp_path / "b" / "site", "quick")  # not current: built quick
+    assert (tmp_path / "b" / "site" / "index.html").read_text() == "quick"
+    monkeypatch.setattr(sitebuild, "current_full_site", lambda: tmp_path / "full")
+    monkeypatch.setenv(sitebuild.REUSE_ENV, "0")
+    assert sitebuild.build_once(tmp_path / "c") == (tmp_path / "c" / "site", "quick")  # told not to reuse
+
+
 def test_two_builds_of_the_same_commit_are_byte_identical(built_site, built_mode, tmp_path):
     again = tmp_path / "again"
     assert mkdocs_build(again, mode=built_mode).returncode == 0
@@ -362,13 +384,13 @@ def test_a_link_to_a_code_line_that_does_not_exist_fails_the_strict_build(tmp_pa
             assert "__codelineno-src-m-f-99" in result.stderr
 
 
-def test_every_section_and_table_recorded_before_the_page_registry_is_still_shown(built_site):
-    """tests/site/page_inventory.json holds each page's sections and table headers as the site showed them
-    before the registry and the anatomy template (quick build); none may be gone. After a wanted change,
-    record it again: python -m tools.page_inventory <site> --write tests/site/page_inventory.json"""
+def test_every_section_and_table_recorded_is_still_shown(built_site, built_mode):
+    """tests/site/page_inventory-<mode>.json holds each page's sections and table headers as a build of that
+    mode showed them (the two differ only in the experiments' run lengths: steps, seeds, repeats); none may be
+    gone. After a wanted change, record both again: python -m tools.page_inventory <site> --write <file>"""
     from tools.page_inventory import inventory, missing
 
-    recorded = json.loads((ROOT / "tests" / "site" / "page_inventory.json").read_text())
+    recorded = json.loads((ROOT / "tests" / "site" / f"page_inventory-{built_mode}.json").read_text())
     assert missing(recorded, inventory(built_site)) == []
 
 
