@@ -2,13 +2,16 @@
 
 In a fresh temporary copy of the repository (its tracked and untracked, not
 ignored, files as they are in the working tree, plus docs/assets/vendor/), we
-time three runs of `mkdocs build --strict`, each the wall time of the whole
-command, run with this repository's .venv:
+time three builds as `scripts/site` makes them (site_scripts.site_state asks
+whether the site is current, and `mkdocs build --strict` runs unless it is),
+each the wall time of the whole, run with this repository's .venv:
 
   cold            nothing cached: every page generator and notebook runs (once);
   nothing changed the same build again (median of --repeat runs; bar: under 3 s,
-                  nothing reran, and the site it writes is the cold build's, file for
-                  file, byte for byte: what it reused is what it would have made);
+                  nothing reran, and the site is the cold build's, file for file, byte
+                  for byte); then, for comparison, `mkdocs build --strict` itself once
+                  more, which converts every page again (and must also rerun nothing
+                  and write the same site);
   edit            after inserting one harmless line into a transformer function
                   (--edit, default layer_norm_backward); bar: exactly the pages and
                   notebooks that depend on it rerun.
@@ -167,6 +170,16 @@ def check_imported(python, copy, env, module, function):
     return source
 
 
+def site_build(python, copy, site_dir, env):
+    """Build as `scripts/site` does: nothing when site_scripts.site_state finds the site current, else
+    `mkdocs build --strict`; return (wall seconds of the whole, mkdocs' output or "" when it did not run)."""
+    start = time.perf_counter()
+    state = subprocess.run([str(python), "-m", "site_scripts.site_state", "--site-dir", str(site_dir)],
+                           cwd=copy, env=env, capture_output=True, text=True)
+    output = "" if state.returncode == 0 else mkdocs_build(python, copy, site_dir, env)[1]
+    return time.perf_counter() - start, output
+
+
 def mkdocs_build(python, copy, site_dir, env):
     """Run `mkdocs build --strict` in the copy; return (wall seconds, its output)."""
     start = time.perf_counter()
@@ -308,23 +321,27 @@ def run(root, args, work):
     env = build_env(copy, root, args.quick)
     check_imported(python, copy, env, module, args.edit)
     progress(f"copied {root} to {copy}; {mode} mode; cold build (every page and notebook)...")
-    cold_s, cold_output = mkdocs_build(python, copy, site, env)
+    cold_s, cold_output = site_build(python, copy, site, env)
     shutil.copytree(site, work / "cold-site")
     progress(f"cold build {cold_s:.1f} s; {args.repeat} rebuilds with nothing changed...")
     same_s, same_reran = [], set()
     for _ in range(args.repeat):
         before = stamps(copy, mode)
-        seconds, _ = mkdocs_build(python, copy, site, env)
+        seconds, _ = site_build(python, copy, site, env)
         same_s.append(seconds)
         same_reran |= reran_between(before, stamps(copy, mode))
+    before = stamps(copy, mode)
+    mkdocs_s, _ = mkdocs_build(python, copy, site, env)
+    same_reran |= reran_between(before, stamps(copy, mode))
     differ = differing_files(work / "cold-site", site)
-    progress(f"nothing changed {', '.join(f'{s:.1f}' for s in same_s)} s; editing {args.edit} in {path}...")
+    progress(f"nothing changed {', '.join(f'{s:.1f}' for s in same_s)} s (mkdocs itself {mkdocs_s:.1f} s); "
+             f"editing {args.edit} in {path}...")
     source = (copy / path).read_text()
     (copy / path).write_text(insert_edit(source, args.edit))
     if EDIT_LINE not in check_imported(python, copy, env, module, args.edit):
         raise BenchError(f"the edit of {args.edit} does not show in the function the copy imports")
     before, reports = stamps(copy, mode), report_texts(copy)
-    edit_s, output = mkdocs_build(python, copy, site, env)
+    edit_s, output = site_build(python, copy, site, env)
     rewritten = sorted(path for path, text in report_texts(copy).items() if reports.get(path) != text)
     expected = expected_reruns(copy, module, args.edit, rewritten)
     edit_steps = step_seconds(output)
@@ -334,7 +351,7 @@ def run(root, args, work):
     return {"mode": mode, "repository": str(root), "commit": describe(root), "copy": str(copy),
             "cold_s": cold_s, "cold_steps_s": step_seconds(cold_output),
             "nothing_changed_s": same_s, "nothing_changed_median_s": statistics.median(same_s),
-            "nothing_changed_reran": sorted(same_reran), "nothing_changed_differs_from_cold": differ,
+            "nothing_changed_mkdocs_s": mkdocs_s, "nothing_changed_reran": sorted(same_reran), "nothing_changed_differs_from_cold": differ,
             "nothing_changed_pass": statistics.median(same_s) < BAR_NOTHING_CHANGED_S and not same_reran
             and not differ,
             "edit": {"function": args.edit, "file": str(path), "s": edit_s, "steps_s": edit_steps,
@@ -368,6 +385,8 @@ def report(r):
              f"{'nothing changed (median)':<34}{r['nothing_changed_median_s']:>8.1f} s{len(r['nothing_changed_s']):>6}"
              f"   under {BAR_NOTHING_CHANGED_S:.0f} s, nothing reran, same site: "
              f"{verdict(r['nothing_changed_pass'])}",
+             f"{'nothing changed, mkdocs itself':<34}{r['nothing_changed_mkdocs_s']:>8.1f} s{1:>6}"
+             "   - (it converts every page again)",
              f"{'edit ' + edit['function']:<34}{edit['s']:>8.1f} s{1:>6}"
              f"   reruns only what uses it: {verdict(edit['pass'])}",
              "",

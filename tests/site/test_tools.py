@@ -313,6 +313,16 @@ def test_rebuild_benchmark_reads_where_the_time_went_from_the_build_log():
         "page mutants 551 s, notebook shakespeare 235 s, everything else 14 s"
 
 
+def test_rebuild_benchmark_builds_as_scripts_site_does_nothing_when_the_site_is_current(monkeypatch, tmp_path):
+    built = []
+    monkeypatch.setattr(bench_rebuild, "mkdocs_build", lambda *args: built.append(args) or (1.0, "built"))
+    for current, expected in ((0, ""), (1, "built")):
+        monkeypatch.setattr(bench_rebuild.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
+            cmd, current if cmd[1:3] == ["-m", "site_scripts.site_state"] else 99))
+        assert bench_rebuild.site_build("python", tmp_path, tmp_path / "site", {})[1] == expected
+    assert len(built) == 1  # mkdocs ran only for the site that was not current
+
+
 def test_rebuild_benchmark_names_each_file_two_built_sites_do_not_share_byte_for_byte(tmp_path):
     for site in ("a", "b"):
         (tmp_path / site / "page").mkdir(parents=True)
