@@ -173,8 +173,9 @@ def add_gradcheck_parser(sub):
 
     check = sub.add_parser("gradcheck", help="compare every gradient with central differences")
     check.add_argument("--preset", default="tiny", choices=["tiny", "default"],
-                       help=f"tiny ({param_count(PRESETS['tiny'])} parameters, about a second) or default "
-                            f"({param_count(PRESETS['default'])}, about a minute) (default: tiny)")
+                       help=f"tiny ({param_count(PRESETS['tiny'])} parameters) or default "
+                            f"({param_count(PRESETS['default'])}: two forward passes per parameter, so far longer) "
+                            "(default: tiny)")
     add_choice_option(check)
     add_choice_option(check, "attention")
     for f in fields(ModelConfig):
