@@ -1,6 +1,7 @@
 """The built site in Chromium, clicked through: each equation's 'Computed at' links and each code
 line's annotation lead between an equation and the lines marked with it (a line in a folded block is shown
-even when the block's own scroll comes last), the boxes of the gradient-flow diagram lead to the lines
+even when the block's own scroll comes last, and a listing the reader opened is still open, at the line they
+left, after following its annotation's link and coming back), the boxes of the gradient-flow diagram lead to the lines
 making their calls, the search lists the LayerNorm page first,
 and the palette toggle switches to dark and back. The link checks' negative controls run on
 copies of a page with one link planted wrong, and two checks test the harness itself: an annotation's links
@@ -13,7 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 from browsercheck import LANDED, STILL, fault_path, follow, plant_faults, playwright_error, serve, settle
 from browserlinks import (annotation_link_problems, diagram_link_problems, equation_link_problems, mermaid_clicks,
-                          not_in_view)
+                          not_in_view, open_annotation, open_folds)
 from sitebuild import html_of, page_dir
 
 from site_scripts.code_facts import top_level_function
@@ -110,6 +111,34 @@ def test_a_link_into_folded_code_shows_its_line_when_the_blocks_scroll_comes_las
     where = page.evaluate(LANDED)
     assert where["hash"] == f"#{fragment}"
     assert where["visible"] == (script == "served"), not_in_view(where)
+
+
+# Following a link within a page (a code annotation's link to its equation) makes Material's instant navigation
+# draw the page again, with its evidence folded, and Back then returns to the scroll position the reader left. The script
+# docs/assets/keep-folds-open.js opens again the blocks the reader had open; with its request refused, the
+# listing must be folded on coming back.
+@pytest.mark.parametrize("script", ["served", "refused"])
+def test_an_opened_listing_is_open_at_the_same_line_after_following_its_annotation_and_coming_back(page, site_url,
+                                                                                                 script):
+    if script == "refused":
+        page.route("**/keep-folds-open.js", lambda route: route.abort())
+    assert not settle(page, site_url + page_dir("model/layernorm.md"))
+    open_folds(page)
+    annotation = page.locator(".highlight .md-annotation").first
+    line = annotation.evaluate("e => e.closest('[id^=__span-]').id")
+    links = open_annotation(annotation)
+    fragment = urlsplit(links.first.get_attribute("href")).fragment
+    where = follow(page, links.first, fragment, keyboard=True)
+    assert where["hash"] == f"#{fragment}" and where["visible"], not_in_view(where)
+    page.go_back()
+    page.wait_for_function("() => !location.hash")
+    page.evaluate(STILL, True)
+    page.wait_for_function(STILL, timeout=5_000)
+    shown = page.evaluate("""id => {
+      const line = document.getElementById(id), box = line.getBoundingClientRect();
+      return line.closest("details").open && box.top >= 0 && box.bottom <= innerHeight;
+    }""", line)
+    assert shown == (script == "served"), f"coming back, the annotated line {line} is folded away or out of view"
 
 
 def test_gradient_flow_diagram_boxes_lead_to_code_lines_that_make_their_call(page, site_url):
