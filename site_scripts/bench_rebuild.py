@@ -351,7 +351,8 @@ def run(root, args, work):
     return {"mode": mode, "repository": str(root), "commit": describe(root), "copy": str(copy),
             "cold_s": cold_s, "cold_steps_s": step_seconds(cold_output),
             "nothing_changed_s": same_s, "nothing_changed_median_s": statistics.median(same_s),
-            "nothing_changed_mkdocs_s": mkdocs_s, "nothing_changed_reran": sorted(same_reran), "nothing_changed_differs_from_cold": differ,
+            "nothing_changed_mkdocs_s": mkdocs_s, "nothing_changed_reran": sorted(same_reran),
+            "nothing_changed_differs_from_cold": differ,
             "nothing_changed_pass": statistics.median(same_s) < BAR_NOTHING_CHANGED_S and not same_reran
             and not differ,
             "edit": {"function": args.edit, "file": str(path), "s": edit_s, "steps_s": edit_steps,
