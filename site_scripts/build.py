@@ -42,8 +42,9 @@ FIGURE = ".png"  # a fragment named like this is a figure: PNG bytes, served bes
 
 def fragments_dir(build_mode=None):
     """Where the fragments of a mode's build go (default: this build's mode): build/snippets/quick or
-    build/snippets/full. The tests build quick and `scripts/site` full; each keeps its own fragments, so that a
-    build after one of the other mode finds its own still current instead of rerunning every generator."""
+    build/snippets/full. The tests build quick when `scripts/site`'s full site is not current; each mode keeps its
+    own fragments, so that a build after one of the other mode finds its own still current instead of rerunning
+    every generator."""
     return SNIPPETS / (build_mode or mode())
 
 
@@ -257,9 +258,8 @@ def inputs_state(context, pages, sources, root=ROOT):
 
 def reports(root=ROOT):
     """The stamps of the reports in build/cache that this mode's pages can read: the shared ones and this mode's
-    (<name>-<mode>.json), not the other mode's: the tests build quick between two full builds of `scripts/site`,
-    and the quick build's reports must not make the full build compute every page's key again to find none
-    changed."""
+    (<name>-<mode>.json), not the other mode's: a quick build between two full builds of `scripts/site` must not
+    make the full build compute every page's key again to find none changed."""
     others = tuple(f"-{other}.json" for other in MODES if other != mode())
     return tuple(s for s in stamps(root, "build/cache", "*.json") if not s[0].endswith(others))
 

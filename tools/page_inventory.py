@@ -7,8 +7,8 @@ sections (heading level, id and text) and tables (their header rows).
 
 The site tests compare the site they read with tests/site/page_inventory-<mode>.json (one per build
 mode: the experiments' tables name their run lengths), so a refactor of the machinery cannot drop a
-section or a table unnoticed. Numbers are not part of it: they change with the code, and the fragments' own tests and
-the rebuild check them.
+section or a table unnoticed. Numbers are not part of it: they change with the code, and the
+fragments' own tests and the rebuild check them.
 """
 
 import argparse

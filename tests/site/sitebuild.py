@@ -12,15 +12,19 @@ from pathlib import Path
 
 from site_scripts import registry
 from site_scripts.common import ROOT
-ENV = dict(os.environ, NO_MKDOCS_2_WARNING="1", SITE_QUICK="1")  # quick notebooks: see site_scripts/notebooks.py
-ENV.pop("SITE_REPO_URL", None)
+# The environment of the tests' builds: the default repository URL, the mode each build names.
+ENV = {k: v for k, v in os.environ.items() if k not in ("SITE_REPO_URL", "SITE_QUICK")}
+ENV["NO_MKDOCS_2_WARNING"] = "1"
 REUSE_ENV = "SITE_TESTS_REUSE"  # SITE_TESTS_REUSE=0: the tests build their own quick site even when site/ is current
 
 
 def mkdocs_build(site_dir, cwd=ROOT, mode="quick"):
-    """`python -m mkdocs build --strict` in `mode`, as scripts/site runs it from the project root (which is then
-    on sys.path); a build of another folder's site finds the project through PYTHONPATH."""
-    env = {k: v for k, v in ENV.items() if k != "PYTHONPATH" and (mode == "quick" or k != "SITE_QUICK")}
+    """`python -m mkdocs build --strict` in `mode` (quick: the notebooks shortened), as scripts/site runs it from
+    the project root (which is then on sys.path); a build of another folder's site finds the project through
+    PYTHONPATH."""
+    env = {k: v for k, v in ENV.items() if k != "PYTHONPATH"}
+    if mode == "quick":
+        env["SITE_QUICK"] = "1"
     if Path(cwd) != ROOT:
         env["PYTHONPATH"] = str(ROOT)
     return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],
@@ -30,8 +34,7 @@ def mkdocs_build(site_dir, cwd=ROOT, mode="quick"):
 def current_full_site():
     """site/ when `scripts/site` built it and nothing it is built from changed since (site_scripts/site_state.py),
     with the settings the tests build with (the print edition unless SITE_PDF=0, the default repository URL)."""
-    env = {k: v for k, v in ENV.items() if k != "SITE_QUICK"}
-    state = subprocess.run([sys.executable, "-m", "site_scripts.site_state"], cwd=ROOT, env=env)
+    state = subprocess.run([sys.executable, "-m", "site_scripts.site_state"], cwd=ROOT, env=ENV)
     return ROOT / "site" if state.returncode == 0 else None
 
 
