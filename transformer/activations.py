@@ -6,14 +6,28 @@ valid. The tests check it for every function of ACTIVATION_FUNCTIONS.
 """
 
 import math
+from functools import cache
 from typing import NamedTuple
 
 import numpy as np
 
-try:  # scipy's erf is faster; math.erf is just as exact. Either suffices.
-    from scipy.special import erf as _erf
-except ImportError:  # pragma: no cover - exercised when scipy is absent
-    _erf = np.vectorize(math.erf, otypes=[float])
+
+@cache
+def _erf_function():
+    """scipy's erf where installed (faster), else math.erf entry by entry (just as exact). Imported on first use:
+    scipy.special takes longer to import than the rest of the package, and a command that never reaches GELU,
+    one refused at its arguments for instance, need not pay for it."""
+    try:
+        from scipy.special import erf
+    except ImportError:  # pragma: no cover - exercised when scipy is absent
+        erf = np.vectorize(math.erf, otypes=[float])
+    return erf
+
+
+def _erf(x):
+    """The error function, element by element (`_erf_function`'s)."""
+    return _erf_function()(x)
+
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)

@@ -8,7 +8,10 @@ relative_gap < REL_TOL (1e-6) in float64, which a gradient off by 0.1% (gap
 one output checked against zero instead (see its own test).
 """
 
+import importlib.util
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -175,6 +178,16 @@ def test_gelu_matches_exact_erf_formula_and_torch():
     assert_allclose(y, by_math, rtol=1e-12, atol=1e-15)
     by_torch = torch.nn.functional.gelu(torch.tensor(x, dtype=torch.float64)).numpy()
     assert_allclose(y, by_torch, rtol=1e-12, atol=1e-15)
+
+
+def test_scipy_is_imported_only_when_gelu_first_runs():
+    """Importing the package costs a subprocess (each command the pages run, each check of the mutation run) a
+    third of a second more when it also imports scipy.special, which only GELU's erf needs."""
+    probe = ("import sys, numpy as np, transformer; before = 'scipy.special' in sys.modules; "
+             "transformer.activations.gelu_forward(np.zeros(2)); print(before, 'scipy.special' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", str(importlib.util.find_spec("scipy") is not None)]
 
 
 def test_gelu_works_in_float32_and_returns_float32():
