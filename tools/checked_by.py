@@ -6,7 +6,8 @@ temporary copy of the package and its unit tests (tools/project_copy.py; the wor
 1. trace: one run of the unit tests (tests/unit, `--jobs` pytest-xdist workers) with every unit wrapped by the
    pytest plugin tools/checked_by_plugin.py, which hands each output on unchanged and records which tests call
    which units, directly or not (through another function, or a fixture shared by several tests). Every test
-   must pass there: a test that fails on the unchanged code could not tell us anything.
+   must pass there: a test that fails on the unchanged code could not tell us anything. (tools/mutants.py takes
+   this run as the unit tests of the unchanged code, beside a plain run of the tests it skipped.)
 2. perturb: for each unit, one pytest process runs exactly the tests that call it, with the unit's output
    made wrong by the rules of tools/perturbations.py (floating-point numbers scaled by 1 + 1e-3, an int off by
    one, ...). The tests that fail check it; those that pass only use it. `--jobs` processes run at once,
@@ -29,6 +30,7 @@ package or the tests; a unit only when its key changed. CI recomputes a random s
 
 import argparse
 import ast
+import inspect
 import json
 import os
 import shutil
@@ -160,11 +162,19 @@ def unit_source(unit, root=ROOT):
     return ast.get_source_segment(source, node)
 
 
+def trace_summary(traced, seconds):
+    """What the report keeps of the trace: how many tests ran and how long, and the tests that skipped (those that
+    need worker processes, which the trace keeps out, among them): tools/mutants.py runs those plainly, its unit
+    tests of the unchanged code being this trace and that run."""
+    return {"tests": len(traced), "seconds": round(seconds),
+            "skipped": sorted(t for t, r in traced.items() if r["outcome"] == "skipped")}
+
+
 def trace_key(units, root):
-    """What the trace depends on: every package and test file, the plugin, the environment and the units (the
-    code of the .py files: which test calls which function does not change with their words)."""
+    """What the trace depends on: every package and test file, the plugin, the environment, the units and what
+    is kept of it (the code of the .py files: which test calls which function does not change with their words)."""
     return hash_parts(environment(), files_text("transformer", UNIT_TESTS, "pyproject.toml", *PLUGIN, root=root,
-                                                code=True), *sorted(units))
+                                                code=True), *sorted(units), code_text(inspect.getsource(trace_summary)))
 
 
 def unit_key(unit, calling, root):
@@ -179,7 +189,7 @@ def measure(copy, units, todo, jobs, log, files=(UNIT_TESTS,)):
     unit)` names and that can be; returns ({unit: record}, a summary of the trace, the calling tests by unit)."""
     start = time.perf_counter()
     traced, rules = trace(copy, units, list(files), jobs)
-    summary = {"tests": len(traced), "seconds": round(time.perf_counter() - start)}
+    summary = trace_summary(traced, time.perf_counter() - start)
     log(f"traced {len(traced)} tests in {summary['seconds']} s")
     calls = {u: sorted(t for t, r in traced.items() if u in r["units"]) for u in units}
     todo = [u for u in todo(calls)]
@@ -200,15 +210,16 @@ def measure(copy, units, todo, jobs, log, files=(UNIT_TESTS,)):
     return {u: unit_record(u, traced, rules, runs.get(u)) for u in todo}, summary, calls
 
 
-def update(units=None, force=False, jobs=None, log=print, path=REPORT):
+def update(units=None, force=False, jobs=None, log=print, path=REPORT, source=ROOT):
     """Bring the report (reports/checked-by.json) up to date for `units` (default: those it holds): trace the
     tests when the package or the tests changed, then measure every unit whose key changed (all with force). The
-    keys and the runs read one copy of the tree, taken when the run starts. Returns the report."""
+    keys and the runs read one copy of the tree (`source`: the working tree, or a copy of it), taken when the run
+    starts. Returns the report."""
     report = KeyedReport(path)
     units = list(units or [u for u in report.entries if u != TRACE])
     report.keep_only([TRACE, *units])
     stored = {u: report.entries[u]["value"]["tests"] for u in units if u in report.entries}
-    with project_copy(add_plugin, prefix="checked-by-") as copy:
+    with project_copy(add_plugin, prefix="checked-by-", source=source) as copy:
         fresh = not force and set(stored) == set(units) and report.current(TRACE, trace_key(units, copy)) is not None \
             and all(report.current(u, unit_key(u, stored[u], copy)) is not None for u in units)
         if not fresh:

@@ -9,7 +9,9 @@ project's checks against the copy:
   tests       the unit tests (pytest on tests/unit; not the tests of the site and the tools)
   training    a short training run on Tiny Shakespeare, which must beat a bigram model
 
-The unchanged code must pass every check first: a check that fails anyway cannot tell us anything.
+The unchanged code must pass every check first: a check that fails anyway cannot tell us anything. Its unit
+tests are the trace of tools/checked_by.py, which runs every one of them on the unchanged code for its own report,
+and a plain run of those the trace skips (`check_unchanged_tests`): each test runs once for both reports.
 
 The results live in reports/mutants.json, kept in the repository (tools/keyed_report.py), one entry per
 mutant and check. An entry's key holds the mutant's edits and the text of the functions they edit, the check's
@@ -261,6 +263,26 @@ def check_tests(copy, mutated):
     return True, f"pytest exit status {result.returncode} ({crash_line(result)})"
 
 
+def check_unchanged_tests(copy, mutated=()):
+    """The unit tests of the unchanged code, each run once for both reports: the trace of tools/checked_by.py (its
+    report brought up to date first, from this copy; the trace fails unless every test passes or skips), then,
+    plainly, the tests it skipped (those of worker processes, which it keeps out, and of devices not here)."""
+    from . import checked_by
+
+    trace = checked_by.update(source=copy).entries[checked_by.TRACE]["value"]
+    passed, skipped = trace["tests"] - len(trace["skipped"]), 0
+    if trace["skipped"]:
+        result = run_pytest(copy, trace["skipped"], timeout=TIMEOUT_S, threads=1)
+        if result is None:
+            return True, f"timed out after {TIMEOUT_S} s"
+        if result.returncode != 0:
+            return True, f"first failure: {result.failures[0]}" if result.failures else \
+                f"pytest exit status {result.returncode} ({crash_line(result)})"
+        count = {kind: int(n) for n, kind in re.findall(r"(\d+) (passed|skipped)", result.summary)}
+        passed, skipped = passed + count.get("passed", 0), count.get("skipped", 0)
+    return False, f"{passed} passed, {skipped} skipped"
+
+
 def check_training(copy, mutated):
     out = copy / "run"
     result = run(copy, "train", "--corpus", str(CORPUS), "--out", str(out), *TRAINING)
@@ -323,7 +345,8 @@ def entry_key(mutant, check, value, root=ROOT):
     come to catch it)."""
     parts = [environment(), *definition(check, root)]
     if mutant is None:
-        return hash_parts(*parts, files_text(PACKAGE, UNIT_TESTS, "pyproject.toml", root=root, code=True))
+        unchanged = [code_text(inspect.getsource(check_unchanged_tests))] if check.name == "tests" else []
+        return hash_parts(*parts, *unchanged, files_text(PACKAGE, UNIT_TESTS, "pyproject.toml", root=root, code=True))
     parts += [*(f"{e.path}:{e.function}\0{e.old}\0{e.new}" for e in mutant.edits), *edited_text(mutant, root)]
     if check.name == "tests":  # the file that caught it (all of them, if none did or the detail names none)
         found = re.search(r"first failure: ([^:\s]+)::", value["detail"]) if value and value["caught"] else None
@@ -351,7 +374,8 @@ def run_checks(mutant, checks, source=ROOT):
     with project_copy(None if mutant is None else lambda copy: apply_mutant(mutant, copy), source=source) as copy:
         for check in checks:
             start = time.perf_counter()
-            caught, detail = CHECK_FUNCTIONS[check.name](copy, mutated)
+            unchanged_tests = mutant is None and check.name == "tests"
+            caught, detail = (check_unchanged_tests if unchanged_tests else CHECK_FUNCTIONS[check.name])(copy, mutated)
             results[check.name] = {"caught": caught, "detail": detail,
                                    "seconds": round(time.perf_counter() - start, 1)}
     return results

@@ -99,6 +99,27 @@ def test_the_mutant_runner_sees_what_each_check_can_see():
         "detail"]  # the parameters upstream of a LayerNorm are named
 
 
+@pytest.mark.parametrize("worker_test_passes", [True, False])
+def test_the_unchanged_codes_unit_tests_are_the_trace_and_a_plain_run_of_what_it_skipped(tmp_path, monkeypatch,
+                                                                                      worker_test_passes):
+    """Each unit test runs once for both reports: the trace's passes are counted, the tests it skipped (those of
+    worker processes) run plainly, and one of those failing fails the unchanged code (the negative control: a
+    check that counted the skipped tests as passed would miss it)."""
+    tests = tmp_path / "tests" / "unit"
+    tests.mkdir(parents=True)
+    (tests / "test_w.py").write_text(f"def test_worker():\n    assert {worker_test_passes}\n\n"
+                                     "def test_device():\n    import pytest\n    pytest.skip('no such device')\n")
+    skipped = ["tests/unit/test_w.py::test_worker", "tests/unit/test_w.py::test_device"]
+    trace = KeyedReport(tmp_path / "c.json")
+    trace.entries["trace"] = {"key": "", "commit": "", "value": {"tests": 9, "seconds": 1, "skipped": skipped}}
+    monkeypatch.setattr("tools.checked_by.update", lambda source: trace)
+    caught, detail = mutants.check_unchanged_tests(tmp_path)
+    if worker_test_passes:
+        assert (caught, detail) == (False, "8 passed, 1 skipped")
+    else:
+        assert caught and detail == "first failure: tests/unit/test_w.py::test_worker"
+
+
 def test_the_bigram_bar_is_the_cross_entropy_of_counted_pairs(tmp_path):
     """On a text where each character fixes the next one, the bigram model is nearly certain; on the
     same characters in a random order it is close to log of the number of characters."""
