@@ -7,6 +7,11 @@ ended. A task marked `alone` (it times what it runs, or uses every core itself) 
 runs, and nothing starts beside it, so that its figures are those of an otherwise idle machine; when nothing runs,
 a ready alone task goes first.
 
+Tasks side by side share the cores: each may use its share of them for BLAS and OpenMP threads (`blas_threads`),
+in its own process and in those it starts (a notebook's kernel, a command), and an alone task every core. Two
+processes whose OpenBLAS each takes every core make their threads wait on each other, and both run several times
+slower than with their share each (tools/bench_blas_threads.py measures it).
+
 The number of jobs: `--jobs` of the command, else SITE_JOBS in the environment (`scripts/site --jobs N` sets it),
 else the number of cores this process may use.
 """
@@ -17,6 +22,7 @@ import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 
@@ -62,13 +68,44 @@ def order(tasks):
     return out
 
 
-def timed_call(task):
-    """Run one task (in whichever process); return its wall-clock seconds. An error that could not travel back
-    from a worker process as it is (an exception whose arguments do not rebuild it) comes back as a
-    RuntimeError naming it, with its traceback."""
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextmanager
+def blas_threads(count):
+    """At most `count` BLAS and OpenMP threads meanwhile: in this process (threadpoolctl, for the libraries already
+    loaded) and in any it starts or loads later (the environment). None: as many as they take."""
+    if count is None:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    saved = {name: os.environ.get(name) for name in BLAS_THREADS}
+    os.environ.update(dict.fromkeys(BLAS_THREADS, str(count)))
+    try:
+        with threadpool_limits(limits=count):
+            yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def threads_for(task, workers):
+    """An alone task's BLAS threads: every core; one beside others: its share of them."""
+    return cores() if task.alone else max(1, cores() // workers)
+
+
+def timed_call(task, threads=None):
+    """Run one task (in whichever process) with at most `threads` BLAS threads (`blas_threads`); return its
+    wall-clock seconds. An error that could not travel back from a worker process as it is (an exception whose
+    arguments do not rebuild it) comes back as a RuntimeError naming it, with its traceback."""
     start = time.perf_counter()
     try:
-        task.call(*task.args)
+        with blas_threads(threads):
+            task.call(*task.args)
     except Exception as e:
         try:
             pickle.loads(pickle.dumps(e))
@@ -127,7 +164,7 @@ def run(tasks, jobs=1, log=print, fresh=False):
                 chosen = [t for t in ready if not t.alone][:jobs - len(running)]
             for task in chosen:
                 left.remove(task)
-                running[pool.submit(timed_call, task)] = task
+                running[pool.submit(timed_call, task, threads_for(task, workers))] = task
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
                 task = running.pop(future)

@@ -32,3 +32,14 @@ def die():
 
 def write_pid(folder, name):
     Path(folder, f"{name}.pid").write_text(str(os.getpid()))
+
+
+def blas_threads_seen(folder, name):
+    """Record the BLAS threads this task may use: in its environment (what a process it starts gets) and in
+    this process's OpenBLAS (threadpoolctl)."""
+    from threadpoolctl import threadpool_info
+
+    import numpy  # noqa: F401  (its BLAS must be loaded to be seen)
+
+    inner = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+    Path(folder, f"{name}.threads").write_text(json.dumps([os.environ.get("OPENBLAS_NUM_THREADS"), inner]))

@@ -6,7 +6,7 @@ import re
 import subprocess
 
 import pytest
-from schedule_probe import die, raise_two_part, record, write_pid
+from schedule_probe import blas_threads_seen, die, raise_two_part, record, write_pid
 from sitebuild import ROOT
 
 from site_scripts import build, registry
@@ -51,6 +51,20 @@ def test_several_jobs_run_side_by_side_but_an_alone_task_runs_with_nothing_besid
         assert not any(overlap(ran[name], ran[other]) for other in ran if other != name), name
     assert ran["timed"][1] <= min(ran[n][0] for n in ("b", "c"))  # the alone task first, on an idle machine
     assert "late in " in " ".join(logged) and "(alone: it uses every core)" in " ".join(logged)
+
+
+def test_tasks_side_by_side_share_the_cores_for_blas_and_an_alone_task_has_them_all(tmp_path, monkeypatch):
+    """Each of two tasks side by side may use half the cores for BLAS threads, in its process and in those it
+    starts; an alone task every core; and the worker's own setting is back once a task ends."""
+    monkeypatch.setattr("site_scripts.schedule.cores", lambda: 4)
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    tasks = [Task(name, blas_threads_seen, (str(tmp_path), name), alone=alone)
+             for name, alone in (("a", ""), ("b", ""), ("timed", "it times what it runs"))]
+    run(tasks, 2, lambda line: None)
+    seen = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.threads")}
+    assert seen == {"a": ["2", [2]], "b": ["2", [2]], "timed": ["4", [4]]}
+    blas_threads_seen(tmp_path, "here")  # the one-job path leaves this process as it was
+    assert json.loads((tmp_path / "here.threads").read_text())[0] is None
 
 
 def test_a_failing_task_stops_the_run_with_its_error_and_nothing_after_it_starts(tmp_path):
