@@ -22,7 +22,7 @@ import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 
@@ -78,12 +78,14 @@ def blas_threads(count):
     if count is None:
         yield
         return
-    from threadpoolctl import threadpool_limits
-
+    try:  # installed with scripts/setup's extras (bench); without it only what loads later is limited
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        threadpool_limits = None
     saved = {name: os.environ.get(name) for name in BLAS_THREADS}
     os.environ.update(dict.fromkeys(BLAS_THREADS, str(count)))
     try:
-        with threadpool_limits(limits=count):
+        with threadpool_limits(limits=count) if threadpool_limits else nullcontext():
             yield
     finally:
         for name, value in saved.items():
