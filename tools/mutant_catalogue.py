@@ -116,6 +116,11 @@ MUTANTS = (
     Mutant("gelu-grad-no-density-term",
            "GELU's derivative keeps Phi(x) and drops the x phi(x) term.",
            (edit("transformer/activations.py:gelu_backward", "dy * (phi_cdf + x * phi_pdf)", "dy * phi_cdf"),)),
+    Mutant("gelu-erf-imported-with-the-package",
+           "scipy.special, whose erf GELU uses, is imported with the package instead of at GELU's first call: "
+           "every number is the same, and every process that never reaches GELU waits for the import.",
+           (edit("transformer/activations.py", "import numpy as np\n", "import numpy as np\nimport scipy.special\n"),),
+           about="transformer/activations.py:gelu_forward"),  # the import it delays happens at its first call
     # Softmax and cross-entropy.
     Mutant("softmax-grad-no-subtraction",
            "Softmax's backward forgets to subtract sum_j dp_j p_j, as if each probability moved alone.",
