@@ -26,6 +26,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 
+from tools.common import blas_threads_env
+
 from .common import cores
 
 JOBS_ENV = "SITE_JOBS"
@@ -68,9 +70,6 @@ def order(tasks):
     return out
 
 
-BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
 @contextmanager
 def blas_threads(count):
     """At most `count` BLAS and OpenMP threads meanwhile: in this process (threadpoolctl, for the libraries already
@@ -82,8 +81,9 @@ def blas_threads(count):
         from threadpoolctl import threadpool_limits
     except ImportError:
         threadpool_limits = None
-    saved = {name: os.environ.get(name) for name in BLAS_THREADS}
-    os.environ.update(dict.fromkeys(BLAS_THREADS, str(count)))
+    limits = blas_threads_env(count)
+    saved = {name: os.environ.get(name) for name in limits}
+    os.environ.update(limits)
     try:
         with threadpool_limits(limits=count) if threadpool_limits else nullcontext():
             yield

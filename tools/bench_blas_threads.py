@@ -20,14 +20,12 @@ import sys
 import tempfile
 import time
 
-from tools.common import CORPUS, cores, ensure_corpus, positive_int
-
-THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+from tools.common import CORPUS, blas_threads_env, cores, ensure_corpus, positive_int
 
 
 def side_by_side(count, steps, threads=None):
     """Wall seconds of the slowest of `count` training runs started at once (threads: None, the default)."""
-    env = dict(os.environ, **({name: str(threads) for name in THREADS} if threads else {}))
+    env = dict(os.environ, **(blas_threads_env(threads) if threads else {}))
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
         runs = [subprocess.Popen([sys.executable, "-m", "transformer", "train", "--corpus", str(CORPUS), "--out",

@@ -50,6 +50,11 @@ def environment():
     return f"Python {platform.python_version()} on {platform.machine()}; {versions}"
 
 
+def blas_threads_env(count):
+    """The environment variables that give a process started with them at most `count` BLAS and OpenMP threads."""
+    return dict.fromkeys(("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"), str(count))
+
+
 def positive_int(text):
     """An argparse type: a whole number of at least 1 (a job count, say)."""
     value = int(text)
