@@ -194,23 +194,29 @@ def check_gradcheck(copy, mutated):
     return bool(fails), "; ".join(fails) or "every parameter within tolerance, ReLU and GELU"
 
 
+# The crosscheck command for ReLU, then GELU, in one process: torch (and the parts of it an optimizer loads)
+# is imported once, not twice, which is most of the check's time; each call writes its own report.
+CROSSCHECK_BOTH = ("import sys\nfrom transformer.cli import main\n"
+                   "sys.exit(max([main(['crosscheck', '--devices', 'cpu', '--activation', a, '--json', "
+                   "f'crosscheck-{a}.json']) for a in ('relu', 'gelu')]))")
+
+
 def check_crosscheck(copy, mutated):
+    result = run_in(copy, [sys.executable, "-c", CROSSCHECK_BOTH], timeout=TIMEOUT_S, threads=1)
+    if result is None:
+        return True, f"timed out after {TIMEOUT_S} s"
     fails = []
     for activation in ("relu", "gelu"):
-        report = copy / f"crosscheck-{activation}.json"
-        result = run(copy, "crosscheck", "--devices", "cpu", "--activation", activation, "--json", str(report))
-        if result is None:
-            return True, f"{activation}: timed out after {TIMEOUT_S} s"
-        try:  # a crash after the command made the (empty) report file exits 1 too, like a failed check
-            rows = json.loads(report.read_text())["rows"] if result.returncode in (0, 1) else None
+        try:  # missing, or empty: the run crashed before (or while) writing it
+            rows = json.loads((copy / f"crosscheck-{activation}.json").read_text())["rows"]
         except (OSError, ValueError, KeyError):
-            rows = None
-        if rows is None:
             return True, f"{activation}: crashed ({crash_line(result)})"
         bad = [r for r in rows if not r["passed"]]
-        if result.returncode == 1 or bad:
+        if bad:
             kinds = sorted({r["check"] for r in bad})
             fails.append(f"{activation}: {len(bad)} of {len(rows)} comparisons ({', '.join(kinds)})")
+    if not fails and result.returncode != 0:  # a failed status that no row explains
+        return True, f"crashed ({crash_line(result)})"
     return bool(fails), "; ".join(fails) or "every comparison within tolerance, ReLU and GELU"
 
 
@@ -334,7 +340,7 @@ def check_code(name):
     """The source of a check's function and of the helpers it runs, and its settings (read once per process)."""
     helpers = (run, crash_line, run_pytest, run_in) + ((unit_test_files, imported_modules) if name == "tests"
                                                         else (bigram_loss,) if name == "training" else ())
-    settings = [TIMEOUT_S] + ([TRAINING] if name == "training" else [])
+    settings = [TIMEOUT_S] + ([TRAINING] if name == "training" else [CROSSCHECK_BOTH] if name == "crosscheck" else [])
     return tuple([code_text(textwrap.dedent(inspect.getsource(f))) for f in (CHECK_FUNCTIONS[name], *helpers)]
                  + [str(s) for s in settings])
 
@@ -382,20 +388,31 @@ def run_checks(mutant, checks, source=ROOT):
 
 
 def compute(report, todo, jobs, log, tree):
-    """Run the checks of `todo` ([(mutant, checks)]) on copies of `tree` and store their results; the unchanged
-    code's checks, if any, first and one at a time side by side, and it must pass them."""
-    base = [(None, [c]) for mutant, checks in todo if mutant is None for c in checks]
-    rest = [(m, checks) for m, checks in todo if m is not None]
+    """Run the checks of `todo` ([(mutant, checks)]) on copies of `tree`, `jobs` at a time, and store their results:
+    the unchanged code's checks first, one by one, then the mutants'. The unchanged code must pass its checks: the
+    mutants' results are stored only once it has (until then they wait, computed or not)."""
+    items = [(None, [c]) for mutant, checks in todo if mutant is None for c in checks]
+    items += [(m, checks) for m, checks in todo if m is not None]
     with ThreadPoolExecutor(jobs) as pool:
-        for (mutant, _), results in zip(base, pool.map(lambda item: run_checks(*item, source=tree), base)):
-            store(report, mutant, results, log, tree)
-        wrong = {name: v["value"]["detail"] for name, v in report.entries.items()
-                 if name.startswith(UNCHANGED + "/") and v["value"]["caught"]}
-        if wrong:
-            raise RuntimeError("the checks fail on the unchanged code, so they cannot judge a mutant: "
-                               + "; ".join(f"{k}: {v}" for k, v in wrong.items()))
-        for (mutant, _), results in zip(rest, pool.map(lambda item: run_checks(*item, source=tree), rest)):
-            store(report, mutant, results, log, tree)
+        try:
+            judged = False  # whether the unchanged code's results were all read and passed
+            for (mutant, _), results in zip(items, pool.map(lambda item: run_checks(*item, source=tree), items)):
+                if mutant is not None and not judged:
+                    refuse_failing_checks(report)
+                    judged = True
+                store(report, mutant, results, log, tree)
+            refuse_failing_checks(report)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def refuse_failing_checks(report):
+    wrong = {name: v["value"]["detail"] for name, v in report.entries.items()
+             if name.startswith(UNCHANGED + "/") and v["value"]["caught"]}
+    if wrong:
+        raise RuntimeError("the checks fail on the unchanged code, so they cannot judge a mutant: "
+                           + "; ".join(f"{k}: {v}" for k, v in wrong.items()))
 
 
 def store(report, mutant, results, log, tree):
