@@ -278,6 +278,33 @@ def bring_up_to_date(function):
     getattr(importlib.import_module(module), attr)()
 
 
+def bring_reports_up_to_date(names, log):
+    """The reports kept in the repository that the pages `names` read, side by side: the mutation run's processes
+    fill the cores that the measurement of "checked by" leaves idle (it perturbs one function per process, and an
+    edit usually changes a few). The mutation run's unit tests of the unchanged code are that measurement's trace,
+    which it waits for (tools/checked_by.py, UPDATING)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from . import profile
+
+    def timed(what, function, *args, **kwargs):
+        start = time.perf_counter()
+        function(*args, **kwargs)
+        profile.record(f"{what} brought up to date", time.perf_counter() - start)
+
+    with ThreadPoolExecutor(2) as pool:
+        done = []
+        if any(registry.BY_ID[name].functions for name in names):
+            done.append(pool.submit(timed, "reports/checked-by.json", checked.report, log))
+        if "mutants" in names:
+            from tools import mutants
+
+            done.append(pool.submit(timed, "reports/mutants.json", mutants.update, jobs=schedule.jobs_from_env(),
+                                    log=log))
+        for future in done:
+            future.result()
+
+
 class Plan:
     """The page generators one build must run (`pages`), as schedule.Tasks with those of the shared results
     they show (`tasks`), and what to record once they all ran."""
@@ -298,18 +325,7 @@ class Plan:
         names = pages or page_names()
         # The reports kept in the repository, brought up to date before any page's key reads them; then the state
         # again, so that their new entries are not taken for an edit by the next build.
-        from . import profile
-
-        if any(registry.BY_ID[name].functions for name in names):
-            start = time.perf_counter()
-            checked.report(log)
-            profile.record("reports/checked-by.json brought up to date", time.perf_counter() - start)
-        if "mutants" in names:
-            from tools import mutants
-
-            start = time.perf_counter()
-            mutants.update(jobs=schedule.jobs_from_env(), log=log)
-            profile.record("reports/mutants.json brought up to date", time.perf_counter() - start)
+        bring_reports_up_to_date(names, log)
         self.state = (context, pages, source_state())  # before any key reads them: a file edited now is seen next time
         keys = {name: is_stale(name, context, force) for name in names}
         self.pages = [name for name, key in keys.items() if key is not None]

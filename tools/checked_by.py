@@ -35,6 +35,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
@@ -47,6 +48,9 @@ TRACE = "trace"  # the entry of the trace run
 PLUGIN = ("tools/__init__.py", "tools/perturbations.py", "tools/checked_by_plugin.py")  # copied beside the package
 TIMEOUT_S = 900  # per process, beyond each test's own limit: tests that have not finished are reported as not run
 MEASURED_BY = ("tools/perturbations.py", "tools/checked_by_plugin.py")  # what a unit's result depends on, here
+# One update at a time in a process: the site build brings this report up to date beside the mutation run, whose
+# unit tests of the unchanged code are this report's trace (tools/mutants.py asks for it and waits here).
+UPDATING = threading.Lock()
 
 
 def add_plugin(copy):
@@ -215,6 +219,11 @@ def update(units=None, force=False, jobs=None, log=print, path=REPORT, source=RO
     tests when the package or the tests changed, then measure every unit whose key changed (all with force). The
     keys and the runs read one copy of the tree (`source`: the working tree, or a copy of it), taken when the run
     starts. Returns the report."""
+    with UPDATING:
+        return _update(units, force, jobs, log, path, source)
+
+
+def _update(units, force, jobs, log, path, source):
     report = KeyedReport(path)
     units = list(units or [u for u in report.entries if u != TRACE])
     report.keep_only([TRACE, *units])

@@ -2,6 +2,9 @@
 its report."""
 
 import textwrap
+import threading
+import time
+from contextlib import nullcontext
 from typing import NamedTuple
 from dataclasses import dataclass
 
@@ -349,6 +352,29 @@ def test_a_test_that_fails_on_the_unchanged_code_stops_the_run(tmp_path):
     with pytest.raises(RuntimeError, match="fail with the units wrapped and nothing changed"):
         checked_by.trace(tmp_path, UNITS, ["tests"], jobs=1)
 
+
+
+def test_two_updates_of_the_report_in_one_process_run_one_after_the_other(monkeypatch):
+    """The site build brings the report up to date beside the mutation run, which asks for it too (its unit
+    tests of the unchanged code are the trace): the second update waits for the first, and then finds the report
+    current, instead of tracing the same tests at the same time. Negative control: without the lock the two
+    overlap."""
+    events = []
+
+    def fake_update(*args):
+        events.append("start")
+        time.sleep(0.2)
+        events.append("end")
+    monkeypatch.setattr(checked_by, "_update", fake_update)
+    for lock, expected in ((checked_by.UPDATING, ["start", "end"] * 2), (nullcontext(), ["start"] * 2 + ["end"] * 2)):
+        monkeypatch.setattr(checked_by, "UPDATING", lock)
+        events.clear()
+        both = [threading.Thread(target=checked_by.update) for _ in range(2)]
+        for thread in both:
+            thread.start()
+        for thread in both:
+            thread.join()
+        assert events == expected
 
 # ---------------------------------------------------------------- the pages' use of the report
 
