@@ -70,13 +70,15 @@ class Recorder:
                 raise Hung(f"{unit} was called more than {self.budget} times, far more than unperturbed")
         else:
             self.stray[unit] = self.stray.get(unit, 0) + 1
+        seen = self.rules.setdefault(unit, {"calls": 0, "rules": set(), "untouched": set()})
+        seen["calls"] += 1
         if self.mode == "trace":
+            if seen["rules"]:  # what the trace needs of the rules: whether any output holds something to change
+                return value
             rules, untouched = rules_for(value)
         else:
             done = perturb(value, change=self.mode == "perturb")
             rules, untouched, value = done.rules, done.untouched, done.value
-        seen = self.rules.setdefault(unit, {"calls": 0, "rules": set(), "untouched": set()})
-        seen["calls"] += 1
         seen["rules"] |= rules | set(in_place)
         seen["untouched"] |= untouched
         return value
