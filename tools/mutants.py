@@ -90,8 +90,8 @@ CHECKS = (
           "first, then the files that import it, then the layers' tests; it stops at the first failure, which is "
           "named", ("pyproject.toml", f"{UNIT_TESTS}/conftest.py")),
     Check("training", "Training run",
-          "200 steps of preset A on Tiny Shakespeare; the validation loss must fall below that of a "
-          "bigram model counted from the training split", ("transformer/data.py",)),
+          f"{TRAINING[TRAINING.index('--steps') + 1]} steps of preset A on Tiny Shakespeare; the validation loss "
+          "must fall below that of a bigram model counted from the training split", ("transformer/data.py",)),
 )
 BY_NAME = {m.name: m for m in MUTANTS}
 
@@ -238,9 +238,16 @@ def mutated_modules(mutant):
             if Path(path).parent.name == PACKAGE}
 
 
+def kinship(root, test_file, mutated):
+    """0: the test file is a mutated module's own (test_nf4.py for nf4), 1: it imports one, 2: neither."""
+    if Path(test_file).stem.removeprefix("test_") in mutated:
+        return 0
+    return 1 if imported_modules(root / test_file) & set(mutated) else 2
+
+
 def unit_test_files(root, mutated=()):
-    """Every test file under tests/unit: a module of `mutated`'s own (test_nf4.py for nf4), then those that import
-    one, then the rest, each in UNIT_TEST_ORDER, then by name. A mistake is caught by the first failing test, so a
+    """Every test file under tests/unit: a module of `mutated`'s own, then those that import one, then the rest
+    (`kinship`), each in UNIT_TEST_ORDER, then by name. A mistake is caught by the first failing test, so a
     mutant of the worker processes, say, is seen by test_parallel.py at once instead of after a minute of the
     layers' tests."""
     files = sorted(p.relative_to(root).as_posix() for p in (root / UNIT_TESTS).rglob("test_*.py"))
@@ -248,25 +255,31 @@ def unit_test_files(root, mutated=()):
     if stale:
         raise ValueError(f"UNIT_TEST_ORDER names {', '.join(sorted(stale))}, not under {UNIT_TESTS}")
     rank = {name: i for i, name in enumerate(UNIT_TEST_ORDER)}
-
-    def kinship(f):  # 0: a mutated module's own tests, 1: they import one, 2: neither (or nothing is mutated)
-        if Path(f).stem.removeprefix("test_") in mutated:
-            return 0
-        return 1 if imported_modules(root / f) & set(mutated) else 2
-    return sorted(files, key=lambda f: (kinship(f), rank.get(Path(f).name, len(rank)), f))
+    return sorted(files, key=lambda f: (kinship(root, f, mutated), rank.get(Path(f).name, len(rank)), f))
 
 
 def check_tests(copy, mutated):
-    workers = ["-n", str(cores())] if not mutated and cores() > 1 else []  # the unchanged code runs alone
-    result = run_pytest(copy, [*workers, *unit_test_files(copy, mutated)], timeout=TIMEOUT_S, threads=1)
-    if result is None:
-        return True, f"timed out after {TIMEOUT_S} s"
-    if result.returncode == 0:
-        return False, re.sub(r" in [\d.]+s.*", "", result.summary) or "passed"
-    if result.failures:
-        reason = f" ({result.reasons[0]})" if result.reasons[0] else ""
-        return True, f"first failure: {result.failures[0]}{reason}"
-    return True, f"pytest exit status {result.returncode} ({crash_line(result)})"
+    """The unit tests in unit_test_files' order up to the first failure, in two pytest runs: the files nearest the
+    mutated modules (their own, and those that import one), where most mutants are caught, then, if those pass,
+    the rest. pytest collects every file it is given before running any, which is most of a run that stops at
+    once."""
+    files = unit_test_files(copy, mutated)
+    near = [f for f in files if kinship(copy, f, mutated) < 2]
+    counts = {}  # "passed", "skipped", ...: their numbers over both runs
+    for part in (near, files[len(near):]):
+        if not part:
+            continue
+        result = run_pytest(copy, part, timeout=TIMEOUT_S, threads=1)
+        if result is None:
+            return True, f"timed out after {TIMEOUT_S} s"
+        if result.failures:
+            reason = f" ({result.reasons[0]})" if result.reasons[0] else ""
+            return True, f"first failure: {result.failures[0]}{reason}"
+        if result.returncode != 0:
+            return True, f"pytest exit status {result.returncode} ({crash_line(result)})"
+        for number, kind in re.findall(r"(\d+) (\w+)", re.sub(r" in [\d.]+s.*", "", result.summary)):
+            counts[kind] = counts.get(kind, 0) + int(number)
+    return False, ", ".join(f"{number} {kind}" for kind, number in counts.items()) or "passed"
 
 
 def check_unchanged_tests(copy, mutated=()):
@@ -338,8 +351,8 @@ def definition(check, root=ROOT):
 @cache
 def check_code(name):
     """The source of a check's function and of the helpers it runs, and its settings (read once per process)."""
-    helpers = (run, crash_line, run_pytest, run_in) + ((unit_test_files, imported_modules) if name == "tests"
-                                                        else (bigram_loss,) if name == "training" else ())
+    helpers = (run, crash_line, run_pytest, run_in) + (
+        (unit_test_files, imported_modules, kinship) if name == "tests" else (bigram_loss,) if name == "training" else ())
     settings = [TIMEOUT_S] + ([TRAINING] if name == "training" else [CROSSCHECK_BOTH] if name == "crosscheck" else [])
     return tuple([code_text(textwrap.dedent(inspect.getsource(f))) for f in (CHECK_FUNCTIONS[name], *helpers)]
                  + [str(s) for s in settings])

@@ -85,6 +85,26 @@ def test_the_unit_tests_of_a_mutant_start_with_its_modules_own_file_then_the_fil
     assert mutants.mutated_modules(BY_NAME["pool-accepts-a-double-return"]) == {"kv_cache"}
 
 
+
+@pytest.mark.parametrize("failing, expected", [
+    (None, (False, "4 passed, 1 skipped")),
+    ("tests/unit/test_alpha.py::test_a", (True, "first failure: tests/unit/test_alpha.py::test_a (assert False)")),
+    ("tests/unit/test_zeta.py::test_e", (True, "first failure: tests/unit/test_zeta.py::test_e (assert False)"))])
+def test_a_mutants_unit_tests_run_the_nearest_files_first_and_count_both_runs(tmp_path, failing, expected):
+    """check_tests runs the mutated module's own file, then, if it passed, the rest: the first failure is the
+    verdict wherever it is, and a pass counts the tests of both runs (watched failing with only the last run's
+    counts kept)."""
+    unit = tmp_path / "tests" / "unit"
+    unit.mkdir(parents=True)
+    for name in mutants.UNIT_TEST_ORDER:
+        (unit / name).write_text("")
+    tests = {"test_alpha.py": ["test_a", "test_b"], "test_zeta.py": ["test_c", "test_e"]}
+    for name, functions in tests.items():
+        (unit / name).write_text("import pytest\n\n@pytest.mark.skip\ndef test_d():\n    pass\n" * (name == "test_zeta.py")
+                                 + "".join(f"\ndef {f}():\n    assert {f'tests/unit/{name}::{f}' != failing}\n"
+                                           for f in functions))
+    assert mutants.check_tests(tmp_path, {"alpha"}) == expected
+
 def test_the_mutant_runner_sees_what_each_check_can_see():
     """The two fast checks on three cases: the unchanged code passes both; a LayerNorm dx without its mean term
     fails finite differences; a different epsilon, consistent between forward and backward, passes finite
