@@ -15,12 +15,22 @@ gap). The comments in the code point here:
 - LayerNorm's row means from einsum's row sums (`layer_norm_forward`, `layer_norm_backward`) against x.mean.
 
     python -m tools.bench_kernels [--repeats 300] [--configs A B]
+    python -m tools.bench_kernels --step [--rounds 7] [--configs A B]
+
+`--step` measures what each trick is worth to a whole step: the first shard's loss and gradients
+(`loss_and_grads`, the work one core does in a training step of tools/bench_step.py's config) as the package
+computes it and with the trick undone (its lines replaced by the plain way, in every function that uses it, by
+swapping the functions' code in this process), in alternating rounds; the ratio is plain / ours, with its range
+over the rounds, and the losses of both.
 """
 
 import argparse
 import contextlib
+import importlib
+import inspect
 import math
 import statistics
+import textwrap
 import time
 
 import numpy as np
@@ -31,7 +41,7 @@ from transformer.attention import causal_mask
 from transformer.config import PRESETS
 from transformer.embedding import embedding_backward
 from transformer.memory import keep_freed_memory
-from transformer.model import init_params
+from transformer.model import init_params, loss_and_grads
 from transformer.optim import global_norm
 from transformer.softmax import softmax_forward
 
@@ -92,6 +102,78 @@ def comparisons(name):
     ]
 
 
+
+# Each layout trick as the edits that undo it: (module, function, the text as the package has it, the plain way).
+TRICKS = (
+    ("scores seen through a transposed view, the mask column by column", (
+        ("attention", "attention_forward", "(k @ q_scaled.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)",
+         "q_scaled @ k.transpose(0, 1, 3, 2)"),
+        ("attention", "attention_forward", "column_major=True", "column_major=False"))),
+    ("LayerNorm's row means by einsum", (
+        ("layernorm", "layer_norm_forward", 'np.einsum("...i->...", x)[..., None] / d',
+         "x.mean(axis=-1, keepdims=True)"),
+        ("layernorm", "layer_norm_forward", 'np.einsum("...i,...i->...", xhat, xhat)[..., None] / d',
+         "(xhat * xhat).mean(axis=-1, keepdims=True)"),
+        ("layernorm", "layer_norm_backward", 'np.einsum("...i->...", dxhat)[..., None] / d',
+         "dxhat.mean(axis=-1, keepdims=True)"),
+        ("layernorm", "layer_norm_backward", 'np.einsum("...i,...i->...", dxhat, xhat)[..., None] / d',
+         "(dxhat * xhat).mean(axis=-1, keepdims=True)"))),
+    ("a bias's gradient as 1ᵀ dY", (
+        ("linear", "linear_backward", "np.ones(len(dy2), dtype=dy2.dtype) @ dy2", "dy2.sum(axis=0)"),
+        ("layernorm", "layer_norm_backward", "np.ones(len(dy2), dtype=dy2.dtype) @ dy2", "dy2.sum(axis=0)"))),
+    ("the token table's gradient entry by entry", (
+        ("embedding", "embedding_backward", "np.add.at(dtok_emb.reshape(-1), entries, dx.reshape(-1))",
+         "np.add.at(dtok_emb, ids.reshape(-1), dx.reshape(-1, d))"),)),
+)
+
+
+@contextlib.contextmanager
+def undone(edits):
+    """The package with `edits` applied: each edited function's code is swapped in place, so every caller,
+    whatever name it imported the function under, runs the plain way; restored on leaving."""
+    sources = {}
+    for module, function, old, new in edits:
+        fn = getattr(importlib.import_module(f"transformer.{module}"), function)
+        text = sources.get(fn, textwrap.dedent(inspect.getsource(fn)))
+        if text.count(old) != 1:
+            raise ValueError(f"{module}.{function}: {old!r} occurs {text.count(old)} times, not once")
+        sources[fn] = text.replace(old, new)
+    saved = {fn: fn.__code__ for fn in sources}
+    try:
+        for fn, text in sources.items():
+            namespace = {}
+            exec(compile(text, f"<{fn.__name__}, trick undone>", "exec"), fn.__globals__, namespace)
+            fn.__code__ = namespace[fn.__name__].__code__
+        yield
+    finally:
+        for fn, code in saved.items():
+            fn.__code__ = code
+
+
+def step_rows(name, rounds, calls=5):
+    """One line per trick: the median seconds of one shard's loss and gradients with it and without it (each round
+    the median of `calls` calls, the two alternating), plain / ours with its range over the rounds, both losses."""
+    cfg, _, _, ids, _, _ = shard_arrays(name)
+    params = init_params(cfg, seed=0, dtype=np.float32)
+    targets = np.roll(ids, -1, axis=1)
+
+    def shard():
+        return loss_and_grads(params, ids, targets, cfg)[0]
+    lines = []
+    for what, edits in TRICKS:
+        ours, plain, ratios = [], [], []
+        for r in range(rounds):
+            for variant in ((False, True) if r % 2 == 0 else (True, False)):  # alternate which goes first
+                with undone(edits) if variant else contextlib.nullcontext():
+                    (plain if variant else ours).append(median_seconds(shard, calls))
+            ratios.append(plain[-1] / ours[-1])
+        with undone(edits):
+            plain_loss = shard()
+        lines.append(f"  {what:<62} ours {statistics.median(ours) * 1e3:7.1f} ms   plain "
+                     f"{statistics.median(plain) * 1e3:7.1f} ms   plain/ours {statistics.median(ratios):5.3f} "
+                     f"({min(ratios):.3f} to {max(ratios):.3f})   losses {shard():.6f} / {plain_loss:.6f}")
+    return lines
+
 def one_blas_thread():
     """BLAS on one thread for the block, as in a shard (threadpoolctl, of the `bench` extra); without
     threadpoolctl, BLAS keeps its threads and a line says so."""
@@ -140,16 +222,19 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=300, help="timed calls per median")
     parser.add_argument("--configs", nargs="+", default=["A", "B"], choices=sorted(BATCH))
+    parser.add_argument("--step", action="store_true", help="each trick's worth to one shard's whole step")
+    parser.add_argument("--rounds", type=int, default=7, help="with --step: alternating rounds per trick")
     args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
+    if args.repeats < 1 or args.rounds < 1:
+        parser.error("--repeats and --rounds must be at least 1")
     keep_freed_memory()
     with one_blas_thread():
         for name in args.configs:
             cfg = PRESETS[name]
             print(f"config {name}, one shard of {BATCH[name] // SHARDS} windows (T={cfg.context_len}, "
-                  f"d={cfg.emb_dim}, H={cfg.num_heads}), float32, one thread:")
-            for line in rows(name, args.repeats):
+                  f"d={cfg.emb_dim}, H={cfg.num_heads}), float32, one thread"
+                  + (": loss and gradients of the shard, with each trick and without" if args.step else ":"))
+            for line in (step_rows(name, args.rounds) if args.step else rows(name, args.repeats)):
                 print(line, flush=True)
 
 

@@ -141,6 +141,37 @@ def test_the_kernel_benchmark_prints_one_row_per_comparison(capsys):
     assert out.count("x faster") == 6 and out.count("same bits") >= 3  # the softmax's may differ in the last bit
 
 
+
+def test_a_trick_undone_runs_the_plain_way_in_every_caller_and_is_restored_after():
+    """`bench_kernels --step` times a step with each layout trick undone by swapping the code of the functions it
+    names: inside, the package computes the plain way (a bias's gradient is numpy's row sum, to the bit), callers
+    that imported the function by name see it, and on leaving the package's own code is back. An edit that no
+    longer fits the code is refused rather than timing the package unchanged."""
+    from transformer import linear
+
+    dy = np.random.default_rng(0).standard_normal((5, 7, 3), dtype=np.float32)
+    x, w, b = np.ones((5, 7, 2), np.float32), np.ones((2, 3), np.float32), np.zeros(3, np.float32)
+    cache = linear.linear_forward(x, w, b)[1]
+    ours = linear.linear_backward(dy, cache)[2]
+    code = linear.linear_backward.__code__
+    edits = dict(bench_kernels.TRICKS)["a bias's gradient as 1ᵀ dY"]
+    with bench_kernels.undone(edits):
+        plain = linear.linear_backward(dy, cache)[2]
+        assert linear.linear_backward.__code__ is not code
+    rows = dy.reshape(-1, 3)
+    assert np.array_equal(plain, rows.sum(axis=0)) and np.array_equal(ours, np.ones(len(rows), np.float32) @ rows)
+    assert linear.linear_backward.__code__ is code
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        with bench_kernels.undone([("linear", "linear_backward", "no such text", "x")]):
+            pass
+
+
+def test_the_step_benchmark_of_the_tricks_prints_one_row_per_trick(capsys):
+    bench_kernels.main(["--step", "--rounds", "1", "--configs", "A"])
+    out = capsys.readouterr().out
+    assert out.count("plain/ours") == len(bench_kernels.TRICKS) == 4
+
+
 # ---------------------------------------------------------------- tools/vendor.py: the site's JavaScript
 
 def _tarball(path, members):
