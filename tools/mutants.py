@@ -351,8 +351,8 @@ def definition(check, root=ROOT):
 @cache
 def check_code(name):
     """The source of a check's function and of the helpers it runs, and its settings (read once per process)."""
-    helpers = (run, crash_line, run_pytest, run_in) + (
-        (unit_test_files, imported_modules, kinship) if name == "tests" else (bigram_loss,) if name == "training" else ())
+    helpers = (run, crash_line, run_pytest, run_in) + ((unit_test_files, imported_modules, kinship) if name == "tests"
+                                                        else (bigram_loss,) if name == "training" else ())
     settings = [TIMEOUT_S] + ([TRAINING] if name == "training" else [CROSSCHECK_BOTH] if name == "crosscheck" else [])
     return tuple([code_text(textwrap.dedent(inspect.getsource(f))) for f in (CHECK_FUNCTIONS[name], *helpers)]
                  + [str(s) for s in settings])

@@ -100,10 +100,11 @@ def test_a_mutants_unit_tests_run_the_nearest_files_first_and_count_both_runs(tm
         (unit / name).write_text("")
     tests = {"test_alpha.py": ["test_a", "test_b"], "test_zeta.py": ["test_c", "test_e"]}
     for name, functions in tests.items():
-        (unit / name).write_text("import pytest\n\n@pytest.mark.skip\ndef test_d():\n    pass\n" * (name == "test_zeta.py")
-                                 + "".join(f"\ndef {f}():\n    assert {f'tests/unit/{name}::{f}' != failing}\n"
-                                           for f in functions))
+        skipped = "import pytest\n\n@pytest.mark.skip\ndef test_d():\n    pass\n" * (name == "test_zeta.py")
+        (unit / name).write_text(skipped + "".join(f"\ndef {f}():\n    assert {f'tests/unit/{name}::{f}' != failing}\n"
+                                                   for f in functions))
     assert mutants.check_tests(tmp_path, {"alpha"}) == expected
+
 
 def test_the_mutant_runner_sees_what_each_check_can_see():
     """The two fast checks on three cases: the unchanged code passes both; a LayerNorm dx without its mean term
