@@ -7,7 +7,6 @@ refuses any that is not refused properly; site_scripts/pages/bad_inputs.py rende
 """
 
 import argparse
-import ast
 import contextlib
 import inspect
 import io
@@ -28,6 +27,8 @@ from transformer.lora import LoRAConfig
 from transformer.model import init_params
 from transformer.train import train
 from transformer.train_config import TrainConfig
+
+from .common import parse
 
 from tools.refusals import Case, run_all, working_directory
 
@@ -57,7 +58,7 @@ def setup():
 def setup_text():
     """setup()'s body as a script: dedented, without its docstring and its `return locals()`."""
     source = textwrap.dedent(inspect.getsource(setup))
-    body = ast.parse(source).body[0].body
+    body = parse(source).body[0].body
     lines = source.splitlines(keepends=True)[body[1].lineno - 1:body[-2].end_lineno]
     return textwrap.dedent("".join(lines))
 

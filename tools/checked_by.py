@@ -39,7 +39,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from .common import ROOT, code_text, cores, environment, files_text, hash_parts, positive_int
+from .common import ROOT, code_text, cores, environment, files_text, hash_parts, parse, positive_int
 from .keyed_report import KeyedReport
 from .project_copy import UNIT_TESTS, project_copy, run_in
 
@@ -160,7 +160,7 @@ def unit_source(unit, root=ROOT):
     module, name = unit.split(":")
     path = root / "transformer" / f"{module}.py"
     source = path.read_text()
-    node = next((n for n in ast.parse(source).body if getattr(n, "name", None) == name), None)
+    node = next((n for n in parse(source).body if getattr(n, "name", None) == name), None)
     if node is None:
         raise ValueError(f"transformer/{module}.py defines no {name}")
     return ast.get_source_segment(source, node)

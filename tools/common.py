@@ -6,12 +6,14 @@ The lowest module above the package: it imports nothing from the project, so eve
 tools.NAME`.
 """
 
+import ast
 import hashlib
 import os
 from functools import cache, lru_cache
 import platform
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from transformer.parallel import cores  # noqa: F401  (the tools import it from here)
@@ -22,6 +24,16 @@ FETCH_CORPUS = ROOT / "scripts" / "fetch_corpus.py"  # puts the corpus in place,
 # The packages whose version can change what a check computes or which tests run (a test skips without
 # bitsandbytes, scipy or hypothesis): the environment of a stored result.
 CHECKED_PACKAGES = ("numpy", "scipy", "torch", "pytest", "hypothesis", "bitsandbytes")
+_PARSING = threading.Lock()
+
+
+def parse(source):
+    """ast.parse, one call at a time in a process. CPython keeps the depth of the tree it is building once per
+    interpreter, so two threads parsing at once can fail with "SystemError: AST constructor recursion depth
+    mismatch" (python/cpython#106905); the site build brings both reports up to date in threads side by side,
+    and the mutation run applies mutants in threads. The tools parse through here."""
+    with _PARSING:
+        return ast.parse(source)
 
 
 def package_version(name):
@@ -113,9 +125,7 @@ def _joined(root, states, code):
 def code_text(source):
     """Python source as the interpreter sees it: without comments, docstrings or layout (the code `ast` reads,
     written back). A key that holds code this way does not change when only its words do."""
-    import ast
-
-    tree = ast.parse(source)
+    tree = parse(source)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
@@ -145,7 +155,7 @@ def pinned_corpus_digest():
     """The SHA-256 that scripts/fetch_corpus.py requires of the corpus, read from its source (not run)."""
     import ast
 
-    for node in ast.parse(FETCH_CORPUS.read_text()).body:
+    for node in parse(FETCH_CORPUS.read_text()).body:
         if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["SHA256"]:
             return ast.literal_eval(node.value)
     raise ValueError(f"{FETCH_CORPUS.relative_to(ROOT)} pins no SHA256")

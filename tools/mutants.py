@@ -48,7 +48,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 
 from .common import (CORPUS, ROOT, code_text, cores, ensure_corpus, environment, files_text, hash_parts,
-                     pinned_corpus_digest, positive_int)
+                     parse, pinned_corpus_digest, positive_int)
 from .keyed_report import KeyedReport
 from .mutant_catalogue import MUTANTS
 from .project_copy import UNIT_TESTS, project_copy, run_in, run_pytest
@@ -111,7 +111,7 @@ def function_span(source, function, path):
 def function_spans(source):
     """{name: [(start, end), ...]} of every function in a source, nested ones too, and of every method also as
     "Class.method" (parsed once per text: each key reads the spans of the functions a mutant edits)."""
-    tree, starts = ast.parse(source), [0]
+    tree, starts = parse(source), [0]
     for line in source.splitlines(keepends=True):
         starts.append(starts[-1] + len(line))
     spans = {}
@@ -224,7 +224,7 @@ def imported_modules(path):
     """The package's modules a test file imports at its top ("layernorm" for `from transformer.layernorm import
     ...`, `from transformer import layernorm` or `import transformer.layernorm`)."""
     found = set()
-    for node in ast.parse(path.read_text()).body:
+    for node in parse(path.read_text()).body:
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == PACKAGE:
             found |= {a.name for a in node.names} if node.module == PACKAGE else {node.module.split(".")[1]}
         elif isinstance(node, ast.Import):

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 
-from tools.common import ROOT
+from tools.common import ROOT, parse
 from tools.project_copy import UNIT_TESTS, project_copy, run_pytest
 
 FACTOR = "1.001"
@@ -51,7 +51,7 @@ class Mutant:
 def find_mutants(root=ROOT):
     mutants = []
     for path in sorted((root / "transformer").glob("*.py")):
-        tree = ast.parse(path.read_text())
+        tree = parse(path.read_text())
         for fn in ast.walk(tree):
             if isinstance(fn, ast.FunctionDef) and fn.name.endswith("_backward"):
                 mutants += _outputs(path.relative_to(root).as_posix(), fn)

@@ -124,6 +124,25 @@ def test_a_sys_path_edit_is_found(tmp_path):
     assert sys_path_edits(tmp_path / "x.py") == [2, 3, 4]
 
 
+def direct_parses(path):
+    """The lines of a file that call ast.parse itself."""
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+            and ast.unparse(node.func) == "ast.parse"]
+
+
+def test_the_tools_parse_python_one_call_at_a_time():
+    """Two threads in ast.parse at once can fail in CPython (tools/common.py, `parse`), and the tools parse in
+    threads: the site build's two reports side by side, the mutation run's checks. So every parse in tools/ goes
+    through the lock of tools.common.parse (the site build's own parsing runs in one thread per process)."""
+    found = {str(path.relative_to(ROOT)): lines for path in sorted((ROOT / "tools").rglob("*.py"))
+             if (lines := direct_parses(path))}
+    assert list(found) == ["tools/common.py"] and len(found["tools/common.py"]) == 1
+
+
+def test_a_direct_parse_is_found(tmp_path):
+    (tmp_path / "x.py").write_text("import ast\nast.parse('1')\nfrom tools.common import parse\nparse('2')\n")
+    assert direct_parses(tmp_path / "x.py") == [2]
+
 @pytest.mark.parametrize("layer", ["linear", "attention", "block", "model"])
 def test_the_base_layers_import_nothing_of_fine_tuning(layer):
     """A frozen or quantized weight wraps the base layer (transformer/lora.py), not the other way round."""
