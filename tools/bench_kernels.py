@@ -30,13 +30,15 @@ import importlib
 import inspect
 import math
 import statistics
-import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 
 
 from tools.bench_step import BATCH
+from tools.mutant_catalogue import edit
+from tools.mutants import apply_edit
 from transformer.attention import causal_mask
 from transformer.config import PRESETS
 from transformer.embedding import embedding_backward
@@ -103,41 +105,38 @@ def comparisons(name):
 
 
 
-# Each layout trick as the edits that undo it: (module, function, the text as the package has it, the plain way).
+ATT, LN = "transformer/attention.py:attention_forward", "transformer/layernorm.py:layer_norm_{}ward"
+# Each layout trick as the edits that undo it (tools/mutant_catalogue.py's edit: the text as the package has it,
+# then the plain way).
 TRICKS = (
     ("scores seen through a transposed view, the mask column by column", (
-        ("attention", "attention_forward", "(k @ q_scaled.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)",
-         "q_scaled @ k.transpose(0, 1, 3, 2)"),
-        ("attention", "attention_forward", "column_major=True", "column_major=False"))),
+        edit(ATT, "(k @ q_scaled.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)", "q_scaled @ k.transpose(0, 1, 3, 2)"),
+        edit(ATT, "column_major=True", "column_major=False"))),
     ("LayerNorm's row means by einsum", (
-        ("layernorm", "layer_norm_forward", 'np.einsum("...i->...", x)[..., None] / d',
-         "x.mean(axis=-1, keepdims=True)"),
-        ("layernorm", "layer_norm_forward", 'np.einsum("...i,...i->...", xhat, xhat)[..., None] / d',
-         "(xhat * xhat).mean(axis=-1, keepdims=True)"),
-        ("layernorm", "layer_norm_backward", 'np.einsum("...i->...", dxhat)[..., None] / d',
-         "dxhat.mean(axis=-1, keepdims=True)"),
-        ("layernorm", "layer_norm_backward", 'np.einsum("...i,...i->...", dxhat, xhat)[..., None] / d',
-         "(dxhat * xhat).mean(axis=-1, keepdims=True)"))),
+        edit(LN.format("for"), 'np.einsum("...i->...", x)[..., None] / d', "x.mean(axis=-1, keepdims=True)"),
+        edit(LN.format("for"), 'np.einsum("...i,...i->...", xhat, xhat)[..., None] / d',
+             "(xhat * xhat).mean(axis=-1, keepdims=True)"),
+        edit(LN.format("back"), 'np.einsum("...i->...", dxhat)[..., None] / d', "dxhat.mean(axis=-1, keepdims=True)"),
+        edit(LN.format("back"), 'np.einsum("...i,...i->...", dxhat, xhat)[..., None] / d',
+             "(dxhat * xhat).mean(axis=-1, keepdims=True)"))),
     ("a bias's gradient as 1ᵀ dY", (
-        ("linear", "linear_backward", "np.ones(len(dy2), dtype=dy2.dtype) @ dy2", "dy2.sum(axis=0)"),
-        ("layernorm", "layer_norm_backward", "np.ones(len(dy2), dtype=dy2.dtype) @ dy2", "dy2.sum(axis=0)"))),
+        edit("transformer/linear.py:linear_backward", "np.ones(len(dy2), dtype=dy2.dtype) @ dy2", "dy2.sum(axis=0)"),
+        edit(LN.format("back"), "np.ones(len(dy2), dtype=dy2.dtype) @ dy2", "dy2.sum(axis=0)"))),
     ("the token table's gradient entry by entry", (
-        ("embedding", "embedding_backward", "np.add.at(dtok_emb.reshape(-1), entries, dx.reshape(-1))",
-         "np.add.at(dtok_emb, ids.reshape(-1), dx.reshape(-1, d))"),)),
+        edit("transformer/embedding.py:embedding_backward", "np.add.at(dtok_emb.reshape(-1), entries, dx.reshape(-1))",
+             "np.add.at(dtok_emb, ids.reshape(-1), dx.reshape(-1, d))"),)),
 )
 
 
 @contextlib.contextmanager
 def undone(edits):
-    """The package with `edits` applied: each edited function's code is swapped in place, so every caller,
-    whatever name it imported the function under, runs the plain way; restored on leaving."""
+    """The package with `edits` applied (tools/mutants.py's apply_edit, to the text of each function they name):
+    each edited function's code is swapped in place, so every caller, whatever name it imported the function
+    under, runs the plain way; restored on leaving."""
     sources = {}
-    for module, function, old, new in edits:
-        fn = getattr(importlib.import_module(f"transformer.{module}"), function)
-        text = sources.get(fn, textwrap.dedent(inspect.getsource(fn)))
-        if text.count(old) != 1:
-            raise ValueError(f"{module}.{function}: {old!r} occurs {text.count(old)} times, not once")
-        sources[fn] = text.replace(old, new)
+    for e in edits:
+        fn = getattr(importlib.import_module(Path(e.path).with_suffix("").as_posix().replace("/", ".")), e.function)
+        sources[fn] = apply_edit(sources.get(fn) or inspect.getsource(fn), e)[0]
     saved = {fn: fn.__code__ for fn in sources}
     try:
         for fn, text in sources.items():
@@ -159,6 +158,7 @@ def step_rows(name, rounds, calls=5):
 
     def shard():
         return loss_and_grads(params, ids, targets, cfg)[0]
+
     lines = []
     for what, edits in TRICKS:
         ours, plain, ratios = [], [], []
@@ -173,6 +173,7 @@ def step_rows(name, rounds, calls=5):
                      f"{statistics.median(plain) * 1e3:7.1f} ms   plain/ours {statistics.median(ratios):5.3f} "
                      f"({min(ratios):.3f} to {max(ratios):.3f})   losses {shard():.6f} / {plain_loss:.6f}")
     return lines
+
 
 def one_blas_thread():
     """BLAS on one thread for the block, as in a shard (threadpoolctl, of the `bench` extra); without

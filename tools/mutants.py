@@ -130,7 +130,7 @@ def apply_edit(source, e):
     count = scope.count(e.old)
     if count != 1:
         where = f"{e.path}:{e.function}" if e.function else e.path
-        raise ValueError(f"mutant edit does not fit the code: {e.old!r} occurs {count} times in {where}")
+        raise ValueError(f"edit does not fit the code: {e.old!r} occurs {count} times in {where}")
     at = start + scope.index(e.old)
     return source[:at] + e.new + source[at + len(e.old):], source.count("\n", 0, at) + 1
 

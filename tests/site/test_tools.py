@@ -14,6 +14,7 @@ import pytest
 from site_scripts.common import ROOT, cached_json
 from site_scripts import bench_rebuild
 from tools import bench_kernels, bench_step, bench_train_loop, scale_backward_outputs, vendor
+from tools.mutant_catalogue import edit
 
 
 def test_every_backward_output_becomes_a_mutant_that_compiles():
@@ -162,7 +163,7 @@ def test_a_trick_undone_runs_the_plain_way_in_every_caller_and_is_restored_after
     assert np.array_equal(plain, rows.sum(axis=0)) and np.array_equal(ours, np.ones(len(rows), np.float32) @ rows)
     assert linear.linear_backward.__code__ is code
     with pytest.raises(ValueError, match="occurs 0 times"):
-        with bench_kernels.undone([("linear", "linear_backward", "no such text", "x")]):
+        with bench_kernels.undone([edit("transformer/linear.py:linear_backward", "no such text", "x")]):
             pass
 
 
