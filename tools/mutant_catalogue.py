@@ -121,6 +121,19 @@ MUTANTS = (
            "every number is the same, and every process that never reaches GELU waits for the import.",
            (edit("transformer/activations.py", "import numpy as np\n", "import numpy as np\nimport scipy.special\n"),),
            about="transformer/activations.py:gelu_forward"),  # the import it delays happens at its first call
+    Mutant("gelu-tanh-grad-no-cubic-term",
+           "The tanh GELU's derivative forgets that z holds a cubic: z' is taken as sqrt(2/pi), without its "
+           "3 0.044715 x^2.",
+           (edit("transformer/activations.py:gelu_tanh_backward",
+                 "(1.0 + 3.0 * _TANH_CUBIC * x_inner * x_inner)", "1.0"),)),
+    Mutant("gelu-tanh-grad-sech-as-tanh",
+           "The tanh GELU's derivative writes tanh' as 1 - tanh instead of 1 - tanh^2.",
+           (edit("transformer/activations.py:gelu_tanh_backward", "sech2 = 1.0 - tanh * tanh", "sech2 = 1.0 - tanh"),)),
+    # GPT-2's layout: the tied head.
+    Mutant("tied-head-grad-not-added",
+           "With the head tied to the token table, tok_emb gets only the embedding's gradient: the head's share "
+           "is computed and dropped.",
+           (edit("transformer/model.py:backward", 'grads["tok_emb"] += dhead_w.T', 'grads["tok_emb"] += 0.0'),)),
     # Softmax and cross-entropy.
     Mutant("softmax-grad-no-subtraction",
            "Softmax's backward forgets to subtract sum_j dp_j p_j, as if each probability moved alone.",
@@ -208,10 +221,8 @@ MUTANTS = (
     Mutant("head-bias-grad-wrong-axis",
            "The output head's bias gradient is summed over the positions (axis 1) and then taken from the "
            "first sequence, instead of summed over the batch and the positions.",
-           (edit("transformer/model.py:backward",
-                 'dx, grads["head_w"], grads["head_b"] = linear_backward(dlogits, cache.head_cache)',
-                 'dx, grads["head_w"], grads["head_b"] = linear_backward(dlogits, cache.head_cache)\n'
-                 '    grads["head_b"] = dlogits.sum(axis=1)[0]'),)),
+           (edit("transformer/model.py:backward", 'grads["head_b"] = dhead_b',
+                 'grads["head_b"] = dlogits.sum(axis=1)[0]'),)),
     Mutant("xavier-fan-in-only",
            "Initialisation draws from +-sqrt(6/fan_in) instead of +-sqrt(6/(fan_in + fan_out)).",
            (edit("transformer/model.py:init_params", "np.sqrt(6.0 / (fan_in + fan_out))",

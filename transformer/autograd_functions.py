@@ -1,7 +1,8 @@
-"""The engine's functions beyond arithmetic: exp, log, ReLU, erf and GELU, the embedding gather, softmax.
+"""The engine's functions beyond arithmetic: exp, log, tanh, ReLU, erf and the two GELUs, the embedding gather,
+softmax.
 
 Each is a primitive with its own rule (the derivative of one function of one input), or a composition
-of primitives whose gradient the tape finds by itself (softmax, GELU). They build on `autograd.Tensor`
+of primitives whose gradient the tape finds by itself (softmax, both GELUs). They build on `autograd.Tensor`
 exactly as the arithmetic of transformer/autograd.py does; the composed model (autograd_model) uses both.
 
 NaN semantics, the same as transformer/activations.py's: a NaN input gives a NaN output, and a NaN input
@@ -30,6 +31,12 @@ def exp(a):
 def log(a):
     """Natural log; d/da = 1/a."""
     return Tensor(np.log(a.data), parents=(a,), op="log", rule=lambda g: (g / a.data,))
+
+
+def tanh(a):
+    """tanh(a); d/da = 1 - tanh(a)^2."""
+    out = np.tanh(a.data)
+    return Tensor(out, parents=(a,), op="tanh", rule=lambda g: (g * (1.0 - out * out),))
 
 
 def relu(a):
@@ -109,3 +116,9 @@ def detach_max(x, axis=-1, what="softmax"):
 def gelu(x):
     """Exact GELU, x Phi(x) with Phi(x) = (1 + erf(x / sqrt 2)) / 2, composed from erf, mul and add."""
     return x * ((erf(x * (1.0 / math.sqrt(2.0))) + 1.0) * 0.5)
+
+
+def gelu_tanh(x):
+    """GELU's tanh approximation (GPT-2's), x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2, composed from tanh,
+    power, mul and add: the tape finds its derivative, which transformer/activations.py writes by hand."""
+    return x * ((tanh((x + (x ** 3) * 0.044715) * math.sqrt(2.0 / math.pi)) + 1.0) * 0.5)

@@ -18,7 +18,7 @@ import numpy as np
 
 from .attention import attention_backward, attention_forward, causal_mask
 from .autograd import Tensor, backward
-from .autograd_functions import detach_max, embedding, exp, gelu, log, relu, softmax
+from .autograd_functions import detach_max, embedding, exp, gelu, gelu_tanh, log, relu, softmax
 from .block import ATTENTION_KEYS
 from .config import ModelConfig
 from .custom_gradient import custom_op
@@ -115,7 +115,7 @@ def block(x, p, cfg: ModelConfig, fused=()):
     a = norm(x, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
     h = x + (fused_attention(a, p, cfg) if "attention" in fused else attention(a, p, cfg.num_heads))
     u = norm(h, p["ln2_g"], p["ln2_b"], cfg.ln_eps) @ p["ff1_w"] + p["ff1_b"]  # (B, T, F)
-    u = relu(u) if cfg.activation == "relu" else gelu(u)
+    u = {"relu": relu, "gelu": gelu, "gelu_tanh": gelu_tanh}[cfg.activation](u)
     return h + (u @ p["ff2_w"] + p["ff2_b"])
 
 
@@ -168,7 +168,8 @@ def forward(leaves, ids, cfg: ModelConfig, fused=()):
         x = block(x, p, cfg, fused)
     norm = fused_layer_norm if "layer_norm" in fused else layer_norm
     x = norm(x, leaves["lnf_g"], leaves["lnf_b"], cfg.ln_eps)
-    return x @ leaves["head_w"] + leaves["head_b"]
+    logits = x @ (leaves["tok_emb"].swapaxes(0, 1) if cfg.tied_head else leaves["head_w"])  # GPT-2: the table, twice
+    return logits + leaves["head_b"] if cfg.head_bias else logits
 
 
 def as_leaves(params, cfg: ModelConfig):

@@ -19,8 +19,8 @@ from .errors import TransformerError
 CORPUS_ENV = "TRANSFORMER_CORPUS"
 # The ModelConfig fields that `train` takes as options (vocab_size comes from the tokenizer). Their help
 # is the field's own, read from ModelConfig like TrainConfig's: it is written in one place only.
-MODEL_OPTIONS = ("context_len", "emb_dim", "num_heads", "num_layers", "ff_dim", "activation", "attention",
-                 "flash_tile", "checkpoint_blocks")
+MODEL_OPTIONS = ("context_len", "emb_dim", "num_heads", "num_layers", "ff_dim", "activation", "tied_head",
+                 "head_bias", "attention", "flash_tile", "checkpoint_blocks")
 EXIT_USER_ERROR, EXIT_INTERRUPTED, EXIT_CHECK_FAILED = 2, 130, 1
 
 
@@ -44,9 +44,9 @@ def non_negative_int(text):
 
 def add_field_option(group, f, help_suffix=""):
     """Add the option of a config field: --name-with-dashes, its type and choices, and its help. A
-    True/False field is a flag that turns it on."""
+    True/False field is a pair of flags, --name and --no-name."""
     if isinstance(f.default, bool):
-        group.add_argument(_option(f.name), action="store_const", const=True, default=None,
+        group.add_argument(_option(f.name), action=argparse.BooleanOptionalAction, default=None,
                            help=f.metadata["help"] + help_suffix)
         return
     group.add_argument(_option(f.name), type=type(f.default), default=None, choices=f.metadata.get("choices"),
@@ -160,27 +160,27 @@ def add_sample_parser(sub):
                                                   "context, the same text as without these options)")
 
 
-def add_choice_option(parser, name="activation"):
+def add_choice_option(parser, name="activation", default=None):
     """--activation (or --attention) of gradcheck and crosscheck: the ModelConfig field, with its default
-    as a plain value."""
+    as a plain value (None: the preset's)."""
     f = next(f for f in fields(ModelConfig) if f.name == name)
-    parser.add_argument(_option(name), default=f.default, choices=f.metadata["choices"],
-                        help=f"{f.metadata['help']} (default: {f.default})")
+    parser.add_argument(_option(name), default=default, choices=f.metadata["choices"],
+                        help=f"{f.metadata['help']} (default: {default or 'the preset' + chr(39) + 's'})")
 
 
 def add_gradcheck_parser(sub):
     from .model import param_count
 
     check = sub.add_parser("gradcheck", help="compare every gradient with central differences")
-    check.add_argument("--preset", default="tiny", choices=["tiny", "default"],
-                       help=f"tiny ({param_count(PRESETS['tiny'])} parameters) or default "
-                            f"({param_count(PRESETS['default'])}: two forward passes per parameter, so far longer) "
-                            "(default: tiny)")
+    check.add_argument("--preset", default="tiny", choices=["tiny", "gpt2-tiny", "default"],
+                       help=f"tiny ({param_count(PRESETS['tiny'])} parameters), gpt2-tiny (GPT-2's layout, "
+                            f"{param_count(PRESETS['gpt2-tiny'])}) or default ({param_count(PRESETS['default'])}: "
+                            "two forward passes per parameter, so far longer) (default: tiny)")
     add_choice_option(check)
     add_choice_option(check, "attention")
     for f in fields(ModelConfig):
-        if f.name in ("flash_tile", "checkpoint_blocks"):
-            add_field_option(check, f, f" [{f.default}]")
+        if f.name in ("tied_head", "head_bias", "flash_tile", "checkpoint_blocks"):
+            add_field_option(check, f, " [the preset's]")
     check.add_argument("--batch", type=int, default=2, help="sequences in the batch (default: 2)")
     check.add_argument("--seed", type=non_negative_int, default=0,
                        help="seed of the parameters and the ids (default: 0)")
@@ -200,7 +200,10 @@ def add_crosscheck_parser(sub):
                        help="devices to try (default: all); missing ones are listed, not failed")
     cross.add_argument("--dtype", choices=["float32", "float64"], default=None,
                        help="torch dtype (default: float64 where the device has it, else float32)")
-    add_choice_option(cross)
+    add_choice_option(cross, default="relu")
+    for f in fields(ModelConfig):
+        if f.name in ("tied_head", "head_bias"):
+            add_field_option(cross, f, f" [{f.default}]")
     cross.add_argument("--seed", type=non_negative_int, default=0,
                        help="seed of the parameters and the ids (default: 0)")
     cross.add_argument("--json", metavar="PATH", help="also write the whole report as JSON")
@@ -218,7 +221,8 @@ def cmd_crosscheck(args):
     if args.json:
         with open(args.json, "a"):  # fail now, not after the run, if the path cannot be written
             pass
-    report = run_crosscheck(args.devices, dtype=args.dtype, activation=args.activation, seed=args.seed)
+    layout = {k: getattr(args, k) for k in ("tied_head", "head_bias") if getattr(args, k) is not None}
+    report = run_crosscheck(args.devices, dtype=args.dtype, activation=args.activation, seed=args.seed, **layout)
     print(format_report(report, verbose=args.verbose))
     if args.json:
         write_json(report, args.json)
@@ -410,10 +414,8 @@ def cmd_gradcheck(args):
     from .gradcheck import ABS_FLOOR, REL_TOL, check_passes, gradcheck_model
     from .model import param_shapes
 
-    cfg = preset(args.preset).with_(activation=args.activation, attention=args.attention,
-                                    checkpoint_blocks=bool(args.checkpoint_blocks))
-    if args.flash_tile is not None:
-        cfg = cfg.with_(flash_tile=args.flash_tile)
+    given = ("activation", "attention", "tied_head", "head_bias", "flash_tile", "checkpoint_blocks")
+    cfg = preset(args.preset).with_(**{k: getattr(args, k) for k in given if getattr(args, k) is not None})
     if args.batch < 1:
         raise TransformerError(f"--batch must be at least 1, got {args.batch}")
     rng = np.random.default_rng(args.seed)
@@ -423,7 +425,8 @@ def cmd_gradcheck(args):
     shapes = param_shapes(cfg)
     tile = f" (tile {cfg.flash_tile})" if cfg.attention == "flash" else ""
     policies = f"{cfg.attention} attention{tile}" + (", checkpointed blocks" if cfg.checkpoint_blocks else "")
-    print(f"float64 central differences (h = 1e-5), {cfg.activation}, {policies}, ids {shape}; "
+    head = ("tied head" if cfg.tied_head else "own head") + ("" if cfg.head_bias else " without bias")
+    print(f"float64 central differences (h = 1e-5), {cfg.activation}, {head}, {policies}, ids {shape}; "
           f"pass: relative gap < {REL_TOL:g} or absolute gap < {ABS_FLOOR:g}")
     print(f"{'parameter':<12} {'shape':<10} {'max abs gap':>12} {'relative gap':>13}  result")
     failed = 0

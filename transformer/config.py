@@ -13,7 +13,7 @@ import numpy as np
 
 from .errors import ConfigError
 
-ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
 ATTENTIONS = ("materialized", "flash")
 
 
@@ -79,7 +79,12 @@ class ModelConfig:
     ff_dim: int = field(default=128, metadata={"help": "F: hidden width of the feed-forward network (usually 4d)"})
     ln_eps: float = field(default=1e-5, metadata={"help": "added to the variance inside the square root"})
     activation: str = field(default="relu", metadata={
-        "help": "feed-forward non-linearity; gelu is the exact one, with erf", "choices": list(ACTIVATIONS)})
+        "help": "feed-forward non-linearity; gelu is the exact one, with erf; gelu_tanh its tanh approximation, "
+                "which GPT-2 was trained with", "choices": list(ACTIVATIONS)})
+    tied_head: bool = field(default=False, metadata={
+        "help": "the output head is the token table's transpose, as in GPT-2: no head_w, and the head's gradient "
+                "adds into tok_emb's"})
+    head_bias: bool = field(default=True, metadata={"help": "the output head adds a bias head_b (GPT-2's has none)"})
     attention: str = field(default="materialized", metadata={
         "help": "how attention is computed: materialized keeps the (T, T) probabilities for the backward; "
                 "flash walks the keys in tiles and keeps two numbers per row (same results, memory linear in T)",
@@ -106,9 +111,11 @@ class ModelConfig:
             raise ConfigError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         if not (isinstance(self.attention, str) and self.attention in ATTENTIONS):
             raise ConfigError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
-        if not isinstance(self.checkpoint_blocks, (bool, np.bool_)):
-            raise ConfigError(f"checkpoint_blocks must be True or False, got {self.checkpoint_blocks!r}")
-        object.__setattr__(self, "checkpoint_blocks", bool(self.checkpoint_blocks))
+        for name in ("tied_head", "head_bias", "checkpoint_blocks"):
+            value = getattr(self, name)
+            if not isinstance(value, (bool, np.bool_)):
+                raise ConfigError(f"{name} must be True or False, got {value!r}")
+            object.__setattr__(self, name, bool(value))
 
     @property
     def head_dim(self) -> int:
@@ -171,13 +178,22 @@ class ModelConfig:
         return replace(self, **changes)
 
 
-# Named presets. The default is the explained model the pages use; the others
-# are for benchmarks and the Tiny Shakespeare run (see the README).
+# GPT-2's layout: the tanh GELU, the head tied to the token table, no head bias. Its other choices (learned
+# positions, LayerNorm before each sublayer, biases on q, k, v, o and the feed-forward layers, eps 1e-5) are
+# this model's own.
+GPT2_LAYOUT = {"activation": "gelu_tanh", "tied_head": True, "head_bias": False}
+
+# Named presets. The default is the explained model the pages use; A and B are for benchmarks and the Tiny
+# Shakespeare run (see the README); gpt2 is GPT-2 small (124M), and gpt2-tiny a GPT-2-shaped model for tests.
 PRESETS = {
     "default": ModelConfig(),
     "A": ModelConfig(vocab_size=65, context_len=64, emb_dim=64, num_heads=4, num_layers=3, ff_dim=256),
     "B": ModelConfig(vocab_size=65, context_len=64, emb_dim=128, num_heads=4, num_layers=4, ff_dim=512),
     "tiny": ModelConfig(vocab_size=5, context_len=4, emb_dim=4, num_heads=2, num_layers=2, ff_dim=6),
+    "gpt2": ModelConfig(vocab_size=50257, context_len=1024, emb_dim=768, num_heads=12, num_layers=12, ff_dim=3072,
+                        **GPT2_LAYOUT),
+    "gpt2-tiny": ModelConfig(vocab_size=11, context_len=8, emb_dim=8, num_heads=2, num_layers=2, ff_dim=32,
+                             **GPT2_LAYOUT),
 }
 
 

@@ -280,7 +280,8 @@ def check_kv_cache(device, torch_device, dtype, cfg, params, ids):
     return rows
 
 
-def run_crosscheck(devices=DEVICES, dtype=None, activation="relu", seed=0, batch=2, seq_len=16):
+def run_crosscheck(devices=DEVICES, dtype=None, activation="relu", seed=0, batch=2, seq_len=16, tied_head=False,
+                   head_bias=True):
     """Run every check on every requested device.
 
     Parameters
@@ -290,13 +291,15 @@ def run_crosscheck(devices=DEVICES, dtype=None, activation="relu", seed=0, batch
     dtype : str, optional
         The torch dtype; by default each device's own. A device without float64 is checked in float32.
     activation : str
-        The model's activation, "relu" or "gelu".
+        The model's activation: one of the config's ACTIVATIONS.
     seed : int
         Seed of the parameters and the inputs.
     batch : int
         B, sequences per input.
     seq_len : int
         T, tokens per sequence.
+    tied_head, head_bias : bool
+        The head's layout (GPT-2's: tied, without bias).
 
     Returns
     -------
@@ -307,7 +310,7 @@ def run_crosscheck(devices=DEVICES, dtype=None, activation="relu", seed=0, batch
     import torch
 
 
-    cfg: ModelConfig = PRESETS["default"].with_(activation=activation)
+    cfg: ModelConfig = PRESETS["default"].with_(activation=activation, tied_head=tied_head, head_bias=head_bias)
     params = init_params(cfg, seed=seed, dtype=np.float64)
     rng = np.random.default_rng(seed)
     # Nudge LayerNorm gains and all biases off their initial 1 and 0 so that

@@ -14,21 +14,24 @@ import numpy as np
 
 from .crosscheck_rows import compare
 from .finetune import adapter_loss_and_grads, dense_base, frozen_params, quantize_base
-from .lora import TARGETS, LoRAConfig, init_adapters
+from .lora import LoRAConfig, init_adapters, present_targets
 from .model import forward, param_shapes
 from .softmax import cross_entropy_time_range_backward, cross_entropy_time_range_forward
 
-LORA = LoRAConfig(rank=4, alpha=8.0, targets=tuple(TARGETS))
+def lora_config(cfg):
+    """Rank 4 on every weight the model has (the head too, unless it is tied to the token table)."""
+    return LoRAConfig(rank=4, alpha=8.0, targets=present_targets(param_shapes(cfg)))
 
 
 def trained_adapters(cfg, seed):
     """Adapters as training leaves them (B no longer zero, or every B gradient would be compared at A's
     start only)."""
     rng = np.random.default_rng(seed + 17)
-    return {name: rng.standard_normal(a.shape) * 0.2 for name, a in init_adapters(param_shapes(cfg), LORA).items()}
+    shapes = init_adapters(param_shapes(cfg), lora_config(cfg))
+    return {name: rng.standard_normal(a.shape) * 0.2 for name, a in shapes.items()}
 
 
-def torch_adapted(base, adapters, torch_device, tdtype):
+def torch_adapted(base, adapters, torch_device, tdtype, scale):
     """The torch mirror's parameters: each adapted weight is W + s A B with A and B leaf tensors."""
     from .torch_mirror import to_torch
 
@@ -38,7 +41,7 @@ def torch_adapted(base, adapters, torch_device, tdtype):
     for name in adapters:
         if name.endswith(".lora_a"):
             weight = name[: -len(".lora_a")]
-            merged[weight] = tbase[weight] + LORA.scale * (tadapters[name] @ tadapters[f"{weight}.lora_b"])
+            merged[weight] = tbase[weight] + scale * (tadapters[name] @ tadapters[f"{weight}.lora_b"])
     return merged, tadapters
 
 
@@ -50,13 +53,13 @@ def check_finetune(device, torch_device, dtype, cfg, params, ids, targets, seed=
     from .torch_mirror import torch_forward
 
     tdtype = getattr(torch, dtype)
-    adapters = trained_adapters(cfg, seed)
+    lora, adapters = lora_config(cfg), trained_adapters(cfg, seed)
     rows = []
     T = np.shape(ids)[-1]
     for check, base, learn_from in (("lora", params, 0), ("qlora", quantize_base(params), T // 2)):
-        logits, _ = forward(frozen_params(base, adapters, LORA), ids, cfg)
-        loss, grads = adapter_loss_and_grads(base, adapters, ids, targets, cfg, LORA, learn_from)
-        merged, tadapters = torch_adapted(dense_base(base), adapters, torch_device, tdtype)
+        logits, _ = forward(frozen_params(base, adapters, lora), ids, cfg)
+        loss, grads = adapter_loss_and_grads(base, adapters, ids, targets, cfg, lora, learn_from)
+        merged, tadapters = torch_adapted(dense_base(base), adapters, torch_device, tdtype, lora.scale)
         tlogits = torch_forward(merged, ids, cfg)
         t = torch.as_tensor(np.asarray(targets)).to(tlogits.device)
         tloss = F.cross_entropy(tlogits[:, learn_from:].reshape(-1, cfg.vocab_size), t[:, learn_from:].reshape(-1))

@@ -22,7 +22,7 @@ from .errors import InputError
 from .kv_cache import BatchStep, KVCache
 from .layernorm import layer_norm_forward
 from .linear import linear_forward
-from .model import check_ids, check_params, forward
+from .model import check_ids, check_params, forward, head_weights
 from .softmax import softmax_forward
 
 
@@ -106,7 +106,7 @@ def decode_batch(params, tokens, caches, cfg):
     for cache, pos in zip(caches, positions):
         cache.length = int(pos) + 1
     x, _ = layer_norm_forward(x, params["lnf_g"], params["lnf_b"], cfg.ln_eps)
-    logits, _ = linear_forward(x, params["head_w"], params["head_b"])
+    logits, _ = linear_forward(x, *head_weights(params, cfg))
     return logits
 
 

@@ -48,13 +48,21 @@ class LoRAConfig:
         return self.alpha / self.rank
 
 
+def present_targets(param_shapes):
+    """The targets that name a weight of a model with these parameters: all of TARGETS, but "head" where the
+    head is tied to the token table (GPT-2's layout has no head_w)."""
+    suffixes = {name.rsplit(".", 1)[-1] for name in param_shapes}
+    return tuple(t for t, weight in TARGETS.items() if weight in suffixes)
+
+
 def adapter_shapes(param_shapes, lora: LoRAConfig):
     """The adapters of every targeted weight: `<weight>.lora_a` (in, r) and `<weight>.lora_b` (r, out).
 
     Raises
     ------
     ConfigError
-        If the rank exceeds a targeted weight's smaller side (the correction could not be low-rank).
+        If the rank exceeds a targeted weight's smaller side (the correction could not be low-rank), or a
+        target names no weight of the model (the head of GPT-2's layout is the token table, not a head_w).
     """
     shapes = {}
     for name, shape in param_shapes.items():
@@ -62,6 +70,10 @@ def adapter_shapes(param_shapes, lora: LoRAConfig):
             if lora.rank > min(shape):
                 raise ConfigError(f"lora rank {lora.rank} is larger than {name}'s smaller side {min(shape)}")
             shapes[f"{name}.lora_a"], shapes[f"{name}.lora_b"] = (shape[0], lora.rank), (lora.rank, shape[1])
+    absent = [t for t in lora.targets if t not in present_targets(param_shapes)]
+    if absent:
+        raise ConfigError(f"lora target {', '.join(absent)} names no weight of this model"
+                          + (" (its head is tied to the token table)" if "head" in absent else ""))
     return shapes
 
 

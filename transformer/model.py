@@ -4,6 +4,7 @@
 ids (B, T) -> tok_emb[ids] + pos_emb[:T]                 X (B, T, d)
 for each block l: X = block_l(X)                        X (B, T, d)
 LN_f(X) @ head_w + head_b                               logits (B, T, n_V)
+    (GPT-2's layout: head_w is tok_emb's transpose, and there is no head_b)
 mean cross-entropy over all B*T positions               loss
 ```
 """
@@ -44,12 +45,18 @@ def param_shapes(cfg: ModelConfig) -> dict:
     shapes = {"tok_emb": (n_v, d), "pos_emb": (t_max, d)}
     for layer in range(cfg.num_layers):
         shapes.update({f"b{layer}.{name}": block[name] for name in BLOCK_KEYS})
-    shapes.update({"lnf_g": (d,), "lnf_b": (d,), "head_w": (d, n_v), "head_b": (n_v,)})
+    shapes.update({"lnf_g": (d,), "lnf_b": (d,)})
+    if not cfg.tied_head:
+        shapes["head_w"] = (d, n_v)
+    if cfg.head_bias:
+        shapes["head_b"] = (n_v,)
     return shapes
 
 
 def param_count(cfg: ModelConfig) -> int:
     """Number of parameters, `N_θ = 2 n_V d + T_max d + 2d + n_V + L (4d^2 + 2dF + 9d + F)`.
+
+    A tied head has no table of its own (one n_V d fewer), and a head without bias no n_V.
 
     Parameters
     ----------
@@ -62,7 +69,8 @@ def param_count(cfg: ModelConfig) -> int:
         N_θ.
     """
     n_v, t_max, d, F, L = cfg.vocab_size, cfg.context_len, cfg.emb_dim, cfg.ff_dim, cfg.num_layers
-    return 2 * n_v * d + t_max * d + 2 * d + n_v + L * (4 * d * d + 2 * d * F + 9 * d + F)  # eq:param-count
+    count = 2 * n_v * d + t_max * d + 2 * d + n_v + L * (4 * d * d + 2 * d * F + 9 * d + F)  # eq:param-count
+    return count - cfg.tied_head * n_v * d - (not cfg.head_bias) * n_v  # eq:param-count-gpt2
 
 
 def init_params(cfg: ModelConfig, seed: int = 0, dtype=np.float64) -> dict:
@@ -191,6 +199,10 @@ class ModelCache(NamedTuple):
         The cache of the final `layer_norm_forward`.
     head_cache : LinearCache
         The cache of the output head's `linear_forward`.
+    tied_head : bool
+        The config's field: whether the head's weight gradient goes into tok_emb's (GPT-2's layout).
+    head_bias : bool
+        The config's field: whether the head has a bias to receive a gradient.
     """
 
     single: bool
@@ -198,6 +210,29 @@ class ModelCache(NamedTuple):
     block_caches: list
     lnf_cache: tuple
     head_cache: tuple
+    tied_head: bool = False
+    head_bias: bool = True
+
+
+def head_weights(params, cfg: ModelConfig):
+    """The output head's weight (d, n_V) and bias (n_V,): head_w and head_b, or in GPT-2's layout tok_emb's
+    transpose (a view, no copy) and zeros.
+
+    Parameters
+    ----------
+    params : dict
+        Parameter name to array.
+    cfg : ModelConfig
+        Supplies tied_head and head_bias.
+
+    Returns
+    -------
+    w, b
+        What `linear_forward` applies to LN_f's output.
+    """
+    w = params["tok_emb"].T if cfg.tied_head else params["head_w"]  # eq:head-tied
+    b = params["head_b"] if cfg.head_bias else np.zeros(cfg.vocab_size, dtype=params["tok_emb"].dtype)
+    return w, b
 
 
 def forward(params, ids, cfg: ModelConfig, trace=None):
@@ -246,10 +281,10 @@ def forward(params, ids, cfg: ModelConfig, trace=None):
         if trace is not None:
             trace.update({f"b{layer}.{name}": value for name, value in block_trace.items()})
     x, lnf_cache = layer_norm_forward(x, params["lnf_g"], params["lnf_b"], cfg.ln_eps)  # eq:model-lnf
-    logits, head_cache = linear_forward(x, params["head_w"], params["head_b"])  # eq:head
+    logits, head_cache = linear_forward(x, *head_weights(params, cfg))  # eq:head
     if trace is not None:
         trace.update({"lnf": x, "logits": logits})
-    cache = ModelCache(single, emb_cache, block_caches, lnf_cache, head_cache)
+    cache = ModelCache(single, emb_cache, block_caches, lnf_cache, head_cache, cfg.tied_head, cfg.head_bias)
     return (logits[0] if single else logits), cache
 
 
@@ -273,13 +308,18 @@ def backward(dlogits, cache, embeddings=True, trace=None):
     Returns
     -------
     grads : dict
-        Gradient of each parameter, with the keys of params. A weight that computes its own layer (in
+        Gradient of each parameter, with the keys of params (with a tied head, tok_emb's is the sum of what
+        the embedding and the head give it; without embeddings, the head's share is left out too). A weight that computes its own layer (in
         fine-tuning, `lora.Frozen`) has what its backward gives instead: its adapters' gradients or None.
     """
     if cache.single:
         dlogits = dlogits[None]
     steps, grads = {"dlogits": dlogits}, {}
-    dx, grads["head_w"], grads["head_b"] = linear_backward(dlogits, cache.head_cache)  # eq:head-grads eq:head-index
+    dx, dhead_w, dhead_b = linear_backward(dlogits, cache.head_cache)  # eq:head-grads eq:head-index
+    if not cache.tied_head:
+        grads["head_w"] = dhead_w
+    if cache.head_bias:
+        grads["head_b"] = dhead_b
     steps["dlnf"] = dx
     dx, grads["lnf_g"], grads["lnf_b"] = layer_norm_backward(dx, cache.lnf_cache)  # eq:model-lnf-grad
     for layer in reversed(range(len(cache.block_caches))):  # eq:model-blocks-grad eq:model-reverse
@@ -293,6 +333,8 @@ def backward(dlogits, cache, embeddings=True, trace=None):
     steps["dembedding"] = dx
     if embeddings:
         grads["tok_emb"], grads["pos_emb"] = embedding_backward(dx, cache.emb_cache)  # eq:model-embed-grad eq:model-many-uses
+        if cache.tied_head:  # the table is used twice, so its gradient is the sum of both uses'
+            grads["tok_emb"] += dhead_w.T  # eq:head-tied-grad
     if trace is not None:
         trace.update(steps)
     return grads

@@ -51,7 +51,10 @@ def torch_block(x, p, cfg, trace):
     u = F.layer_norm(h, (d,), p["ln2_g"], p["ln2_b"], cfg.ln_eps)
     trace.update({"ln1": a, "ln2": u})
     u = u @ p["ff1_w"] + p["ff1_b"]
-    u = F.relu(u) if cfg.activation == "relu" else F.gelu(u)  # gelu's default is the exact erf form
+    if cfg.activation == "relu":
+        u = F.relu(u)
+    else:  # gelu's default is the exact erf form; "tanh" is GPT-2's approximation
+        u = F.gelu(u, approximate="tanh" if cfg.activation == "gelu_tanh" else "none")
     y = h + u @ p["ff2_w"] + p["ff2_b"]
     trace["out"] = y
     return y
@@ -83,7 +86,9 @@ def torch_forward(tparams, ids, cfg, trace=None):
             x = torch_block(x, p, cfg, block_trace)
         trace.update({f"b{layer}.{name}": value for name, value in block_trace.items()})
     x = F.layer_norm(x, (cfg.emb_dim,), tparams["lnf_g"], tparams["lnf_b"], cfg.ln_eps)
-    logits = x @ tparams["head_w"] + tparams["head_b"]
+    logits = x @ (tparams["tok_emb"].T if cfg.tied_head else tparams["head_w"])  # GPT-2's head is the token table
+    if cfg.head_bias:
+        logits = logits + tparams["head_b"]
     trace.update({"lnf": x, "logits": logits})
     return logits[0] if single else logits
 

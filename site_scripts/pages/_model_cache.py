@@ -83,7 +83,8 @@ def fields_table():
     fwd, bwd = source.defs["forward"], source.defs["backward"]
     rows = []
     for name, value in zip(ModelCache._fields, cache, strict=True):
-        built = "; ".join(f"[{n}]({here('forward', n)})" + (f" `{c}`" if c else "") for n, c in made_at(fwd, name))
+        made = made_at(fwd, name) or [(built_line(fwd), None)]  # a config field, passed where the cache is made
+        built = "; ".join(f"[{n}]({here('forward', n)})" + (f" `{c}`" if c else "") for n, c in made)
         read = "; ".join(f"[{n}]({here('backward', n)}) `{code}`" for n, code in read_at(bwd, name))
         rows.append([f"`{name}`", described[name], built, contents(value), read])
     return md_table(["Field", "Holds", "Built at", "On the tiny example", "Read by backward at"], rows)

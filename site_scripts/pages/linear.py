@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from transformer.activations import (ACTIVATION_FUNCTIONS, gelu_backward, gelu_forward, relu_backward,
+from transformer.activations import (ACTIVATION_FUNCTIONS, gelu_backward, gelu_forward, gelu_tanh_backward,
+                                     gelu_tanh_forward, relu_backward,
                                      relu_forward)
 from transformer.config import PRESETS
 from transformer.linear import linear_backward, linear_forward
@@ -186,6 +187,24 @@ def gelu_root():
     return lo, float(grid[values.argmin()]), float(values.min()), float(grid[1] - grid[0])
 
 
+def gelu_tanh_values():
+    """The tanh approximation's derivative against its formula (with math.tanh, not the code) and against central
+    differences of the code's forward, at the points of the GELU table; and how far it lies from the exact GELU."""
+    points = np.linspace(-3.0, 3.0, 7)
+    c = math.sqrt(2 / math.pi)
+    formula = []
+    for x in points:
+        t = math.tanh(c * (x + 0.044715 * x ** 3))
+        formula.append(0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x))
+    code = gelu_tanh_backward(np.ones_like(points), gelu_tanh_forward(points)[1])
+    numeric = (gelu_tanh_forward(points + H_STEP)[0] - gelu_tanh_forward(points - H_STEP)[0]) / (2 * H_STEP)
+    (fgap, fverdict), (ngap, nverdict) = agreement(code, np.array(formula)), agreement(code, numeric)
+    grid = np.linspace(-6.0, 6.0, 120_001)
+    apart = np.abs(gelu_tanh_forward(grid)[0] - gelu_forward(grid)[0])
+    return {"formula_gap": fgap, "formula": fverdict, "numeric_gap": ngap, "numeric": nverdict,
+            "apart": float(apart.max()), "apart_at": float(abs(grid[apart.argmax()]))}
+
+
 def activation_checks():
     rows, (fgap, fverdict), (ngap, nverdict) = gelu_table()
     root, low, low_slope, step = gelu_root()
@@ -196,7 +215,8 @@ def activation_checks():
         "gelu_check": md_table(["\\(G\\)", "\\(\\Phi(G)\\)", "\\(G\\,\\Phi'(G)\\)", "\\(\\Phi + G\\,\\Phi'\\)", "code",
                                 "central difference", "|code − central|"], rows)}
     return tables, {"formula_gap": fgap, "formula": fverdict, "numeric_gap": ngap, "numeric": nverdict, "h": H_STEP,
-                    "root": root, "low": low, "low_slope": low_slope, "grid_step": step, "minus_sqrt2": -math.sqrt(2)}
+                    "root": root, "low": low, "low_slope": low_slope, "grid_step": step, "minus_sqrt2": -math.sqrt(2),
+                    "tanh": gelu_tanh_values()}
 
 
 # ---------------------------------------------------------------- initialisation
@@ -309,7 +329,7 @@ def gradcheck_md():
     z = rng.standard_normal((3, 6))
     z[np.abs(z) < KINK_GAP] += KINK_SHIFT  # away from ReLU's corner, where central differences straddle the kink
     dz = rng.standard_normal(z.shape)
-    for name, fwd, bwd in [("relu", relu_forward, relu_backward), ("gelu", gelu_forward, gelu_backward)]:
+    for name, (fwd, bwd) in ACTIVATION_FUNCTIONS.items():
         rows += sections.gradcheck_rows(weighted_sum(dz, fwd, z), [(f"{name}: dx", bwd(dz, fwd(z)[1]), z)], H_STEP)
     return sections.gradcheck_table(rows)
 

@@ -11,7 +11,7 @@ import numpy as np
 from transformer.block import BLOCK_KEYS
 from transformer.config import PRESETS, ModelConfig
 from transformer.generate import sample_rows
-from transformer.model import init_params, loss_and_grads, param_count, param_shapes
+from transformer.model import head_weights, init_params, loss_and_grads, param_count, param_shapes
 from transformer.optim import clip_grads, global_norm, is_decayed
 from transformer.softmax import cross_entropy_backward, cross_entropy_forward, softmax_forward
 from transformer.step import finite_loss_and_grads, train_step
@@ -161,15 +161,18 @@ def params():
              for k, s in shapes.items()]
     counts = []
     for name, c in PRESETS.items():
-        real = sum(v.size for v in init_params(c, seed=SEED).values())
-        counts.append([name, c.vocab_size, c.context_len, c.emb_dim, c.num_layers, c.ff_dim, param_count(c), real,
-                       "equal" if param_count(c) == real else "**DIFFER**"])
+        real = sum(v.size for v in init_params(c, seed=SEED, dtype=np.float32).values())  # float32: gpt2 is 124M
+        head = ("tied to `tok_emb`" if c.tied_head else "`head_w`") + (", `head_b`" if c.head_bias else ", no bias")
+        counts.append([name, c.vocab_size, c.context_len, c.emb_dim, c.num_layers, c.ff_dim, head, param_count(c),
+                       real, "equal" if param_count(c) == real else "**DIFFER**"])
+    gpt2 = PRESETS["gpt2"]
     tables = {"param_kinds": kinds_table(),
               "param_every": md_table(["Key", "Shape", "Scalars", "Weight decay"], every),
               "param_count": md_table(["Preset", r"\(n_V\)", r"\(T_{\max}\)", r"\(d\)", r"\(L\)", r"\(F\)",
-                                       "`param_count`", "Scalars `init_params` made", "Check"], counts)}
+                                       "Head", "`param_count`", "Scalars `init_params` made", "Check"], counts)}
     return tables, {"keys": len(shapes), "total": sum(int(np.prod(s)) for s in shapes.values()),
-                    "xavier": sections.page_link(PAGE, "linear", "eq-xavier")}
+                    "xavier": sections.page_link(PAGE, "linear", "eq-xavier"),
+                    "gpt2_table": gpt2.vocab_size * gpt2.emb_dim / param_count(gpt2)}
 
 
 # ---------------------------------------------------------------- the keys and the update
@@ -190,7 +193,23 @@ def keys():
             "n_block_keys": len(BLOCK_KEYS), "outside": [f"`{k}`" for k in ex.params if "." not in k],
             "head_shape": head.shape, "tok_shape": tok.shape, "shares": str(np.shares_memory(head, tok)),
             "differ": float(np.abs(head - tok.T).max()),
-            "grads_differ": float(np.abs(bw.grads["head_w"] - bw.grads["tok_emb"].T).max())}
+            "grads_differ": float(np.abs(bw.grads["head_w"] - bw.grads["tok_emb"].T).max()), **tied_head()}
+
+
+def tied_head():
+    """GPT-2's layout on gpt2-tiny: the head's weight is tok_emb's memory, and tok_emb's gradient is the
+    embedding's share (the gradient of the same model with its own head, set to the same values) plus the
+    head's share transposed."""
+    cfg = PRESETS["gpt2-tiny"]
+    params = init_params(cfg, seed=SEED)
+    ids, targets = np.array(TINY_IDS), np.array(TINY_TARGETS)
+    _, grads = loss_and_grads(params, ids, targets, cfg)
+    untied = cfg.with_(tied_head=False)
+    _, apart = loss_and_grads({**params, "head_w": params["tok_emb"].T.copy()}, ids, targets, untied)
+    unread = np.setdiff1d(np.arange(cfg.vocab_size), ids)
+    return {"tied_shares": str(np.shares_memory(head_weights(params, cfg)[0], params["tok_emb"])),
+            "tied_gap": float(np.abs(grads["tok_emb"] - (apart["tok_emb"] + apart["head_w"].T)).max()),
+            "tied_unread": len(unread), "unread_gap": float(np.abs(grads["tok_emb"] - apart["head_w"].T)[unread].max())}
 
 
 def update():

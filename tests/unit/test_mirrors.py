@@ -37,9 +37,9 @@ MIRRORS = {"torch (transformer/torch_mirror.py)": torch_grads,
 
 
 @pytest.mark.parametrize("mirror", MIRRORS)
-@pytest.mark.parametrize("activation", ["relu", "gelu"])
-def test_every_mirror_reaches_every_parameter_of_the_numpy_model(mirror, activation):
-    cfg = PRESETS["tiny"].with_(activation=activation)
+@pytest.mark.parametrize("cfg", [PRESETS["tiny"], PRESETS["tiny"].with_(activation="gelu"), PRESETS["gpt2-tiny"]],
+                         ids=["relu", "gelu", "gpt2"])
+def test_every_mirror_reaches_every_parameter_of_the_numpy_model(mirror, cfg):
     rng = np.random.default_rng(5)
     ids, targets = rng.integers(0, cfg.vocab_size, (2, 3)), rng.integers(0, cfg.vocab_size, (2, 3))
     reached = MIRRORS[mirror](init_params(cfg, seed=5), ids, targets, cfg)
