@@ -68,8 +68,10 @@ EXAMPLE_SEEDS = ("init_params", "gradient check")  # a page with a tiny example 
 PAGES = (
     Page("home", "index.md", "Home"),
     Page("tokenizer", "model/tokenizer.md", "Tokenizer", "Model",
-         functions=("data:make_tokenizer", "data:CharTokenizer", "data:ByteTokenizer"),
-         listings=("data:CharTokenizer", "data:ByteTokenizer", "data:make_tokenizer")),
+         functions=("data:make_tokenizer", "data:CharTokenizer", "data:ByteTokenizer", "bpe:GPT2Tokenizer",
+                    "bpe:pre_tokenize"),
+         listings=("data:CharTokenizer", "data:ByteTokenizer", "data:make_tokenizer", "bpe:byte_to_char",
+                   "bpe:char_class", "bpe:pre_tokenize", "bpe:GPT2Tokenizer")),
     Page("embeddings", "model/embeddings.md", "Embeddings", "Model",
          functions=("embedding:embedding_forward", "embedding:embedding_backward"), seeds=EXAMPLE_SEEDS,
          crosscheck=Rows("torch indexing (`tok_emb[ids] + pos_emb[:T]`) and autograd",

@@ -134,6 +134,11 @@ MUTANTS = (
            "With the head tied to the token table, tok_emb gets only the embedding's gradient: the head's share "
            "is computed and dropped.",
            (edit("transformer/model.py:backward", 'grads["tok_emb"] += dhead_w.T', 'grads["tok_emb"] += 0.0'),)),
+    # GPT-2's tokenizer.
+    Mutant("bpe-first-merge-lost",
+           "GPT-2's tokenizer skips two lines of vocab.bpe instead of its version line alone: the merge of rank 0 "
+           "(a space and t) is lost and every other rank is one lower.",
+           (edit("transformer/bpe.py:GPT2Tokenizer.__init__", ".splitlines()[1:]", ".splitlines()[2:]"),)),
     # Softmax and cross-entropy.
     Mutant("softmax-grad-no-subtraction",
            "Softmax's backward forgets to subtract sum_j dp_j p_j, as if each probability moved alone.",

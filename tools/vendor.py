@@ -1,10 +1,12 @@
-"""The site's JavaScript (MathJax and mermaid), served by the site itself rather than from a CDN.
+"""The site's JavaScript (MathJax and mermaid) and GPT-2's tokenizer files, from npm packages pinned by hash.
 
 `tools/vendor.lock.json` names each npm package by exact version and by the SHA-512 of its tarball (npm's
-`integrity`), and lists the files the site needs from it. This fetches exactly those tarballs with
-`npm pack` (the packages alone, none of their dependencies), refuses any whose hash is not the one recorded,
-and unpacks only the listed files into docs/assets/vendor/ (a folder in .gitignore). scripts/setup runs it
-when a vendored file is missing.
+`integrity`), and lists the files needed from it. This fetches exactly those tarballs with `npm pack` (the
+packages alone, none of their dependencies), refuses any whose hash is not the one recorded, and unpacks only
+the listed files into the package's folder (`into`, by default docs/assets/vendor/; both are in .gitignore).
+A file may also carry its own SHA-256 (`sha256`): GPT-2's `encoder.json` and `vocab.bpe` are checked against
+the hashes tiktoken publishes for them, so the files are the ones every GPT-2 tokenizer reads, whoever packed
+them. scripts/setup runs it when a file is missing.
 
     python -m tools.vendor             # fetch, check and unpack
     python -m tools.vendor --refresh   # after changing a version in the lock: record the registry's hash
@@ -26,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "tools" / "vendor.lock.json"
-VENDOR = ROOT / "docs" / "assets" / "vendor"
+VENDOR = "docs/assets/vendor"  # where a package's files go unless the lock says `into`
 
 
 class VendorError(Exception):
@@ -68,16 +70,28 @@ def npm_pack(name, version, into):
     return Path(into) / json.loads(done.stdout)[0]["filename"]
 
 
-def install(lock, dest=VENDOR):
-    """Fetch, check and unpack every package of the lock into dest, replacing it whole only at the end."""
+def check_files(folder, sha256, name):
+    """Each file's SHA-256 against the one the lock records for it."""
+    for target, expected in sha256.items():
+        got = hashlib.sha256((folder / target).read_bytes()).hexdigest()
+        if got != expected:
+            raise VendorError(f"{name}: {target} has SHA-256 {got}, the lock records {expected}")
+
+
+def install(lock, root=ROOT):
+    """Fetch, check and unpack every package of the lock into its folder under root; each folder is replaced
+    whole, and only once every package has been fetched and checked."""
     with tempfile.TemporaryDirectory() as tmp:
-        staged = Path(tmp) / "vendor"
+        staged = Path(tmp) / "staged"
         for name, entry in lock.items():
             tarball = npm_pack(name, entry["version"], tmp)
             check(tarball, name, entry["integrity"])
-            unpack(tarball, entry["files"], staged)
-        shutil.rmtree(dest, ignore_errors=True)
-        shutil.copytree(staged, dest)
+            folder = staged / entry.get("into", VENDOR)
+            unpack(tarball, entry["files"], folder)
+            check_files(folder, entry.get("sha256", {}), name)
+        for into in {entry.get("into", VENDOR) for entry in lock.values()}:
+            shutil.rmtree(root / into, ignore_errors=True)
+            shutil.copytree(staged / into, root / into)
 
 
 def refresh(lock):
@@ -104,7 +118,7 @@ def main(argv=None):
             print(f"recorded the hashes of {named(lock)} in {LOCK}")
         else:
             install(lock)
-            print(f"unpacked {named(lock)} into {VENDOR}")
+            print(f"unpacked {named(lock)} into {', '.join(sorted({e.get('into', VENDOR) for e in lock.values()}))}")
     except VendorError as e:
         sys.exit(f"error: {e}")
 

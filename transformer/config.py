@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, InputError
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
 ATTENTIONS = ("materialized", "flash")
@@ -55,6 +55,20 @@ def is_finite_number(value) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     return math.isfinite(value) if isinstance(value, float) else abs(value) <= sys.float_info.max
+
+
+def checked_ids(ids, vocab_size) -> np.ndarray:
+    """The ids as one flat integer array, refusing any id outside [0, vocab_size): a negative id would
+    otherwise index from the end, and a byte id of 300 would wrap to 44."""
+    flat = np.asarray(ids).reshape(-1)
+    if flat.size == 0:
+        return flat.astype(np.int64)
+    if flat.dtype.kind not in "iu":
+        raise InputError(f"token ids must be integers, got dtype {flat.dtype}")
+    bad = flat[(flat < 0) | (flat >= vocab_size)]
+    if bad.size:
+        raise InputError(f"token ids must lie in [0, {vocab_size}), got {bad[0]}")
+    return flat
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .bpe import GPT2Tokenizer
+from .config import checked_ids
 from .errors import CorpusError, InputError
 
 TRAIN_FRACTION = 0.9  # the standard split: first 90% train, last 10% validation
@@ -216,21 +218,7 @@ class ByteTokenizer:
         return {"kind": self.kind}
 
 
-TOKENIZERS = ("char", "byte")
-
-
-def checked_ids(ids, vocab_size) -> np.ndarray:
-    """The ids as one flat integer array, refusing any id outside [0, vocab_size): a negative id would
-    otherwise index from the end, and a byte id of 300 would wrap to 44."""
-    flat = np.asarray(ids).reshape(-1)
-    if flat.size == 0:
-        return flat.astype(np.int64)
-    if flat.dtype.kind not in "iu":
-        raise InputError(f"token ids must be integers, got dtype {flat.dtype}")
-    bad = flat[(flat < 0) | (flat >= vocab_size)]
-    if bad.size:
-        raise InputError(f"token ids must lie in [0, {vocab_size}), got {bad[0]}")
-    return flat
+TOKENIZERS = ("char", "byte", "gpt2")
 
 
 def make_tokenizer(kind: str, text: str):
@@ -239,13 +227,13 @@ def make_tokenizer(kind: str, text: str):
     Parameters
     ----------
     kind : str
-        "char" or "byte" (see TOKENIZERS).
+        "char", "byte" or "gpt2" (see TOKENIZERS).
     text : str
         The corpus; the character tokenizer takes its vocabulary from it.
 
     Returns
     -------
-    CharTokenizer or ByteTokenizer
+    CharTokenizer, ByteTokenizer or GPT2Tokenizer
         The tokenizer.
 
     Raises
@@ -257,6 +245,8 @@ def make_tokenizer(kind: str, text: str):
         return CharTokenizer.from_text(text)
     if kind == "byte":
         return ByteTokenizer()
+    if kind == "gpt2":
+        return GPT2Tokenizer()
     raise InputError(f"unknown tokenizer {kind!r}; choose one of {', '.join(TOKENIZERS)}")
 
 
@@ -270,8 +260,8 @@ def tokenizer_from_dict(d: dict):
 
     Returns
     -------
-    CharTokenizer or ByteTokenizer
-        The tokenizer.
+    CharTokenizer, ByteTokenizer or GPT2Tokenizer
+        The tokenizer (GPT-2's read again from its files, see `bpe.find_files`).
 
     Raises
     ------
@@ -285,6 +275,8 @@ def tokenizer_from_dict(d: dict):
         return CharTokenizer(d["chars"])
     if kind == "byte":
         return ByteTokenizer()
+    if kind == "gpt2":
+        return GPT2Tokenizer()
     raise InputError(f"unknown tokenizer description {d!r}")
 
 

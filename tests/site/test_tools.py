@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -233,6 +234,34 @@ def test_vendor_unpacks_only_the_listed_files_to_the_places_the_lock_names(tmp_p
     assert got == ["f/a.woff", "f/sub/b.woff", "x.min.js"]
     with pytest.raises(vendor.VendorError, match="p.tgz has no package/missing.js"):
         vendor.unpack(tarball, {"package/missing.js": "m.js"}, tmp_path / "out")
+
+
+def test_vendor_refuses_a_file_whose_sha256_is_not_the_locked_one(tmp_path):
+    """GPT-2's tokenizer files carry tiktoken's published SHA-256 besides the tarball's hash; here on a known
+    input, the SHA-256 of b"abc" from FIPS 180-2."""
+    (tmp_path / "vocab.bpe").write_bytes(b"abc")
+    abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    vendor.check_files(tmp_path, {"vocab.bpe": abc}, "p")
+    (tmp_path / "vocab.bpe").write_bytes(b"abd")
+    with pytest.raises(vendor.VendorError, match=f"p: vocab.bpe has SHA-256 [0-9a-f]{{64}}, the lock records {abc}"):
+        vendor.check_files(tmp_path, {"vocab.bpe": abc}, "p")
+
+
+def test_vendor_puts_each_package_in_its_own_folder_and_replaces_only_those(tmp_path, monkeypatch):
+    import shutil
+
+    (tmp_path / "src").mkdir()
+    tarballs = {"a": _tarball(tmp_path / "src" / "a.tgz", {"package/a.js": b"a"}),
+                "b": _tarball(tmp_path / "src" / "b.tgz", {"package/b.txt": b"b"})}
+    monkeypatch.setattr(vendor, "npm_pack", lambda name, version, into: Path(shutil.copy(tarballs[name], into)))
+    lock = {"a": {"version": "1.0.0", "integrity": vendor.integrity(tarballs["a"]), "files": {"package/a.js": "a.js"}},
+            "b": {"version": "1.0.0", "integrity": vendor.integrity(tarballs["b"]), "files": {"package/b.txt": "b.txt"},
+                  "into": "data/b"}}
+    (tmp_path / "data" / "keep").mkdir(parents=True)
+    vendor.install(lock, tmp_path)
+    assert (tmp_path / vendor.VENDOR / "a.js").read_bytes() == b"a"
+    assert (tmp_path / "data" / "b" / "b.txt").read_bytes() == b"b"
+    assert (tmp_path / "data" / "keep").is_dir()  # a folder beside the package's is left alone
 
 
 def test_vendor_lock_names_exact_versions_and_full_hashes():

@@ -20,7 +20,7 @@ from transformer.gpt2 import from_hf, to_hf
 from transformer.gradcheck import REL_TOL, check_passes, gradcheck_model, numerical_grad, relative_gap
 from transformer.kv_cache import PagedCache, PagePool
 from transformer.lora import LoRAConfig, init_adapters, present_targets
-from transformer.model import backward, forward, init_params, loss_and_grads, param_count, param_shapes
+from transformer.model import forward, init_params, loss_and_grads, param_count, param_shapes
 
 CFG = PRESETS["gpt2-tiny"]
 EQUAL_REL = 1e-12

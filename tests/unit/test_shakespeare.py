@@ -3,30 +3,11 @@
     scripts/test -m slow
 """
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from transformer.config import PRESETS
 from transformer.train import train
 from transformer.train_config import TrainConfig
-
-ROOT = Path(__file__).resolve().parents[2]
-CORPUS = Path(os.environ.get("TRANSFORMER_CORPUS", ROOT / "data" / "tinyshakespeare" / "input.txt"))
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    if not CORPUS.is_file():
-        result = subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_corpus.py")],
-                                capture_output=True, text=True)
-        if result.returncode != 0 or not CORPUS.is_file():
-            pytest.skip(f"Tiny Shakespeare is not available: {result.stderr.strip()}")
-    return CORPUS
-
 
 @pytest.mark.slow
 def test_config_a_learns_tiny_shakespeare_in_1000_steps(tmp_path, corpus):
