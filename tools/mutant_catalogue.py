@@ -129,11 +129,15 @@ MUTANTS = (
     Mutant("gelu-tanh-grad-sech-as-tanh",
            "The tanh GELU's derivative writes tanh' as 1 - tanh instead of 1 - tanh^2.",
            (edit("transformer/activations.py:gelu_tanh_backward", "sech2 = 1.0 - tanh * tanh", "sech2 = 1.0 - tanh"),)),
-    # GPT-2's layout: the tied head.
+    # GPT-2's layout: the tied head and the checkpoint's names.
     Mutant("tied-head-grad-not-added",
            "With the head tied to the token table, tok_emb gets only the embedding's gradient: the head's share "
            "is computed and dropped.",
            (edit("transformer/model.py:backward", 'grads["tok_emb"] += dhead_w.T', 'grads["tok_emb"] += 0.0'),)),
+    Mutant("gpt2-c-attn-split-k-first",
+           "A GPT-2 checkpoint's c_attn is split as k, q, v instead of q, k, v.",
+           (edit("transformer/gpt2.py", 'QKV = ("q", "k", "v")', 'QKV = ("k", "q", "v")'),),
+           about="transformer/gpt2.py:hf_names"),
     # GPT-2's tokenizer.
     Mutant("bpe-first-merge-lost",
            "GPT-2's tokenizer skips two lines of vocab.bpe instead of its version line alone: the merge of rank 0 "

@@ -1,8 +1,9 @@
 """A temporary copy of the project, and pytest run in it: what the mutation tools (tools/mutants.py,
 tools/scale_backward_outputs.py) and tools/checked_by.py do, so that the working tree is never touched.
 
-The copy holds the package, the unit tests (tests/unit: the tests that judge the model) and pyproject.toml
-(pytest's settings); nothing of the site or the tools.
+The copy holds the package, the unit tests (tests/unit: the tests that judge the model), pyproject.toml
+(pytest's settings) and, where set-up has fetched them, GPT-2's tokenizer files (data/gpt2, which the
+tokenizer's tests read); nothing of the site or the tools.
 """
 
 import os
@@ -18,6 +19,7 @@ from .common import ROOT
 
 UNIT_TESTS = "tests/unit"
 COPIED = ("transformer", UNIT_TESTS, "pyproject.toml")
+COPIED_IF_THERE = ("data/gpt2",)  # fetched by scripts/setup, not in git
 
 
 @contextmanager
@@ -27,7 +29,7 @@ def project_copy(change=None, prefix="mutant-", source=ROOT):
     made meanwhile changes neither); `change(folder)` edits it before use."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         copy = Path(tmp)
-        for item in COPIED:
+        for item in COPIED + tuple(i for i in COPIED_IF_THERE if (Path(source) / i).exists()):
             src = Path(source) / item
             if src.is_dir():
                 shutil.copytree(src, copy / item, ignore=shutil.ignore_patterns("__pycache__"))

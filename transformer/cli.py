@@ -15,6 +15,7 @@ import numpy as np
 from .config import PRESETS, ModelConfig, preset
 from .crosscheck import DEVICES
 from .errors import TransformerError
+from .gpt2_cli import GPT2_COMMANDS, add_gpt2_parsers
 
 CORPUS_ENV = "TRANSFORMER_CORPUS"
 # The ModelConfig fields that `train` takes as options (vocab_size comes from the tokenizer). Their help
@@ -67,6 +68,7 @@ def build_parser(prog="python -m transformer"):
     add_sample_parser(sub)
     add_gradcheck_parser(sub)
     add_crosscheck_parser(sub)
+    add_gpt2_parsers(sub)
     return parser
 
 
@@ -346,7 +348,7 @@ def cmd_sample(args):
         ckpt.params = adapted_model(ckpt, args)
     prompt = args.prompt
     if prompt is None:
-        prompt = "\n" if ckpt.tokenizer.kind == "byte" or "\n" in ckpt.tokenizer.chars else ckpt.tokenizer.chars[0]
+        prompt = "\n" if ckpt.tokenizer.kind != "char" or "\n" in ckpt.tokenizer.chars else ckpt.tokenizer.chars[0]
     serving = (args.prompts_file, args.page_size, args.pool_pages, args.max_batch, args.keep)
     if any(option is not None for option in serving):
         return sample_together(ckpt, args, [prompt] if args.prompts_file is None else read_prompts(args))
@@ -442,7 +444,8 @@ def cmd_gradcheck(args):
     return EXIT_CHECK_FAILED if failed else 0
 
 
-COMMANDS = {"train": cmd_train, "finetune": cmd_finetune, "sample": cmd_sample, "gradcheck": cmd_gradcheck, "crosscheck": cmd_crosscheck}
+COMMANDS = {"train": cmd_train, "finetune": cmd_finetune, "sample": cmd_sample, "gradcheck": cmd_gradcheck,
+            "crosscheck": cmd_crosscheck, **GPT2_COMMANDS}
 TRAINING = ("train", "finetune")  # the commands that run the training loop, and take its hooks
 
 

@@ -19,9 +19,15 @@ matrix is transposed; only q, k and v, fused into one c_attn, are split. The nam
 `transformer.` (a GPT2LMHeadModel's state) or not (a GPT2Model's, as in the original checkpoint).
 """
 
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
 import numpy as np
 
-from .config import ModelConfig
+from .config import GPT2_LAYOUT, ModelConfig
 from .errors import ConfigError
 from .model import param_shapes
 
@@ -77,6 +83,7 @@ def from_hf(state: dict, cfg: ModelConfig) -> dict:
     """
     check_gpt2_layout(cfg)
     state = {name.removeprefix(PREFIX): array for name, array in state.items()}
+    drop_mask_buffers(state, cfg)
     head = state.pop("lm_head.weight", None)
     if head is not None and not np.array_equal(head, state.get("wte.weight")):
         raise ConfigError("lm_head.weight differs from wte.weight: this model's head is tied to the token table")
@@ -95,9 +102,166 @@ def from_hf(state: dict, cfg: ModelConfig) -> dict:
     return {name: params[name] for name in shapes}
 
 
+def drop_mask_buffers(state, cfg: ModelConfig):
+    """Take out the causal masks that older GPT-2 checkpoints store beside the weights (`h.{l}.attn.bias`, ones
+    on and below the diagonal, and `h.{l}.attn.masked_bias`, the number written into masked scores): this model
+    builds its mask itself, so a stored one is only checked to be the same causal mask."""
+    for l in range(cfg.num_layers):
+        state.pop(f"h.{l}.attn.masked_bias", None)
+        mask = state.pop(f"h.{l}.attn.bias", None)
+        if mask is not None and not np.array_equal(np.asarray(mask).reshape(mask.shape[-2:]),
+                                                   np.tril(np.ones(mask.shape[-2:]))):
+            raise ConfigError(f"tensor h.{l}.attn.bias is not the causal mask this model applies")
+
+
 def to_hf(params: dict, cfg: ModelConfig, prefix=PREFIX) -> dict:
     """A GPT-2 state dictionary (`from_hf`'s inverse): q, k and v joined into c_attn, lm_head.weight left out
     (tied; `transformers` restores it from wte)."""
     check_gpt2_layout(cfg)
     return {prefix + hf: np.concatenate([params[n] for n in ours], axis=-1) if len(ours) > 1 else params[ours[0]]
             for hf, ours in hf_names(cfg).items()}
+
+
+# ---------------------------------------------------------------- safetensors, read and written with numpy
+
+DTYPES = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2")}  # the float types numpy holds
+CONFIG_NAME, WEIGHTS_NAME = "config.json", "model.safetensors"
+
+
+def read_safetensors(path) -> dict:
+    """The tensors of a .safetensors file: 8 bytes (little-endian) giving the header's length, a JSON header
+    naming each tensor's dtype, shape and byte range, then the bytes of every tensor, back to back.
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    dict
+        Tensor name to array (read-only views of the file's bytes, in the header's order).
+
+    Raises
+    ------
+    CheckpointError
+        If the file is truncated or its header is not valid: the message names the tensor or the byte offset.
+    """
+    from .errors import CheckpointError
+
+    data = Path(path).read_bytes()
+    if len(data) < 8:
+        raise CheckpointError(f"{path}: {len(data)} bytes, too short for a safetensors header's length")
+    size = int.from_bytes(data[:8], "little")
+    if 8 + size > len(data):
+        raise CheckpointError(f"{path}: the header claims bytes 8 to {8 + size}, the file ends at byte {len(data)}")
+    try:
+        header = json.loads(data[8:8 + size])
+    except ValueError as e:
+        raise CheckpointError(f"{path}: the header is not JSON ({e})") from None
+    body, tensors = memoryview(data)[8 + size:], {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = DTYPES.get(info.get("dtype"))
+        if dtype is None:
+            raise CheckpointError(f"{path}: tensor {name} has dtype {info.get('dtype')}; a GPT-2 checkpoint holds "
+                                  f"floats ({', '.join(DTYPES)})")
+        begin, stop = info["data_offsets"]
+        shape = tuple(info["shape"])
+        if stop - begin != dtype.itemsize * math.prod(shape):
+            raise CheckpointError(f"{path}: tensor {name} has {stop - begin} bytes for shape {shape} of {info['dtype']}")
+        if stop > len(body):
+            raise CheckpointError(f"{path}: tensor {name} ends at byte {8 + size + stop}, the file at byte {len(data)}")
+        tensors[name] = np.frombuffer(body[begin:stop], dtype=dtype).reshape(shape)
+    return tensors
+
+
+def write_safetensors(path, tensors: dict, metadata=None):
+    """Write tensors as a .safetensors file (`read_safetensors`'s layout; the header padded with spaces to a
+    multiple of 8 bytes, as the format asks), to a temporary name first and then renamed over path."""
+    header, offset = {}, 0
+    if metadata:
+        header["__metadata__"] = metadata
+    arrays = {name: np.ascontiguousarray(a, dtype=np.asarray(a).dtype.newbyteorder("<")) for name, a in tensors.items()}
+    for name, a in arrays.items():
+        kind = next(k for k, d in DTYPES.items() if d == a.dtype)
+        header[name] = {"dtype": kind, "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    write_atomically(path, [len(text).to_bytes(8, "little"), text, *(a.tobytes() for a in arrays.values())])
+
+
+def write_atomically(path, chunks):
+    """Write the byte chunks to path through a temporary file in its folder, renamed over it once complete."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+# ---------------------------------------------------------------- a Hugging Face GPT-2 folder
+
+def config_from_hf(hf: dict) -> ModelConfig:
+    """A ModelConfig from a GPT-2 config.json; a config that is not GPT-2's layout is refused."""
+    if hf.get("activation_function", "gelu_new") != "gelu_new" or not hf.get("tie_word_embeddings", True):
+        raise ConfigError("config.json is not GPT-2's layout: it needs activation_function gelu_new and tied "
+                          "word embeddings")
+    d = hf["n_embd"]
+    return ModelConfig(vocab_size=hf["vocab_size"], context_len=hf["n_positions"], emb_dim=d,
+                       num_heads=hf["n_head"], num_layers=hf["n_layer"], ff_dim=hf.get("n_inner") or 4 * d,
+                       ln_eps=hf.get("layer_norm_epsilon", 1e-5), **GPT2_LAYOUT)
+
+
+def config_to_hf(cfg: ModelConfig) -> dict:
+    """config.json for a GPT-2 of this config (`config_from_hf`'s inverse), as transformers reads it."""
+    check_gpt2_layout(cfg)
+    return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": cfg.vocab_size,
+            "n_positions": cfg.context_len, "n_embd": cfg.emb_dim, "n_head": cfg.num_heads, "n_layer": cfg.num_layers,
+            "n_inner": cfg.ff_dim, "layer_norm_epsilon": cfg.ln_eps, "activation_function": "gelu_new",
+            "tie_word_embeddings": True, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+
+
+def load_gpt2(folder):
+    """Read a Hugging Face GPT-2 folder (config.json and model.safetensors) as (params, cfg).
+
+    Raises
+    ------
+    CheckpointError, ConfigError
+        If a file is missing or malformed, or a tensor is missing, extra or of the wrong shape or dtype.
+    """
+    from .errors import CheckpointError
+
+    folder = Path(folder)
+    missing = [n for n in (CONFIG_NAME, WEIGHTS_NAME) if not (folder / n).is_file()]
+    if missing:
+        old = " (pytorch_model.bin is not read: convert it to safetensors)" if (folder / "pytorch_model.bin").exists() else ""
+        raise CheckpointError(f"{folder}: {', '.join(missing)} missing{old}")
+    try:
+        hf = json.loads((folder / CONFIG_NAME).read_text())
+    except ValueError as e:
+        raise CheckpointError(f"{folder / CONFIG_NAME}: not JSON ({e})") from None
+    try:
+        cfg = config_from_hf(hf)
+    except (KeyError, TypeError) as e:  # a size missing, or not a mapping
+        raise CheckpointError(f"{folder / CONFIG_NAME}: not a GPT-2 config ({e!r} missing or malformed)") from None
+    state = read_safetensors(folder / WEIGHTS_NAME)
+    dtypes = {a.dtype for a in state.values()}
+    if len(dtypes) > 1:
+        raise CheckpointError(f"{folder / WEIGHTS_NAME}: tensors of several dtypes ({', '.join(map(str, dtypes))})")
+    return from_hf(state, cfg), cfg
+
+
+def save_gpt2(folder, params, cfg: ModelConfig):
+    """Write params as a Hugging Face GPT-2 folder that transformers' `GPT2LMHeadModel.from_pretrained` reads."""
+    folder = Path(folder)
+    state = to_hf(params, cfg)
+    write_safetensors(folder / WEIGHTS_NAME, state, {"format": "pt"})
+    write_atomically(folder / CONFIG_NAME, [json.dumps(config_to_hf(cfg), indent=2).encode() + b"\n"])
