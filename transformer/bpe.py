@@ -22,7 +22,6 @@ tokenizer with tiktoken and transformers.
 import json
 import os
 import unicodedata
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +136,7 @@ class GPT2Tokenizer:
         self.ranks = {tuple(map(as_bytes, line.split(" "))): rank for rank, line in enumerate(lines) if line}
         self.tokens = {i: token for token, i in self.ids.items()}
         self.special = special
+        self.seen = {}  # word (bytes) -> its ids, filled by word_ids
         merged = {a + b for a, b in self.ranks}
         if len(self.ids) + len(special) != len(encoder) or not merged <= set(self.ids):
             raise InputError(f"{folder}: encoder.json and vocab.bpe do not describe the same vocabulary")
@@ -174,10 +174,11 @@ class GPT2Tokenizer:
             steps.append((best, self.ranks[best], parts))
         return steps
 
-    @lru_cache(maxsize=65536)  # noqa: B019 - a tokenizer lives as long as its users; words repeat in text
     def word_ids(self, word: bytes) -> tuple:
-        """The ids of one pre-tokenised word's bytes after every merge."""
-        return tuple(self.ids[part] for part in self.merge_steps(word)[-1][2])
+        """The ids of one pre-tokenised word's bytes after every merge (remembered: words repeat in text)."""
+        if word not in self.seen:
+            self.seen[word] = tuple(self.ids[part] for part in self.merge_steps(word)[-1][2])
+        return self.seen[word]
 
     def encode(self, text: str) -> np.ndarray:
         """Turn text into GPT-2's token ids.

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import GPT2_LAYOUT, ModelConfig
+from .config import GPT2_LAYOUT, ModelConfig, is_int
 from .errors import ConfigError
 from .model import param_shapes
 
@@ -158,22 +158,37 @@ def read_safetensors(path) -> dict:
         header = json.loads(data[8:8 + size])
     except ValueError as e:
         raise CheckpointError(f"{path}: the header is not JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: the header is not a JSON object")
     body, tensors = memoryview(data)[8 + size:], {}
     for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = DTYPES.get(info.get("dtype"))
-        if dtype is None:
-            raise CheckpointError(f"{path}: tensor {name} has dtype {info.get('dtype')}; a GPT-2 checkpoint holds "
-                                  f"floats ({', '.join(DTYPES)})")
-        begin, stop = info["data_offsets"]
-        shape = tuple(info["shape"])
-        if stop - begin != dtype.itemsize * math.prod(shape):
-            raise CheckpointError(f"{path}: tensor {name} has {stop - begin} bytes for shape {shape} of {info['dtype']}")
-        if stop > len(body):
-            raise CheckpointError(f"{path}: tensor {name} ends at byte {8 + size + stop}, the file at byte {len(data)}")
-        tensors[name] = np.frombuffer(body[begin:stop], dtype=dtype).reshape(shape)
+        if name != "__metadata__":
+            dtype, shape, begin, stop = tensor_entry(path, name, info)
+            if stop > len(body):
+                raise CheckpointError(f"{path}: tensor {name} ends at byte {8 + size + stop}, the file at byte {len(data)}")
+            tensors[name] = np.frombuffer(body[begin:stop], dtype=dtype).reshape(shape)
     return tensors
+
+
+def tensor_entry(path, name, info):
+    """(dtype, shape, begin, end) of one tensor's header entry, each checked; a CheckpointError names the tensor."""
+    from .errors import CheckpointError
+
+    if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
+        raise CheckpointError(f"{path}: tensor {name} lacks its dtype, shape or data_offsets")
+    dtype = DTYPES.get(info["dtype"]) if isinstance(info["dtype"], str) else None
+    if dtype is None:
+        raise CheckpointError(f"{path}: tensor {name} has dtype {info['dtype']}; a GPT-2 checkpoint holds floats "
+                              f"({', '.join(DTYPES)})")
+    shape, offsets = info["shape"], info["data_offsets"]
+    whole = lambda values, n: isinstance(values, list) and (n is None or len(values) == n) and all(  # noqa: E731
+        is_int(v) and v >= 0 for v in values)
+    if not (whole(shape, None) and whole(offsets, 2) and offsets[0] <= offsets[1]):
+        raise CheckpointError(f"{path}: tensor {name} has shape {shape} and data_offsets {offsets}: not sizes")
+    if offsets[1] - offsets[0] != dtype.itemsize * math.prod(shape):
+        raise CheckpointError(f"{path}: tensor {name} has {offsets[1] - offsets[0]} bytes for shape {tuple(shape)} "
+                              f"of {info['dtype']}")
+    return dtype, tuple(shape), offsets[0], offsets[1]
 
 
 def write_safetensors(path, tensors: dict, metadata=None):
@@ -248,10 +263,14 @@ def load_gpt2(folder):
         hf = json.loads((folder / CONFIG_NAME).read_text())
     except ValueError as e:
         raise CheckpointError(f"{folder / CONFIG_NAME}: not JSON ({e})") from None
+    if not isinstance(hf, dict):
+        raise CheckpointError(f"{folder / CONFIG_NAME}: not a JSON object")
     try:
         cfg = config_from_hf(hf)
-    except (KeyError, TypeError) as e:  # a size missing, or not a mapping
-        raise CheckpointError(f"{folder / CONFIG_NAME}: not a GPT-2 config ({e!r} missing or malformed)") from None
+    except KeyError as e:
+        raise CheckpointError(f"{folder / CONFIG_NAME}: {e.args[0]} missing") from None
+    except TypeError:  # n_embd not a number, say
+        raise CheckpointError(f"{folder / CONFIG_NAME}: a size is not a number") from None
     state = read_safetensors(folder / WEIGHTS_NAME)
     dtypes = {a.dtype for a in state.values()}
     if len(dtypes) > 1:

@@ -70,7 +70,11 @@ def param_count(cfg: ModelConfig) -> int:
     """
     n_v, t_max, d, F, L = cfg.vocab_size, cfg.context_len, cfg.emb_dim, cfg.ff_dim, cfg.num_layers
     count = 2 * n_v * d + t_max * d + 2 * d + n_v + L * (4 * d * d + 2 * d * F + 9 * d + F)  # eq:param-count
-    return count - cfg.tied_head * n_v * d - (not cfg.head_bias) * n_v  # eq:param-count-gpt2
+    if cfg.tied_head:  # no head table of its own
+        count -= n_v * d  # eq:param-count-gpt2
+    if not cfg.head_bias:
+        count -= n_v  # eq:param-count-gpt2
+    return count
 
 
 def init_params(cfg: ModelConfig, seed: int = 0, dtype=np.float64) -> dict:

@@ -91,6 +91,19 @@ def test_a_tensor_of_integers_is_refused_by_name(hf_folder, tmp_path):
         load_gpt2(bad)
 
 
+@pytest.mark.parametrize("entry, message", [
+    ('"transformer.wte.weight":7', "tensor transformer.wte.weight lacks its dtype, shape or data_offsets"),
+    ('"transformer.wte.weight":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}', "not sizes"),
+    ('"transformer.wte.weight":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}', "not sizes"),
+    ('"transformer.wte.weight":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}', "has 8 bytes for shape \\(3,\\)"),
+])
+def test_a_header_entry_that_is_not_a_tensor_is_refused_by_name(tmp_path, entry, message):
+    header = ("{" + entry + "}").encode()
+    (tmp_path / "x.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + bytes(16))
+    with pytest.raises(CheckpointError, match=message):
+        read_safetensors(tmp_path / "x.safetensors")
+
+
 def test_a_truncated_file_is_refused_with_the_byte_offsets(hf_folder, tmp_path):
     bad = corrupt(hf_folder[0], tmp_path, lambda t: None)
     data = (bad / WEIGHTS_NAME).read_bytes()
@@ -107,6 +120,17 @@ def test_a_config_that_is_not_gpt2s_layout_is_refused(hf_folder, tmp_path):
     config = json.loads((bad / "config.json").read_text())
     (bad / "config.json").write_text(json.dumps({**config, "activation_function": "relu"}))
     with pytest.raises(ConfigError, match="not GPT-2's layout"):
+        load_gpt2(bad)
+
+
+@pytest.mark.parametrize("config, message", [
+    ([1, 2], "not a JSON object"), ({"n_positions": 16}, "n_embd missing"), ({**SIZES, "n_embd": None}, "not a number"),
+    ({**SIZES, "n_embd": "16"}, "emb_dim must be a positive integer"),
+])
+def test_a_config_json_without_gpt2s_sizes_is_refused(hf_folder, tmp_path, config, message):
+    bad = corrupt(hf_folder[0], tmp_path, lambda t: None)
+    (bad / "config.json").write_text(json.dumps(config))
+    with pytest.raises((CheckpointError, ConfigError), match=message):
         load_gpt2(bad)
 
 
