@@ -1,10 +1,11 @@
-"""Text in, token ids out: corpus loading, two tokenizers, the split, batches.
+"""Text in, token ids out: corpus loading, three tokenizers, the split, batches.
 
 A tokenizer turns text into integer ids in [0, n_V) and back:
 
 - CharTokenizer: one id per distinct character of the corpus (n_V = 65 for
   Tiny Shakespeare). The vocabulary is saved with each checkpoint.
 - ByteTokenizer: one id per UTF-8 byte, n_V = 256, works for any text.
+- GPT2Tokenizer (transformer/bpe.py): GPT-2's byte-level BPE, n_V = 50257.
 
 `speeches` cuts a play script (Tiny Shakespeare's layout) into who says what.
 """
