@@ -50,8 +50,9 @@ class TrainConfig:
     ckpt_every: int = field(default=1000, metadata={"help": "steps between checkpoints"})
     seed: int = field(default=0, metadata={"help": "parameter initialisation and batch sampling"})
     dtype: str = field(default="float32", metadata={"help": "arithmetic of training", "choices": list(DTYPES)})
-    tokenizer: str = field(default="char", metadata={"help": "char: vocabulary from the corpus; byte: n_V = 256",
-                                                      "choices": list(TOKENIZERS)})
+    tokenizer: str = field(default="char", metadata={
+        "help": "char: vocabulary from the corpus; byte: n_V = 256; gpt2: GPT-2's BPE, n_V = 50257 (its files "
+                "come with scripts/setup)", "choices": list(TOKENIZERS)})
     engine: str = field(default="handwritten", metadata={
         "help": "how the gradients are computed: handwritten, by the backward functions of each step; autograd, "
                 "by the tape of transformer/autograd.py (the same gradients, more memory, slower)",
