@@ -37,7 +37,8 @@ def built_line(fn):
 
 
 def made_at(fn, name):
-    """Lines of fn where `name` gets its value from a call, and that call's name (through `.append(x)` to x)."""
+    """Lines of fn where `name` gets its value from a call, and that call's name (through `.append(x)` to x), or
+    where a config field is passed as it is to the ModelCache it makes (no call: None)."""
     found = []
     for node in ast.walk(fn):
         assigned = node.targets[0] if isinstance(node, ast.Assign) else None
@@ -49,6 +50,9 @@ def made_at(fn, name):
                 found.append((node.lineno, None))
         if isinstance(node, ast.Call) and ast.unparse(node.func) == f"{name}.append":
             found += made_at(fn, node.args[0].id)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == ModelCache.__name__:  # a config field, as it is
+            found += [(node.lineno, None) for field, arg in zip(ModelCache._fields, node.args, strict=False)
+                      if field == name and isinstance(arg, ast.Attribute)]
     return sorted(found)
 
 
@@ -83,8 +87,7 @@ def fields_table():
     fwd, bwd = source.defs["forward"], source.defs["backward"]
     rows = []
     for name, value in zip(ModelCache._fields, cache, strict=True):
-        made = made_at(fwd, name) or [(built_line(fwd), None)]  # a config field, passed where the cache is made
-        built = "; ".join(f"[{n}]({here('forward', n)})" + (f" `{c}`" if c else "") for n, c in made)
+        built = "; ".join(f"[{n}]({here('forward', n)})" + (f" `{c}`" if c else "") for n, c in made_at(fwd, name))
         read = "; ".join(f"[{n}]({here('backward', n)}) `{code}`" for n, code in read_at(bwd, name))
         rows.append([f"`{name}`", described[name], built, contents(value), read])
     return md_table(["Field", "Holds", "Built at", "On the tiny example", "Read by backward at"], rows)
