@@ -109,8 +109,10 @@ def drop_mask_buffers(state, cfg: ModelConfig):
     for l in range(cfg.num_layers):
         state.pop(f"h.{l}.attn.masked_bias", None)
         mask = state.pop(f"h.{l}.attn.bias", None)
-        if mask is not None and not np.array_equal(np.asarray(mask).reshape(mask.shape[-2:]),
-                                                   np.tril(np.ones(mask.shape[-2:]))):
+        if mask is None:
+            continue
+        square = np.shape(mask)[-2:]
+        if np.ndim(mask) < 2 or not np.array_equal(np.reshape(mask, square), np.tril(np.ones(square))):
             raise ConfigError(f"tensor h.{l}.attn.bias is not the causal mask this model applies")
 
 

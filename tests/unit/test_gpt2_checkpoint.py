@@ -4,6 +4,7 @@ the bit, and a malformed checkpoint is refused in one line that names the tensor
 nothing written."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -29,8 +30,6 @@ def hf_folder(tmp_path_factory):
 
 def corrupt(folder, tmp_path, change):
     """A copy of the checkpoint folder with its tensors changed by change(tensors)."""
-    import shutil
-
     copy = tmp_path / "bad"
     shutil.copytree(folder, copy)
     tensors = dict(read_safetensors(copy / WEIGHTS_NAME))
@@ -140,9 +139,11 @@ def test_stored_causal_masks_are_checked_and_dropped(hf_folder, tmp_path):
     params, _ = load_gpt2(good)
     assert "b0.wq" in params
     (tmp_path / "bad").rename(tmp_path / "good")
-    bad = corrupt(hf_folder[0], tmp_path, lambda t: t.update({"transformer.h.1.attn.bias": np.ones_like(causal)}))
-    with pytest.raises(ConfigError, match="h.1.attn.bias is not the causal mask"):
-        load_gpt2(bad)
+    for wrong in (np.ones_like(causal), np.ones(3, np.float32), np.ones((1, 1, 16, 4), np.float32)):
+        bad = corrupt(hf_folder[0], tmp_path, lambda t: t.update({"transformer.h.1.attn.bias": wrong}))
+        with pytest.raises(ConfigError, match="h.1.attn.bias is not the causal mask"):
+            load_gpt2(bad)
+        shutil.rmtree(bad)
 
 
 # ---------------------------------------------------------------- the commands
