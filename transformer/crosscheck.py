@@ -304,11 +304,9 @@ def run_crosscheck(devices=DEVICES, dtype=None, activation="relu", seed=0, batch
     Returns
     -------
     dict
-        The report: versions, config, tolerances, each device's status, every row, and whether all
-        passed.
+        The report: versions, config, tolerances, each device's status, every row, and whether all passed.
     """
     import torch
-
 
     cfg: ModelConfig = PRESETS["default"].with_(activation=activation, tied_head=tied_head, head_bias=head_bias)
     params = init_params(cfg, seed=seed, dtype=np.float64)
