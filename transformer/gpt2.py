@@ -21,12 +21,11 @@ matrix is transposed; only q, k and v, fused into one c_attn, are split. The nam
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from .checkpoint import write_npz_atomically
 from .config import GPT2_LAYOUT, ModelConfig, is_int
 from .errors import ConfigError
 from .model import param_shapes
@@ -195,7 +194,7 @@ def tensor_entry(path, name, info):
 
 def write_safetensors(path, tensors: dict, metadata=None):
     """Write tensors as a .safetensors file (`read_safetensors`'s layout; the header padded with spaces to a
-    multiple of 8 bytes, as the format asks), to a temporary name first and then renamed over path."""
+    multiple of 8 bytes, as the format asks), atomically, as checkpoints are written."""
     header, offset = {}, 0
     if metadata:
         header["__metadata__"] = metadata
@@ -206,22 +205,12 @@ def write_safetensors(path, tensors: dict, metadata=None):
         offset += a.nbytes
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
-    write_atomically(path, [len(text).to_bytes(8, "little"), text, *(a.tobytes() for a in arrays.values())])
+    write_bytes(path, [len(text).to_bytes(8, "little"), text, *(a.tobytes() for a in arrays.values())])
 
 
-def write_atomically(path, chunks):
-    """Write the byte chunks to path through a temporary file in its folder, renamed over it once complete."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+def write_bytes(path, chunks):
+    """Write byte chunks to path through checkpoint's atomic writer (a temporary file, fsync, a rename)."""
+    write_npz_atomically(path, chunks, write=lambda f, parts: f.writelines(parts))
 
 
 # ---------------------------------------------------------------- a Hugging Face GPT-2 folder
@@ -285,4 +274,4 @@ def save_gpt2(folder, params, cfg: ModelConfig):
     folder = Path(folder)
     state = to_hf(params, cfg)
     write_safetensors(folder / WEIGHTS_NAME, state, {"format": "pt"})
-    write_atomically(folder / CONFIG_NAME, [json.dumps(config_to_hf(cfg), indent=2).encode() + b"\n"])
+    write_bytes(folder / CONFIG_NAME, [json.dumps(config_to_hf(cfg), indent=2).encode() + b"\n"])
