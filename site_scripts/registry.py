@@ -117,7 +117,7 @@ PAGES = (
                          {"forward": ("*",), "loss": ("*",), "gradient": ("*",)})),
     Page("gpt2", "model/gpt2.md", "The same model as GPT-2", "Model",
          functions=("gpt2:from_hf", "gpt2:to_hf", "gpt2:load_gpt2", "gpt2:save_gpt2", "gpt2:read_safetensors",
-                    "gpt2:write_safetensors"),
+                    "gpt2:write_safetensors", "crosscheck_hf:check_transformers"),
          listings=("gpt2:hf_names", "gpt2:drop_mask_buffers", "gpt2:config_from_hf", "gpt2_cli:cmd_import_gpt2"),
          seeds=("the random GPT-2",)),
     Page("optim", "training/optim.md", "AdamW / Learning rate / Clipping", "Training",

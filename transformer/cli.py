@@ -197,7 +197,10 @@ def add_crosscheck_parser(sub):
                                        "KV-cache decoding. Every gradient is also computed by the autograd "
                                        "engine (transformer/autograd.py) and shown three ways side by side: "
                                        "the hand-written NumPy backward against torch, the engine against "
-                                       "torch, and the engine against the hand-written backward.")
+                                       "torch, and the engine against the hand-written backward. In GPT-2's "
+                                       "layout (--activation gelu_tanh --tied-head --no-head-bias) transformers' "
+                                       "GPT2LMHeadModel is compared too: logits, loss and a fourth column of "
+                                       "gradients.")
     cross.add_argument("--devices", nargs="+", default=list(DEVICES), choices=DEVICES,
                        help="devices to try (default: all); missing ones are listed, not failed")
     cross.add_argument("--dtype", choices=["float32", "float64"], default=None,

@@ -4,7 +4,9 @@ The same parameters and inputs go through our NumPy code and through the
 torch mirror (torch operations, torch autograd, torch.optim.AdamW) on each
 device. We compare the logits, the loss, every parameter gradient, the
 intermediates the pages show, ten AdamW steps and KV-cache decoding. Devices
-that are not present are listed with the reason, never silently dropped.
+that are not present are listed with the reason, never silently dropped. In
+GPT-2's layout, transformers' GPT2LMHeadModel is compared too
+(transformer/crosscheck_hf.py).
 
 The gradients have a third computation: the autograd engine (transformer/autograd.py),
 which differentiates the same model by a tape instead of hand-written backward
@@ -24,7 +26,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from . import crosscheck_finetune, crosscheck_memory, crosscheck_serving
+from . import crosscheck_finetune, crosscheck_hf, crosscheck_memory, crosscheck_serving
 from .autograd_model import loss_and_grads as autograd_loss_and_grads
 from .config import PRESETS, ModelConfig
 from .crosscheck_rows import AUTOGRAD_TOLERANCE, TOLERANCES, Row, Tolerance, compare  # noqa: F401  (re-exported)
@@ -141,6 +143,7 @@ def check_device(device, torch_device, dtype, cfg, params, ids, targets, adam_st
     rows += crosscheck_memory.check_policies(device, torch_device, dtype, cfg, params, ids, targets)
     rows += crosscheck_serving.check_paged(device, torch_device, dtype, cfg, params)
     rows += crosscheck_finetune.check_finetune(device, torch_device, dtype, cfg, params, ids, targets)
+    rows += crosscheck_hf.check_transformers(device, torch_device, dtype, cfg, params, ids, targets)
     return rows
 
 
@@ -321,7 +324,8 @@ def run_crosscheck(devices=DEVICES, dtype=None, activation="relu", seed=0, batch
     report = {"versions": {"numpy": np.__version__, "torch": torch.__version__},
               "config": cfg.to_dict(), "seed": seed, "ids_shape": [batch, seq_len],
               "tolerances": {k: asdict(v) for k, v in TOLERANCES.items()},
-              "devices": [], "rows": [], "autograd": autograd_against_numpy(cfg, params, ids, targets)}
+              "devices": [], "rows": [], "autograd": autograd_against_numpy(cfg, params, ids, targets),
+              "transformers": crosscheck_hf.transformers_status(cfg)[1]}
     for name, torch_device, device_dtype, reason in discover_devices(devices):
         if torch_device is None:
             report["devices"].append({"device": name, "status": "not available", "reason": reason})

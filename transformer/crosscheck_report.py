@@ -3,12 +3,16 @@
 Per device a summary, then one line per check with its comparison closest to failing (and every failing
 row, or with verbose every row). The parameter gradients have three computations, so they are shown side
 by side, one row per parameter: the hand-written NumPy backward against torch, the autograd engine against
-torch, and the engine against the hand-written backward (both NumPy float64, the same on every device).
+torch, and the engine against the hand-written backward (both NumPy float64, the same on every device); in
+GPT-2's layout a fourth, the hand-written backward against transformers' GPT2LMHeadModel.
 """
 
 from .crosscheck_rows import Row
 
-GRADIENT_CHECKS = ("gradient", "autograd")  # the hand-written and the engine's rows of the gradients
+GRADIENT_CHECKS = ("gradient", "autograd", "transformers gradient")  # rows shown in the gradients' columns
+# Each column of the gradients' table and the check of its rows (None: the engine against NumPy, `engine_rows`).
+GRADIENT_COLUMNS = (("NumPy vs torch", "gradient"), ("engine vs torch", "autograd"), ("engine vs NumPy", None),
+                    ("NumPy vs HF", "transformers gradient"))
 
 
 def result_text(row):
@@ -47,8 +51,10 @@ def format_report(report, verbose=False):
     str
         The text.
     """
+    cfg = report["config"]
+    head = ("tied head" if cfg["tied_head"] else "own head") + (" with bias" if cfg["head_bias"] else " without bias")
     lines = [f"cross-check of the NumPy reference against torch {report['versions']['torch']} "
-             f"(numpy {report['versions']['numpy']}); default config, {report['config']['activation']}, "
+             f"(numpy {report['versions']['numpy']}); default config, {cfg['activation']}, {head}, "
              f"ids {tuple(report['ids_shape'])}, seed {report['seed']}"]
     for d in report["devices"]:
         if d["status"] != "checked":
@@ -66,6 +72,8 @@ def format_report(report, verbose=False):
                  f"{engine['max_rel']:.2e} ({engine['worst']}), tolerance {engine['tolerance']['rel']:g}; "
                  f"{len(engine['on_floor'])} zero gradients within {engine['tolerance']['abs']:g} absolute: "
                  f"{'pass' if engine['passed'] else 'FAIL'}")
+    if "transformers" in report:
+        lines.append(f"  transformers' GPT-2: {report['transformers']}")
     header = (f"{'device':<6} {'check':<12} {'tensor':<36} {'max abs gap':>11} {'max rel gap':>11} "
               f"{'tol':>6}  result")
     lines += ["", header]
@@ -96,8 +104,9 @@ def format_row(r, check, tensor, result=None):
 
 
 def gradient_lines(report, verbose=False):
-    """Every parameter gradient three ways, per device: relative gaps of NumPy vs torch, engine vs torch and
-    engine vs NumPy side by side; the closest to failing per device, every failing one (verbose: every one)."""
+    """Every parameter gradient three ways (four in GPT-2's layout), per device: relative gaps of NumPy vs torch,
+    engine vs torch, engine vs NumPy (and NumPy vs transformers) side by side; the closest to failing per device,
+    every failing one (verbose: every one)."""
     rows = [Row(**d) for d in report["rows"] if d["check"] in GRADIENT_CHECKS]
     if not rows:
         return []
@@ -106,29 +115,30 @@ def gradient_lines(report, verbose=False):
     for r in rows:
         by_device.setdefault(r.device, {}).setdefault(r.tensor, {})[r.check] = r
     engine_tol = report["autograd"]["tolerance"]
-    lines = ["", f"gradients three ways (relative gaps): NumPy = the hand-written backward, engine = the autograd "
-                 f"engine; engine vs NumPy within {engine_tol['rel']:g} (or {engine_tol['abs']:g} absolute for a "
-                 "zero gradient)",
-             f"{'device':<6} {'tensor':<36} {'NumPy vs torch':>14} {'engine vs torch':>15} {'engine vs NumPy':>15}  result"]
+    names = [name for name, check in GRADIENT_COLUMNS if check != "transformers gradient"
+             or any(check in found for tensors in by_device.values() for found in tensors.values())]
+    lines = ["", f"gradients {('three', 'four')[len(names) - 3]} ways (relative gaps): NumPy = the hand-written backward, engine = the "
+                 f"autograd engine{', transformers = its GPT2LMHeadModel' if len(names) > 3 else ''}; engine vs NumPy "
+                 f"within {engine_tol['rel']:g} (or {engine_tol['abs']:g} absolute for a zero gradient)",
+             f"{'device':<6} {'tensor':<36}" + "".join(f" {n:>15}" for n in names) + "  result"]
     for device, tensors in by_device.items():
-        triples = [(name, [found["gradient"], found["autograd"], against_numpy[name]])
+        columns = [(name, [found[check] if check else against_numpy[name] for _, check in GRADIENT_COLUMNS[:len(names)]])
                    for name, found in tensors.items()]
-        for name, triple in triples:
-            if verbose or not all(r.passed for r in triple):
-                lines.append(gradient_row(device, name, triple))
-        name, triple = max(triples, key=lambda t: max(map(closeness_to_failing, t[1])))
-        failed = sum(not all(r.passed for r in t) for _, t in triples)
-        lines.append(gradient_row(device, f"{name} (closest of {len(triples)})", triple,
-                                  f"FAIL: {failed} of {len(triples)}" if failed else None))
+        for name, column in columns:
+            if verbose or not all(r.passed for r in column):
+                lines.append(gradient_row(device, name, names, column))
+        name, column = max(columns, key=lambda t: max(map(closeness_to_failing, t[1])))
+        failed = sum(not all(r.passed for r in t) for _, t in columns)
+        lines.append(gradient_row(device, f"{name} (closest of {len(columns)})", names, column,
+                                  f"FAIL: {failed} of {len(columns)}" if failed else None))
     return lines
 
 
-def gradient_row(device, tensor, triple, result=None):
-    """One parameter's three gaps; the result names the comparisons that fail."""
-    names = ("NumPy vs torch", "engine vs torch", "engine vs NumPy")
-    failing = [n for n, r in zip(names, triple) if not r.passed]
+def gradient_row(device, tensor, names, column, result=None):
+    """One parameter's gaps, one per comparison named; the result names the comparisons that fail."""
+    failing = [n for n, r in zip(names, column) if not r.passed]
     if result is None:
         result = ("FAIL: " + ", ".join(failing) if failing
-                  else "pass (abs)" if any(r.on_floor for r in triple) else "pass")
-    gaps = "".join(f" {r.max_rel:>{len(n)}.2e}" for n, r in zip(names, triple))
+                  else "pass (abs)" if any(r.on_floor for r in column) else "pass")
+    gaps = "".join(f" {r.max_rel:>15.2e}" for r in column)
     return f"{device:<6} {tensor:<36}{gaps}  {result}"

@@ -37,6 +37,7 @@ BLOCK_NAMES = {  # Hugging Face's name within a block: ours (c_attn is split apa
     "mlp.c_proj.weight": "ff2_w", "mlp.c_proj.bias": "ff2_b"}
 TOP_NAMES = {"wte.weight": "tok_emb", "wpe.weight": "pos_emb", "ln_f.weight": "lnf_g", "ln_f.bias": "lnf_b"}
 PREFIX = "transformer."
+END_OF_TEXT_ID = 50256  # GPT-2's <|endoftext|>, its last id
 
 
 def check_gpt2_layout(cfg: ModelConfig):
@@ -227,12 +228,15 @@ def config_from_hf(hf: dict) -> ModelConfig:
 
 
 def config_to_hf(cfg: ModelConfig) -> dict:
-    """config.json for a GPT-2 of this config (`config_from_hf`'s inverse), as transformers reads it."""
+    """config.json for a GPT-2 of this config (`config_from_hf`'s inverse), as transformers reads it. The
+    begin and end ids are GPT-2's <|endoftext|> where the vocabulary holds it, else none."""
     check_gpt2_layout(cfg)
+    end = END_OF_TEXT_ID if cfg.vocab_size > END_OF_TEXT_ID else None
     return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": cfg.vocab_size,
             "n_positions": cfg.context_len, "n_embd": cfg.emb_dim, "n_head": cfg.num_heads, "n_layer": cfg.num_layers,
             "n_inner": cfg.ff_dim, "layer_norm_epsilon": cfg.ln_eps, "activation_function": "gelu_new",
-            "tie_word_embeddings": True, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+            "tie_word_embeddings": True, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+            "bos_token_id": end, "eos_token_id": end}
 
 
 def load_gpt2(folder):

@@ -17,7 +17,8 @@ from transformer.attention import attention_forward
 from transformer.block import block_params
 from transformer.bpe import GPT2Tokenizer
 from transformer.config import GPT2_LAYOUT, PRESETS
-from transformer.crosscheck import discover_devices
+from transformer.crosscheck import Row, discover_devices, run_crosscheck
+from transformer.crosscheck_report import GRADIENT_COLUMNS, engine_rows
 from transformer.generate import KVCache, decode_step
 from transformer.generate import generate as generate_tokens
 from transformer.gpt2 import from_hf, hf_names, load_gpt2, to_hf
@@ -168,6 +169,26 @@ def devices(ids):
     return found, missing, results
 
 
+def crosscheck_table():
+    """`python -m transformer crosscheck` in GPT-2's layout on the devices present: per device, the largest
+    relative gap in each column of its gradients' table (the rows that pass on the absolute bound, gradients zero
+    in exact arithmetic, left out), then transformers' logits and loss, and the device's verdict."""
+    report = run_crosscheck(**GPT2_LAYOUT)
+    engine = [r for r in engine_rows(report).values() if not r.on_floor]
+    rows = []
+    for d in (d for d in report["devices"] if d["status"] == "checked"):
+        mine = [Row(**r) for r in report["rows"] if r["device"] == d["device"]]
+        gaps = [max(r.max_rel for r in (engine if check is None else mine) if not r.on_floor
+                    and (check is None or r.check == check)) for _, check in GRADIENT_COLUMNS]
+        hf = [r for r in mine if r.check == "transformers"]
+        rows.append([d["device"], d["dtype"], *(f"{g:.1e}" for g in gaps), f"{max(r.max_rel for r in hf):.1e}",
+                     f"{d['checks']} comparisons, " + verdict_text(d["passed"], False, "")])
+    header = ["device", "dtype", *(name.replace("HF", "transformers") for name, _ in GRADIENT_COLUMNS),
+              "logits and loss vs transformers", "the whole cross-check"]
+    gradients = sum(r["check"] == "transformers gradient" for r in report["rows"]) // max(len(rows), 1)
+    return md_table(header, rows), gradients, report["config"]
+
+
 def names_table():
     """Hugging Face's names for one block and the tensors outside the blocks, ours beside them, with GPT-2 small's
     shapes."""
@@ -206,6 +227,9 @@ def generate(context):
               "grads": len(grad_rows), "worst_grad": max(r["gap"] for r in grad_rows), "decoding": decoding,
               "found": found, "missing": missing or ["none"], "layout": [f"`{k}={v!r}`" for k, v in GPT2_LAYOUT.items()],
               "small": param_count(PRESETS["gpt2"]), "real": {"env": CHECKPOINT_ENV}}
-    return {"values": values, "layers": table(rows), "gradients": table(grad_rows), "decoding": table(decode_rows),
+    cross, cross_grads, cross_cfg = crosscheck_table()
+    values["cross"] = {"grads": cross_grads, "d": cross_cfg["emb_dim"], "vocab": cross_cfg["vocab_size"],
+                       "layers": cross_cfg["num_layers"]}
+    return {"values": values, "crosscheck": cross, "layers": table(rows), "gradients": table(grad_rows), "decoding": table(decode_rows),
             "names": names_table(), "real": real_weights()}
 

@@ -6,7 +6,7 @@ import pytest
 
 from site_scripts.pages import gpt2 as page
 from transformer.config import PRESETS
-from transformer.model import init_params
+from transformer.model import init_params, param_shapes
 
 
 def test_a_row_fails_on_a_gap_above_the_tolerance_and_counts_the_entries_within():
@@ -41,3 +41,26 @@ def test_without_weights_the_page_says_so_and_with_a_folder_it_continues_the_tex
     monkeypatch.setenv(page.CHECKPOINT_ENV, str(tmp_path))
     table = page.real_weights()
     assert str(tmp_path) in table and repr(page.TEXT)[:-1] in table
+
+
+def test_the_cross_checks_table_has_transformers_column_and_shows_a_wrong_gradient(monkeypatch):
+    """Every gradient against transformers' within rounding; negative control: one of ours 1e-6 too large, as the
+    transformers rows see it, shows in that column alone and fails the device."""
+    pytest.importorskip("transformers")
+    import transformer.crosscheck_hf as crosscheck_hf
+
+    def cpu_row(table):
+        header, _, *rows = table.splitlines()
+        cells = dict(zip(header.strip("|").split("|"), next(r for r in rows if r.startswith("| cpu ")).strip("|").split("|")))
+        return {k.strip(): v.strip() for k, v in cells.items()}
+
+    table, gradients, _ = page.crosscheck_table()
+    row = cpu_row(table)
+    assert gradients == len(param_shapes(PRESETS["default"].with_(**page.GPT2_LAYOUT)))
+    assert float(row["NumPy vs transformers"]) < 1e-12 and row["the whole cross-check"].endswith("pass")
+    real = crosscheck_hf.loss_and_grads
+    monkeypatch.setattr(crosscheck_hf, "loss_and_grads",
+                        lambda *a: (lambda loss, g: (loss, {**g, "b0.wv": g["b0.wv"] * (1 + 1e-6)}))(*real(*a)))
+    wrong = cpu_row(page.crosscheck_table()[0])
+    assert 5e-7 < float(wrong["NumPy vs transformers"]) < 2e-6 and float(wrong["NumPy vs torch"]) < 1e-12
+    assert not wrong["the whole cross-check"].endswith("pass")
