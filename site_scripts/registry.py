@@ -100,7 +100,7 @@ PAGES = (
          functions=("flash_attention:flash_attention_forward", "flash_attention:flash_attention_backward",
                     "flash_attention:flash_core_forward", "flash_attention:flash_core_backward"),
          listings=("flash_attention:tile_scores", "flash_attention:diagonal_mask", "flash_attention:FlashCache"),
-         seeds=EXAMPLE_SEEDS, reads=("mode",),
+         seeds=EXAMPLE_SEEDS, reads=("mode", "reports/gpt2-cost.json"),
          crosscheck=Rows("the torch mirror with `torch.nn.functional.scaled_dot_product_attention(is_causal=True)` "
                          "and autograd (the whole model); our tiled core against torch's own flash kernel "
                          "(`sdpa_kernel(SDPBackend.FLASH_ATTENTION)`; float16 on CUDA)",
@@ -119,7 +119,7 @@ PAGES = (
          functions=("gpt2:from_hf", "gpt2:to_hf", "gpt2:load_gpt2", "gpt2:save_gpt2", "gpt2:read_safetensors",
                     "gpt2:write_safetensors", "crosscheck_hf:check_transformers"),
          listings=("gpt2:hf_names", "gpt2:drop_mask_buffers", "gpt2:config_from_hf", "gpt2_cli:cmd_import_gpt2"),
-         seeds=("the random GPT-2",)),
+         seeds=("the random GPT-2",), reads=("reports/gpt2-cost.json",)),
     Page("optim", "training/optim.md", "AdamW / Learning rate / Clipping", "Training",
          functions=("optim:adamw_update", "optim:lr_at", "optim:clip_grads"),
          listings=("optim:is_decayed", "optim:adamw_init", "optim:adamw_update", "optim:global_norm"),
@@ -140,7 +140,7 @@ PAGES = (
     Page("activation_checkpoint", "training/activation-checkpointing.md", "Activation checkpointing", "Training",
          functions=("activation_checkpoint:checkpointed_block_forward",
                     "activation_checkpoint:checkpointed_block_backward"),
-         listings=("activation_checkpoint:BlockReplay",), seeds=EXAMPLE_SEEDS, reads=("mode",),
+         listings=("activation_checkpoint:BlockReplay",), seeds=EXAMPLE_SEEDS, reads=("mode", "reports/gpt2-cost.json"),
          crosscheck=Rows("the torch mirror with every block wrapped in `torch.utils.checkpoint.checkpoint` and "
                          "autograd", {"checkpointed": ("*",)})),
     Page("checkpoints", "training/checkpoints.md", "Checkpoints", "Training",
@@ -180,7 +180,7 @@ PAGES = (
          functions=("generate:decode_step", "generate:decode_batch", "generate:prefill", "kv_cache:KVCache",
                     "kv_cache:PagedCache", "kv_cache:PagePool"),
          listings=("generate:decode_step", "kv_cache:BatchStep"), seeds=("init_params",),
-         reads=("mode",),  # the decoding benchmark measures fewer cells in the quick build
+         reads=("mode", "reports/gpt2-cost.json"),  # the quick build's decoding benchmark measures fewer cells
          alone="it times the decoding benchmark",
          crosscheck=Rows("our `decode_step`, one token at a time, against torch's full causal forward over "
                          "the whole sequence", {"kv-cache": ("*",)})),

@@ -109,8 +109,10 @@ def bytes_held():
     tables = {"bytes": md_table(["config", "method", "weights (MiB)", "gradients (MiB)", "AdamW state (MiB)",
                                  "total (MiB)", "the formula's bytes"], rows),
               "ratios": md_table(["config", "full's total / QLoRA's", "full's total / LoRA's"], ratios)}
+    gpt2 = {method.lower(): f"{formula(PRESETS['gpt2'], method).total / MIB:,.0f}" for method in METHODS}
     values = {"rank": LORA.rank, "targets": list(LORA.targets), "block": BLOCK, "block2": BLOCK2,
-              "rows": len(rows), "equal": sum(r[-1] == "equal" for r in rows)}
+              "rows": len(rows), "equal": sum(r[-1] == "equal" for r in rows),
+              "gpt2": {**gpt2, "params": param_count(PRESETS["gpt2"])}}
     return tables, values, found
 
 

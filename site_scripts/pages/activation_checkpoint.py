@@ -18,7 +18,7 @@ from transformer.activation_checkpoint import checkpointed_block_backward, check
 from transformer.block import BLOCK_KEYS, block_forward, block_params
 from transformer.model import forward, init_params, loss_and_grads
 
-from .. import depends, memory, sections
+from .. import depends, gpt2_cost, memory, sections
 from ..common import CACHE, cached_json, hash_parts, md_table, mode, numpy_version
 from ..examples import SEED, TINY_IDS, TINY_TARGETS, default_note, default_run, tiny
 from ..figures import new_figure, png
@@ -253,7 +253,7 @@ def generate(context):
     measured_table, measured_values = measured()
     gradcheck_table, gradcheck_values = gradcheck()
     cached, kept, _ = default_caches()
-    values = {"seed": SEED, "ids": TINY_IDS, "targets": TINY_TARGETS, "example": example_values,
+    values = {"seed": SEED, "ids": TINY_IDS, "targets": TINY_TARGETS, "example": example_values, "gpt2": gpt2_cost.cited(),
               "picture": picture_values, "measured": measured_values, "gradcheck": gradcheck_values,
               "default": {"cached": cached, "kept": kept}}
     return {"values": values, "memory.png": figure, "bitwise": example_table, "measured": measured_table,

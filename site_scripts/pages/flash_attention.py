@@ -16,7 +16,7 @@ from transformer.flash_attention import flash_attention_backward, flash_attentio
 from transformer.gradcheck import relative_gap
 from transformer.layernorm import layer_norm_forward
 
-from .. import memory, sections
+from .. import gpt2_cost, memory, sections
 from ..common import md_table
 from ..examples import H_STEP, SEED, biases_moved, default_note, default_run, tiny, weighted_sum
 from ..figures import new_figure, png
@@ -343,7 +343,7 @@ def generate(context):
     values = {"seed": SEED, "sizes": {"n_v": cfg.vocab_size, "t_max": cfg.context_len, "d": cfg.emb_dim,
                                       "h": cfg.num_heads, "l": cfg.num_layers, "f": cfg.ff_dim},
               "example": example_values, "d": d_values, "shapes": tile_shapes(), "bar": EQUAL_BAR,
-              "memory": memory_values, "gradcheck": gradcheck_values}
+              "memory": memory_values, "gradcheck": gradcheck_values, "gpt2": gpt2_cost.cited()}
     return {"values": values, "tiles.png": tiles_png(), **example_tables, "d_trick": d_table,
             "equality": equality_md(), **memory_tables, FIGURE: figure_png(found, lengths), "symbols": symbols_md(),
             "gradcheck": gradcheck_table}

@@ -10,7 +10,7 @@ from transformer.generate import decode_step, prefill
 from transformer.kv_cache import KVCache, PagedCache, PagePool
 from transformer.model import forward, init_params
 
-from .. import sections
+from .. import gpt2_cost, sections
 from ..examples import SEED, TINY_IDS, default_note, tiny
 from ._bench import fragments as bench_fragments
 from ._paged import PAGE_SIZE as PAGED_SIZE, held_bytes, pages, sizes, symbol_rows
@@ -139,6 +139,6 @@ def generate(context):
     bytes_table, bytes_values = held_bytes()
     bench_tables, bench_values = bench_fragments()
     values = {"seed": SEED, "ids": TINY_IDS, "example": example_values, "cost": cost_values, "pages": pages_values,
-              "bytes": bytes_values, "bench": bench_values}
+              "bytes": bytes_values, "bench": bench_values, "gpt2": gpt2_cost.cited()}
     return {"values": values, "pages.png": picture, **example_tables, "cost": cost_table, "leases": lease_table,
             "bytes": bytes_table, **bench_tables, "symbols": symbols_md()}

@@ -492,3 +492,29 @@ def test_site_diff_finds_one_changed_number_and_nothing_in_two_equal_sites(tmp_p
     cells[0].feed("<article><table><tr><td>12</td><td>3</td></tr></table></article>")
     cells[1].feed("<article><table><tr><td>1</td><td>23</td></tr></table></article>")
     assert cells[0].lines() == ["12", "3"] and cells[1].lines() == ["1", "23"]
+
+
+def test_the_gpt2_cost_benchmark_measures_every_policy_and_decodes_alike_with_every_cache(monkeypatch):
+    """tools/gpt2_cost.py at a tiny GPT-2 (its measurement code, not GPT-2 small's minutes): four policies, the
+    checkpointed forward keeping less than the plain one, three ways of decoding choosing the same greedy tokens,
+    and the code it ran hashed; the site reads a hash that no longer matches as a changed file."""
+    from site_scripts import gpt2_cost as cited
+    from tools import gpt2_cost
+
+    from transformer.config import PRESETS
+
+    monkeypatch.setattr(gpt2_cost, "CONFIG", PRESETS["gpt2-tiny"].with_(context_len=16))
+    monkeypatch.setattr(gpt2_cost, "T", 16)
+    monkeypatch.setattr(gpt2_cost, "PROMPT", 5)
+    monkeypatch.setattr(gpt2_cost, "NEW", 6)
+    monkeypatch.setattr(gpt2_cost, "PAGE", 4)
+    report = gpt2_cost.run(1, log=lambda _: None)
+    policies = {p["policy"]: p for p in report["policies"]}
+    assert set(policies) == set(gpt2_cost.POLICIES) and all(p["step_peak"] > 0 for p in policies.values())
+    assert policies["checkpointed"]["retained"] < policies["materialized"]["retained"]
+    tokens = [d["tokens"] for d in report["decoding"]]
+    assert len(tokens) == 3 and len(tokens[0]) == 7 and tokens[1] == tokens[0] and tokens[2] == tokens[0]
+    assert "transformer/model.py" in report["code"] and "transformer/kv_cache.py" in report["code"]
+    assert cited.changed_files(report["code"]) == []
+    wrong = {**report["code"], "transformer/model.py": "0" * 64}
+    assert cited.changed_files(wrong) == ["transformer/model.py"]
