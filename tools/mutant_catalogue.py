@@ -138,6 +138,10 @@ MUTANTS = (
            "A GPT-2 checkpoint's c_attn is split as k, q, v instead of q, k, v.",
            (edit("transformer/gpt2.py", 'QKV = ("q", "k", "v")', 'QKV = ("k", "q", "v")'),),
            about="transformer/gpt2.py:hf_names"),
+    Mutant("torch-zip-strides-as-bytes",
+           "The older GPT-2 checkpoint's tensors are read with torch's strides, which count elements, taken as "
+           "numpy's, which count bytes: every window steps through the wrong part of its storage.",
+           (edit("transformer/torch_zip.py:rebuild_tensor", "[s * storage.itemsize for s in stride]", "list(stride)"),)),
     # GPT-2's tokenizer.
     Mutant("bpe-first-merge-lost",
            "GPT-2's tokenizer skips two lines of vocab.bpe instead of its version line alone: the merge of rank 0 "

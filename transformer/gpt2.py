@@ -29,6 +29,7 @@ from .checkpoint import write_npz_atomically
 from .config import GPT2_LAYOUT, ModelConfig, is_int
 from .errors import ConfigError
 from .model import param_shapes
+from .torch_zip import read_torch_zip
 
 QKV = ("q", "k", "v")  # the order of c_attn's three column blocks
 BLOCK_NAMES = {  # Hugging Face's name within a block: ours (c_attn is split apart, see `block_from_hf`)
@@ -128,6 +129,7 @@ def to_hf(params: dict, cfg: ModelConfig, prefix=PREFIX) -> dict:
 
 DTYPES = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2")}  # the float types numpy holds
 CONFIG_NAME, WEIGHTS_NAME = "config.json", "model.safetensors"
+TORCH_WEIGHTS_NAME = "pytorch_model.bin"  # the older format, read when there is no model.safetensors
 
 
 def read_safetensors(path) -> dict:
@@ -240,7 +242,8 @@ def config_to_hf(cfg: ModelConfig) -> dict:
 
 
 def load_gpt2(folder):
-    """Read a Hugging Face GPT-2 folder (config.json and model.safetensors) as (params, cfg).
+    """Read a Hugging Face GPT-2 folder (config.json and model.safetensors, or the older pytorch_model.bin, read
+    without running its pickle: transformer/torch_zip.py) as (params, cfg).
 
     Raises
     ------
@@ -250,10 +253,11 @@ def load_gpt2(folder):
     from .errors import CheckpointError
 
     folder = Path(folder)
-    missing = [n for n in (CONFIG_NAME, WEIGHTS_NAME) if not (folder / n).is_file()]
+    weights = next((folder / n for n in (WEIGHTS_NAME, TORCH_WEIGHTS_NAME) if (folder / n).is_file()), None)
+    missing = [CONFIG_NAME] * (not (folder / CONFIG_NAME).is_file()) + \
+        [f"{WEIGHTS_NAME} (or {TORCH_WEIGHTS_NAME})"] * (weights is None)
     if missing:
-        old = " (pytorch_model.bin is not read: convert it to safetensors)" if (folder / "pytorch_model.bin").exists() else ""
-        raise CheckpointError(f"{folder}: {', '.join(missing)} missing{old}")
+        raise CheckpointError(f"{folder}: {', '.join(missing)} missing")
     try:
         hf = json.loads((folder / CONFIG_NAME).read_text())
     except ValueError as e:
@@ -266,10 +270,15 @@ def load_gpt2(folder):
         raise CheckpointError(f"{folder / CONFIG_NAME}: {e.args[0]} missing") from None
     except TypeError:  # n_embd not a number, say
         raise CheckpointError(f"{folder / CONFIG_NAME}: a size is not a number") from None
-    state = read_safetensors(folder / WEIGHTS_NAME)
+    state = read_safetensors(weights) if weights.name == WEIGHTS_NAME else read_torch_zip(weights)
+    state = {name.removeprefix(PREFIX): array for name, array in state.items()}
+    drop_mask_buffers(state, cfg)  # an old checkpoint's masks may be stored as bytes or booleans
+    for name, array in state.items():
+        if array.dtype not in DTYPES.values():
+            raise CheckpointError(f"{weights}: tensor {name} has dtype {array.dtype}; a GPT-2 checkpoint holds floats")
     dtypes = {a.dtype for a in state.values()}
     if len(dtypes) > 1:
-        raise CheckpointError(f"{folder / WEIGHTS_NAME}: tensors of several dtypes ({', '.join(map(str, dtypes))})")
+        raise CheckpointError(f"{weights}: tensors of several dtypes ({', '.join(map(str, dtypes))})")
     return from_hf(state, cfg), cfg
 
 

@@ -16,8 +16,9 @@ def add_gpt2_parsers(sub):
     imp = sub.add_parser("import-gpt2", help="read a Hugging Face GPT-2 folder into a checkpoint the other "
                                              "commands take",
                          description="Read config.json and model.safetensors of a GPT-2 (as transformers "
-                                     "writes them) into --out/checkpoint.npz, with GPT-2's tokenizer.")
-    imp.add_argument("path", help="the folder holding config.json and model.safetensors")
+                                     "writes them; or the older pytorch_model.bin, whose pickle is read without "
+                                     "running it) into --out/checkpoint.npz, with GPT-2's tokenizer.")
+    imp.add_argument("path", help="the folder holding config.json and model.safetensors (or pytorch_model.bin)")
     imp.add_argument("--out", required=True, help="output folder for checkpoint.npz")
     imp.add_argument("--overwrite", action="store_true", help="replace a checkpoint already in --out")
     exp = sub.add_parser("export-gpt2", help="write a checkpoint in GPT-2's layout as a Hugging Face folder",
