@@ -38,6 +38,8 @@ from .schedule import Task
 
 SNIPPETS = ROOT / "build" / "snippets"  # a folder per mode: `fragments_dir`
 FIGURE = ".png"  # a fragment named like this is a figure: PNG bytes, served beside its page (hook.on_files)
+DATA = ".data.js"  # and one named like this is data for a script of the page, served beside it the same way
+SERVED = (FIGURE, DATA)
 
 
 def fragments_dir(build_mode=None):
@@ -163,7 +165,7 @@ def write_page(name, context, key):
     made = fragments(name, context)
     folder = fragments_dir() / name
     values = made.pop("values", None)
-    files = {folder / (f if f.endswith(FIGURE) else f"{f}.md"): text for f, text in made.items()}
+    files = {folder / (f if f.endswith(SERVED) else f"{f}.md"): text for f, text in made.items()}
     if values is not None:
         files[folder / VALUES] = prose.dumps(values)
     for path, content in files.items():
@@ -173,7 +175,7 @@ def write_page(name, context, key):
                 path.write_bytes(content)
         else:
             write_if_changed(path, content)
-    for stale in {*folder.glob("*.md"), *folder.glob(f"*{FIGURE}"), *folder.glob(VALUES)} - set(files):
+    for stale in {*folder.glob("*.md"), *(p for s in SERVED for p in folder.glob(f"*{s}")), *folder.glob(VALUES)} - set(files):
         stale.unlink()  # a fragment the generator no longer makes must not linger
     write_if_changed(folder / ".key", key)
 
@@ -197,12 +199,12 @@ def made_values(name):
 
 
 def figure_files():
-    """(path in the site, file on disk) of every page's figures: page <id>'s figure F is served as
+    """(path in the site, file on disk) of every page's figures and data files: page <id>'s figure F is served as
     <folder of its docs page>/<id>/F, so its markdown links it as `<id>/F`."""
     import posixpath
 
     for page in registry.PAGES:
-        for figure in sorted((fragments_dir() / page.id).glob(f"*{FIGURE}")):
+        for figure in sorted(p for s in SERVED for p in (fragments_dir() / page.id).glob(f"*{s}")):
             yield posixpath.join(posixpath.dirname(page.path), page.id, figure.name), figure
 
 

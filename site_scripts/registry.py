@@ -115,6 +115,8 @@ PAGES = (
                    "model:check_targets", "model:loss_and_grads", "config:is_int"), seeds=EXAMPLE_SEEDS,
          crosscheck=Rows("the torch mirror (`torch_forward`, `F.cross_entropy`) and autograd",
                          {"forward": ("*",), "loss": ("*",), "gradient": ("*",)})),
+    Page("explorer", "model/explorer.md", "Forward and backward, explored", "Model",
+         seeds=("init_params", "biases and gains moved")),
     Page("gpt2", "model/gpt2.md", "The same model as GPT-2", "Model",
          functions=("gpt2:from_hf", "gpt2:to_hf", "gpt2:load_gpt2", "gpt2:save_gpt2", "gpt2:read_safetensors",
                     "gpt2:write_safetensors", "crosscheck_hf:check_transformers",

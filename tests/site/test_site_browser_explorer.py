@@ -1,0 +1,97 @@
+"""The explorer in Chromium, driven as a reader drives it: every forward and backward step visited, every value
+shown read back from the page and compared with NumPy's (the model run again here); a chosen attention entry
+marking exactly the rows at or before its position; the keyboard moving between entries and choosing one; the
+seed changing the numbers. The page itself passes test_site_browser.py's checks (no console error, nothing
+requested off the site) with every other page. Run with `scripts/test -m browser`."""
+
+import re
+
+import numpy as np
+import pytest
+from sitebuild import page_dir
+
+from site_scripts.pages import explorer
+
+pytestmark = pytest.mark.browser
+URL = page_dir("model/explorer.md")
+LABEL = re.compile(r"^(?P<symbol>.+)\[(?P<r>\d+), (?P<c>\d+)\] = (?P<value>\S+)$")
+
+
+def open_explorer(page, site_url):
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(site_url + URL)
+    page.wait_for_selector(".explorer .xp-cell")
+    return errors
+
+
+def shown(page):
+    """(title, every cell's aria-label) of what the explorer shows now."""
+    return page.evaluate("""() => [document.querySelector('.xp-title').textContent,
+        [...document.querySelectorAll('.xp-cell')].map(c => [c.dataset.tensor, Number(c.dataset.index),
+                                                             c.getAttribute('aria-label')])]""")
+
+
+def test_every_step_forward_and_backward_shows_numpys_values(page, site_url):
+    errors = open_explorer(page, site_url)
+    run = explorer.run(next(iter(explorer.SEQUENCES)), 0)
+    n = len(run.steps)
+    checked, worst = 0, 0.0
+    for position in range(2 * n):
+        title, cells = shown(page)
+        backward = position >= n
+        assert title.startswith("Backward" if backward else "Forward"), title
+        for tensor, index, label in cells:
+            m = LABEL.match(label)
+            assert m, label
+            want = (np.ravel(run.grads[tensor]) if backward else run.matrix(tensor).ravel())[index]
+            got = float(m["value"])
+            worst = max(worst, abs(got - want) / max(abs(want), 1e-300))
+            checked += 1
+        if position < 2 * n - 1:
+            page.click(".xp-next")
+    assert checked >= 200 and worst <= 1e-12, (checked, worst)
+    assert page.is_disabled(".xp-next") and not errors, errors
+
+
+def test_a_chosen_attention_entry_marks_the_rows_at_or_before_it(page, site_url):
+    open_explorer(page, site_url)
+    run = explorer.run(next(iter(explorer.SEQUENCES)), 0)
+    position = [s.id for s in run.steps].index("b1.attn")
+    page.evaluate(f"() => {{ const s = document.querySelector('.xp-slider'); s.value = '{position}'; "
+                  "s.dispatchEvent(new Event('input')); }")
+    rows, cols = run.matrix("b1.attn").shape
+    for t in range(rows):
+        page.click(f'.xp-cell[data-role="output"][data-index="{t * cols + 1}"]')
+        marked = page.evaluate("() => [...document.querySelectorAll('.xp-cell.xp-dep')].map(c => Number(c.dataset.index))")
+        assert sorted(marked) == list(range((t + 1) * cols)), (t, marked)
+        assert page.locator(".xp-flow").count() == (t + 1) * cols
+
+
+def test_the_keyboard_moves_between_entries_and_chooses_one(page, site_url):
+    open_explorer(page, site_url)
+    page.focus('.xp-cell[data-role="output"][data-index="0"]')
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowDown")
+    focused = page.evaluate("() => [document.activeElement.dataset.role, document.activeElement.dataset.index]")
+    cols = explorer.run(next(iter(explorer.SEQUENCES)), 0).matrix("embedding").shape[1]
+    assert focused == ["output", str(1 + cols)]
+    page.keyboard.press("Enter")
+    assert page.locator(".xp-cell.xp-chosen").count() == 1
+    assert page.locator(".xp-cell.xp-dep").count() == 2  # one entry of each table: its token's and its position's
+    assert "depends on 2 input entries" in page.text_content(".xp-readout") and page.locator(".xp-flow").count() == 2
+
+
+def test_another_seed_shows_that_runs_numbers(page, site_url):
+    open_explorer(page, site_url)
+    sequence = list(explorer.SEQUENCES)[1]
+    page.select_option(".xp-sequence", sequence)
+    page.select_option(".xp-seed", "2")
+    key = explorer.key(sequence, 2)
+    page.wait_for_function(f"() => document.querySelector('.explorer').dataset.shown === '{key}'")
+    run = explorer.run(sequence, 2)
+    _, cells = shown(page)
+    values = {(t, i): float(LABEL.match(label)["value"]) for t, i, label in cells}
+    want = run.matrix("embedding").ravel()
+    assert all(abs(values["embedding", i] - want[i]) <= 1e-12 * abs(want[i]) for i in range(want.size))
