@@ -1,5 +1,6 @@
 """What every page of a built site shows, as a list a change can be compared against: each page's
-sections (heading level, id and text) and tables (their header rows).
+sections (heading level, id and text), tables (their header rows) and the files served beside it (its
+figures, and data its scripts read).
 
     python -m tools.page_inventory site                 # print the inventory of site/ as JSON
     python -m tools.page_inventory site --check FILE    # exit 1 if a section or table of FILE is gone
@@ -69,33 +70,39 @@ class _Page(HTMLParser):
             self._cell += data
 
 
+KINDS = ("sections", "tables", "files")
+
+
 def pages(site: Path):
-    """(page's URL path, its HTML) for every page of a built site, in order (the assets' pages left out)."""
+    """(page's URL path, its HTML, the files beside it) for every page of a built site, in order (the assets'
+    pages left out)."""
     for html in sorted(site.rglob("index.html")):
         if "assets" not in html.relative_to(site).parts:
-            yield html.parent.relative_to(site).as_posix() + "/", html.read_text(encoding="utf-8")
+            beside = sorted(p.name for p in html.parent.iterdir() if p.is_file() and p.name != "index.html")
+            yield html.parent.relative_to(site).as_posix() + "/", html.read_text(encoding="utf-8"), beside
 
 
 def inventory(site: Path):
-    """{page's URL path: {"sections": [...], "tables": [...]}} for every page of a built site."""
+    """{page's URL path: {"sections": [...], "tables": [...], "files": [...]}} for every page of a built site."""
     out = {}
-    for page, text in pages(site):
+    for page, text, beside in pages(site):
         parser = _Page()
         parser.feed(text)
-        out[page] = {"sections": parser.sections, "tables": parser.tables}
+        out[page] = {"sections": parser.sections, "tables": parser.tables, "files": beside}
     return out
 
 
 def missing(recorded, now):
-    """What `recorded` lists that `now` lacks: pages, sections and tables (a table counted as often as it stands)."""
+    """What `recorded` lists that `now` lacks: pages, sections, tables (a table counted as often as it stands) and
+    files."""
     gone = []
     for page, was in recorded.items():
         if page not in now:
             gone.append(f"{page}: the whole page")
             continue
-        for kind in ("sections", "tables"):
-            left = list(now[page][kind])
-            for item in was[kind]:
+        for kind in KINDS:
+            left = list(now[page].get(kind, []))
+            for item in was.get(kind, []):
                 if item in left:
                     left.remove(item)
                 else:
@@ -119,7 +126,7 @@ def main(argv=None):
         gone = missing(json.loads(args.check.read_text()), now)
         for line in gone:
             print(f"missing: {line}")
-        print(f"{len(gone)} sections or tables of {args.check} missing from {args.site}")
+        print(f"{len(gone)} sections, tables or files of {args.check} missing from {args.site}")
         return 1 if gone else 0
     if not args.write:
         print(json.dumps(now, indent=1, ensure_ascii=False))

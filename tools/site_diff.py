@@ -55,7 +55,7 @@ class _Article(HTMLParser):
 def page_texts(site: Path):
     """{page's URL path: [lines of its article's text]} of a built site."""
     out = {}
-    for page, text in pages(site):
+    for page, text, _ in pages(site):
         parser = _Article()
         parser.feed(text)
         out[page] = parser.lines()

@@ -394,12 +394,14 @@ def test_every_section_and_table_recorded_is_still_shown(built_site, built_mode)
     assert missing(recorded, inventory(built_site)) == []
 
 
-def test_the_inventory_check_notices_a_lost_section_a_lost_table_and_a_lost_page():
+def test_the_inventory_check_notices_a_lost_section_a_lost_table_a_lost_file_and_a_lost_page():
     from tools.page_inventory import missing
 
-    was = {"a/": {"sections": ["h2 #x X", "h2 #y Y"], "tables": ["A | B", "A | B"]}, "b/": {"sections": [], "tables": []}}
-    now = {"a/": {"sections": ["h2 #x X"], "tables": ["A | B"]}}
-    assert missing(was, now) == ["a/: section 'h2 #y Y'", "a/: table 'A | B'", "b/: the whole page"]
+    was = {"a/": {"sections": ["h2 #x X", "h2 #y Y"], "tables": ["A | B", "A | B"], "files": ["f.png", "d.data.js"]},
+           "b/": {"sections": [], "tables": []}}
+    now = {"a/": {"sections": ["h2 #x X"], "tables": ["A | B"], "files": ["f.png"]}}
+    assert missing(was, now) == ["a/: section 'h2 #y Y'", "a/: table 'A | B'", "a/: file 'd.data.js'",
+                                 "b/: the whole page"]
     assert missing(was, was) == []
 
 
