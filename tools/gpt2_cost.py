@@ -3,7 +3,7 @@
 At the preset `gpt2` (124M parameters), float32, one sequence of the full context (T = 1024):
 
 - per memory policy (tools/memory_policies.POLICIES): the median time of a forward pass and of a whole training
-  step (forward, backward, clipping, AdamW); the step's peak, the most bytes numpy held at once above the
+  step (after one untimed call of each) (forward, backward, clipping, AdamW); the step's peak, the most bytes numpy held at once above the
   parameters and the AdamW moments (tracemalloc, as tools/memory_policies measures it); and the bytes the
   forward's cache keeps for the backward;
 - per way of decoding (no cache: the whole forward for every token; the contiguous KV cache; the paged one):
@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 
@@ -33,6 +32,7 @@ from transformer.kv_cache import KVCache, PagedCache, PagePool
 from transformer.model import forward, init_params, loss_and_grads
 from transformer.optim import AdamWConfig, adamw_init, adamw_update, clip_grads
 
+from .bench_kernels import median_seconds
 from .common import ROOT, code_text, hash_parts, numpy_version, read_text
 from .keyed_report import commit
 from .memory_policies import POLICIES, owned_bytes, traced_peak
@@ -43,15 +43,6 @@ PROMPT, NEW = 64, 32  # decoding: prompt tokens, then new tokens timed
 PAGE = 16  # positions per page of the paged cache
 SEED = 0
 REPORT = ROOT / "reports" / "gpt2-cost.json"
-
-
-def median_seconds(run, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def measure_policy(policy, steps):

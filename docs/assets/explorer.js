@@ -143,7 +143,8 @@
         cells.append(cell);
       });
       return el("figure", {class: `xp-grid xp-${role}`},
-        el("figcaption", {text: `${label} (${rows} × ${cols})${role === "output" ? ": choose an entry" : ""}`}), cells);
+        el("figcaption", {text: `${label} (${name}, ${rows} × ${cols})${role === "output" ? ": choose an entry" : ""}`}),
+        cells);
     }
 
     arrow(event, cells, flat, rows, cols) {

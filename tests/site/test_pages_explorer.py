@@ -81,3 +81,45 @@ def test_a_data_file_holds_the_runs_numbers_under_its_key(run):
     assert value["tensors"]["b0.ln1"]["value"] == run.matrix("b0.ln1").ravel().tolist()
     assert value["tensors"]["embedding"]["grad"] == np.ravel(run.grads["embedding"]).tolist()
     assert [s["id"] for s in value["steps"]] == [s.id for s in run.steps] and len(value["steps"]) == 20
+
+
+def same_row(rows, cols):
+    """The mask of a Jacobian between two (rows, cols) tensors whose entries depend on their own row alone."""
+    return np.kron(np.eye(rows, dtype=bool), np.ones((cols, cols), dtype=bool))
+
+
+def test_each_functions_backward_matches_central_differences_and_each_mutant_differs_where_predicted(run):
+    """The pictures' own numbers: every function's two Jacobians agree to central differences' error; each
+    mutant's difference from the true Jacobian is non-zero exactly where its mistake predicts, worked out here
+    from the mistake, not from the picture: LayerNorm without its mean term is wrong in every entry of each
+    position's block (the term -r γ_j / d reaches all of them); the softmax without its subtraction loses
+    p_j p_j', which no entry escapes; GELU without its density term is wrong on the diagonal; attention without the
+    1/sqrt(d_h) in dq is wrong where an output reads its own position's query, except at the first position,
+    whose single weight is 1 whatever the query."""
+    from site_scripts.pages import _jacobians as jac
+
+    found, functions, mutants = jac.pictures(run)
+    for name, (backward, central) in functions.items():
+        assert np.abs(backward - central).max() <= 1e-6 * np.abs(backward).max(), name
+    T, d = run.matrix("b0.ln1").shape
+    rows_after_first = same_row(T, d) & (np.arange(T * d)[:, None] >= d)
+    predicted = {"layernorm-dx-no-mean-term": same_row(T, d),
+                 "softmax-grad-no-subtraction": np.ones((run.cfg.vocab_size,) * 2, dtype=bool),
+                 "gelu-grad-no-density-term": np.eye(found["gelu"].x.size, dtype=bool),
+                 "attention-grad-no-scale": rows_after_first}
+    assert set(predicted) == set(mutants) and len(mutants) >= 3 and len(functions) >= 5
+    for name, (broken, true) in mutants.items():
+        changed = np.abs(broken - true) > 1e-12 * np.abs(true).max()
+        assert np.array_equal(changed, predicted[name]), name
+
+
+def test_a_mutant_whose_edit_no_longer_fits_its_function_stops_the_page(monkeypatch):
+    from site_scripts.pages import _jacobians as jac
+    from tools.mutant_catalogue import MUTANTS, Edit
+
+    stale = [m if m.name != "softmax-grad-no-subtraction" else
+             type(m)(m.name, m.breaks, (Edit(m.edits[0].path, m.edits[0].function, "no such text", "x"),))
+             for m in MUTANTS]
+    monkeypatch.setattr(jac, "MUTANTS", stale)
+    with pytest.raises(RuntimeError, match="its edit no longer fits transformer/softmax.py:softmax_backward"):
+        jac.mutated("softmax-grad-no-subtraction")

@@ -167,7 +167,7 @@ def test_every_tested_by_command_names_a_real_test(fragments_dir):
 
 
 def test_nothing_reruns_when_nothing_changed_and_reruns_are_byte_identical(fragments_dir):
-    made = [p for p in fragments_dir.rglob("*") if p.suffix in (".md", ".png")]  # the fragments and the figures
+    made = [p for p in fragments_dir.rglob("*") if p.name.endswith((".md", *build.SERVED))]  # fragments, figures, data
     before = {p: p.read_bytes() for p in made}
     assert build.generate_all(CONTEXT) == []
     assert sorted(build.generate_all(CONTEXT, force=True)) == sorted(build.page_names())
