@@ -9,8 +9,9 @@ At the preset `gpt2` (124M parameters), float32, one sequence of the full contex
 - per way of decoding (no cache: the whole forward for every token; the contiguous KV cache; the paged one):
   the time to the first new token after a prompt, and new tokens per second after it.
 
-The bytes are the same on every run with the same numpy; the times are this machine's, so run it on a quiet one
-(the load average is recorded beside them). The result is kept in the repository, not measured by the build
+The bytes follow numpy's version, not the machine (up to a few hundred bytes of Python's own objects, which
+tracemalloc counts too); the times are this machine's, so run it on a quiet one (the load average is recorded
+beside them). The result is kept in the repository, not measured by the build
 (several minutes on two cores): `--write` puts it in reports/gpt2-cost.json with the machine, the commit and a
 hash of each module of the package it ran, so that the pages that cite it can say which code it measured.
 

@@ -5,6 +5,7 @@ seed changing the numbers. The page itself passes test_site_browser.py's checks 
 requested off the site) with every other page. Run with `scripts/test -m browser`."""
 
 import re
+from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
@@ -18,9 +19,13 @@ LABEL = re.compile(r"^(?P<symbol>.+)\[(?P<r>\d+), (?P<c>\d+)\] = (?P<value>\S+)$
 
 
 def open_explorer(page, site_url):
-    errors = []
+    """The explorer's page, loaded; the list it returns fills with every console error, uncaught exception, failed
+    request and request off the site while the test drives the page."""
+    errors, host = [], urlsplit(site_url).netloc
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("requestfailed", lambda r: errors.append(f"failed: {r.url}"))
+    page.on("request", lambda r: errors.append(f"off the site: {r.url}") if urlsplit(r.url).netloc != host else None)
     page.goto(site_url + URL)
     page.wait_for_selector(".explorer .xp-cell")
     return errors
@@ -35,7 +40,8 @@ def shown(page):
 
 def test_every_step_forward_and_backward_shows_numpys_values(page, site_url):
     errors = open_explorer(page, site_url)
-    run = explorer.run(next(iter(explorer.SEQUENCES)), 0)
+    sequence = next(iter(explorer.SEQUENCES))
+    run = explorer.run(sequence, 0)
     n = len(run.steps)
     checked, worst = 0, 0.0
     for position in range(2 * n):
@@ -52,6 +58,8 @@ def test_every_step_forward_and_backward_shows_numpys_values(page, site_url):
         if position < 2 * n - 1:
             page.click(".xp-next")
     assert checked >= 200 and worst <= 1e-12, (checked, worst)
+    page.select_option(".xp-seed", "1")  # a choice whose data file the page has not loaded yet
+    page.wait_for_function(f"() => document.querySelector('.explorer').dataset.shown === '{explorer.key(sequence, 1)}'")
     assert page.is_disabled(".xp-next") and not errors, errors
 
 
