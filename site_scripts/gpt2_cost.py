@@ -3,13 +3,20 @@ on two cores, so not measured by the build), for the pages that cite it: the GPT
 pages beside the tiny model's figures. The bytes that follow from the sizes alone (the parameters in float32 and
 in NF4) are computed here from the preset, at every build.
 
-A page that reads the report lists it in its registry entry's `reads`, so that a new report rebuilds it."""
+A page that reads the report lists it in its registry entry's `reads`, so that a new report rebuilds it. The tables
+are made here, not in site_scripts/pages/gpt2.py: those pages show times measured elsewhere and time nothing
+themselves, and a page whose own code handles times is taken for one that must run alone (tests/site/test_schedule.py)."""
 
 import json
 from functools import cache
 
 from tools import gpt2_cost as tool
 from tools.common import ROOT, code_text, hash_parts, read_text
+from transformer.config import PRESETS
+from transformer.model import param_count
+
+from .common import md_table
+from .pages._qlora_bytes import LORA, METHODS, formula
 
 MIB = 1 << 20
 
@@ -59,8 +66,8 @@ def slug(name):
 
 def cited():
     """The figures the memory pages cite beside the tiny model's, as template values: per policy its step's peak
-    and retained MiB and its forward and step seconds; per way of decoding its tokens per second; T and where
-    they were measured."""
+    and retained MiB and its forward and step seconds; per way of decoding its tokens per second and its first
+    token's seconds; T and the prompt's length. (Where they were measured, the GPT-2 page says: `provenance`.)"""
     r = report()
     values = {"T": r["T"], "prompt": r["prompt"]}
     for p in r["policies"]:
@@ -69,3 +76,38 @@ def cited():
     for d in r["decoding"]:
         values[slug(d["way"])] = {"rate": f"{d['tokens_per_s']:.1f}", "first": f"{d['first_token_s']:.2f}"}
     return values
+
+
+def sizes_table():
+    """GPT-2 small's bytes from its sizes: weights, gradients and AdamW state of full training, LoRA and QLoRA
+    (the QLoRA page's formula, which that page checks against the real arrays on smaller configs)."""
+    rows = []
+    for method in METHODS:
+        b = formula(PRESETS["gpt2"], method)
+        rows.append([method, mib(b.weights), mib(b.grads), mib(b.state), mib(b.total)])
+    return md_table(["training", "weights (MiB)", "gradients (MiB)", "AdamW state (MiB)", "total (MiB)"], rows)
+
+
+def tables():
+    """The GPT-2 page's part: the bytes from the sizes, and the kept measurements (each memory policy's times and
+    bytes, each way of decoding), as tables and the values its prose shows."""
+    r = report()
+    policies = md_table(["memory policy", "forward (s)", "training step (s)", "step's peak (MiB)",
+                         "kept for the backward (MiB)"],
+                        [[p["policy"], f"{p['forward_s']:.1f}", f"{p['step_s']:.1f}", mib(p["step_peak"]),
+                          mib(p["retained"])] for p in r["policies"]])
+    first = r["decoding"][0]["tokens"]
+    decoding_table = md_table(["decoding", f"first new token after {r['prompt']} (s)", "new tokens per second",
+                               "greedy tokens"],
+                              [[d["way"], f"{d['first_token_s']:.2f}", f"{d['tokens_per_s']:.1f}",
+                                "(the reference)" if d is r["decoding"][0] else "the same as without a cache"
+                                if d["tokens"] == first else "**differ** from those without a cache"]
+                               for d in r["decoding"]])
+    n = param_count(PRESETS["gpt2"])
+    values = {"T": r["T"], "new": r["new"], "page": r["page_size"], "steps": r["steps"], "provenance": provenance(),
+              "small": n, "f32": mib(4 * n), "rank": LORA.rank, "targets": list(LORA.targets),
+              "speedup": decoding("contiguous")["tokens_per_s"] / decoding("no cache")["tokens_per_s"],
+              "peak_hi": mib(max(p["step_peak"] for p in r["policies"])),
+              "peak_lo": mib(min(p["step_peak"] for p in r["policies"])),
+              "kept": policy("materialized")["retained"] / policy("checkpointed")["retained"]}
+    return {"sizes": sizes_table(), "policies": policies, "decoding_cost": decoding_table}, values

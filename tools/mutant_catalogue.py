@@ -141,7 +141,7 @@ MUTANTS = (
     Mutant("torch-zip-strides-as-bytes",
            "The older GPT-2 checkpoint's tensors are read with torch's strides, which count elements, taken as "
            "numpy's, which count bytes: every window steps through the wrong part of its storage.",
-           (edit("transformer/torch_zip.py:rebuild_tensor", "[s * storage.itemsize for s in stride]", "list(stride)"),)),
+           (edit("transformer/torch_zip.py:rebuild_tensor", "[s * flat.itemsize for s in stride]", "list(stride)"),)),
     # GPT-2's tokenizer.
     Mutant("bpe-first-merge-lost",
            "GPT-2's tokenizer skips two lines of vocab.bpe instead of its version line alone: the merge of rank 0 "

@@ -26,7 +26,7 @@ class _Page(HTMLParser):
 
     def __init__(self):
         super().__init__()
-        self.sections, self.tables = [], []
+        self.sections, self.tables, self.images = [], [], []
         self._in_article = 0
         self._heading = None  # [tag, id, text] while inside one
         self._header = None  # header cells of the table being read
@@ -38,6 +38,8 @@ class _Page(HTMLParser):
             self._in_article += 1
         if not self._in_article:
             return
+        if tag == "img" and attrs.get("src") and not attrs["src"].startswith(("data:", "http:", "https:")):
+            self.images.append(attrs["src"])  # a figure the page shows, wherever it is served
         if tag in HEADINGS:
             self._heading = [tag, attrs.get("id", ""), ""]
         elif tag == "table":
@@ -83,12 +85,14 @@ def pages(site: Path):
 
 
 def inventory(site: Path):
-    """{page's URL path: {"sections": [...], "tables": [...], "files": [...]}} for every page of a built site."""
+    """{page's URL path: {"sections": [...], "tables": [...], "files": [...]}} for every page of a built site; its
+    files are those beside it and the images its article shows (by their path from the page)."""
     out = {}
     for page, text, beside in pages(site):
         parser = _Page()
         parser.feed(text)
-        out[page] = {"sections": parser.sections, "tables": parser.tables, "files": beside}
+        files = sorted(set(beside) | set(parser.images))
+        out[page] = {"sections": parser.sections, "tables": parser.tables, "files": files}
     return out
 
 

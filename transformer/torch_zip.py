@@ -5,9 +5,12 @@ Since torch 1.6 such a file is a zip archive: `<name>/data.pkl`, a Python pickle
 `<name>/data/<key>`, the raw little-endian bytes of each storage. Unpickling an arbitrary pickle can call any
 importable function, which is why loading an untrusted checkpoint with `pickle` (or with `torch.load` without
 `weights_only`) is unsafe. Here the unpickler resolves only the few names a state dictionary of tensors uses
-(an ordered dictionary, the storage types, `torch._utils._rebuild_tensor_v2`), each to a function of this
-module; any other name in the pickle refuses the file, naming it. Storages become numpy arrays read from the
-archive; a tensor is a (copied) strided window of its storage, as torch defines it.
+(an ordered dictionary, the storage types, `torch._utils._rebuild_tensor_v2`): the dictionary to
+`collections.OrderedDict`, the others to objects of this module that carry nothing the pickle could change.
+Any other name refuses the file, naming it, before anything it names can run. Storages become flat numpy
+arrays read from the archive; a tensor is a (copied) strided window of its storage, as torch defines it, each
+checked to lie within it. Not read: the format torch.save wrote before torch 1.6 (not a zip archive), storages
+numpy has no dtype for (bfloat16) and big-endian ones; each is refused by name.
 """
 
 import io
@@ -24,26 +27,46 @@ STORAGES = {"FloatStorage": "<f4", "DoubleStorage": "<f8", "HalfStorage": "<f2",
             "BoolStorage": "?", "LongStorage": "<i8", "IntStorage": "<i4"}  # torch's storage types numpy holds
 
 
-class Storage:
-    """A storage type named by the pickle (`torch.FloatStorage`): only its dtype is kept."""
+class StorageType(tuple):
+    """A storage type the pickle names (`torch.FloatStorage`), as (name,). A tuple with no attributes of its own,
+    so that nothing in the pickle can change it."""
+    __slots__ = ()
 
-    def __init__(self, name):
-        self.name, self.dtype = name, np.dtype(STORAGES[name])
+
+class Storage(tuple):
+    """A storage read from the archive, as (its flat array,): only `rebuild_tensor` takes one, and, a tuple with
+    no attributes of its own, nothing in the pickle can change it or put another array in its place."""
+    __slots__ = ()
 
 
-def rebuild_tensor(storage, offset, size, stride, *_):
-    """`torch._utils._rebuild_tensor_v2`'s part that matters here: the window of `storage` (a flat array) that
-    starts at element `offset` and steps by `stride`, copied; a window past the storage's end is refused."""
+class RebuildTensor:
+    """What the pickle gets for `torch._utils._rebuild_tensor_v2`: `rebuild_tensor`, behind an object with no
+    attributes that the pickle could set."""
+    __slots__ = ()
+
+    def __call__(self, storage, offset, size, stride, *_):
+        return rebuild_tensor(storage, offset, size, stride)
+
+
+def rebuild_tensor(storage, offset, size, stride):
+    """`torch._utils._rebuild_tensor_v2`'s part that matters here: the window of a storage's flat array that
+    starts at element `offset` and steps by `stride`, copied. Refused: anything but a storage, a window that
+    reaches past the storage's end, and one with more entries than the storage (a stride of 0 repeating them,
+    which a state dictionary does not need and a small file could use to ask for any amount of memory)."""
     size, stride = tuple(size), tuple(stride)
     numbers = (offset, *size, *stride)
-    if not (isinstance(storage, np.ndarray) and len(size) == len(stride)
-            and all(isinstance(n, int) and n >= 0 for n in numbers)):
+    if not (isinstance(storage, Storage) and len(size) == len(stride)
+            and all(type(n) is int and n >= 0 for n in numbers)):
         raise CheckpointError(f"a tensor of size {size}, stride {stride} and offset {offset}: not a window of a "
                               "storage")
-    last = offset + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else offset - 1
-    if last >= storage.size:
-        raise CheckpointError(f"a tensor of size {size} reaches element {last} of a storage of {storage.size}")
-    window = np.lib.stride_tricks.as_strided(storage[offset:], size, [s * storage.itemsize for s in stride])
+    flat = storage[0]
+    count = int(np.prod(size, dtype=object))
+    if count > flat.size:
+        raise CheckpointError(f"a tensor of {count} entries from a storage of {flat.size}")
+    last = offset + sum((n - 1) * s for n, s in zip(size, stride)) if count else offset - 1
+    if last >= flat.size:
+        raise CheckpointError(f"a tensor of size {size} reaches element {last} of a storage of {flat.size}")
+    window = np.lib.stride_tricks.as_strided(flat[offset:], size, [s * flat.itemsize for s in stride])
     return np.array(window)
 
 
@@ -58,9 +81,9 @@ class StateUnpickler(pickle.Unpickler):
         if (module, name) == ("collections", "OrderedDict"):
             return OrderedDict
         if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
-            return rebuild_tensor
+            return RebuildTensor()
         if module == "torch" and name in STORAGES:
-            return Storage(name)
+            return StorageType((name,))
         if module == "torch" and name.endswith("Storage"):
             raise CheckpointError(f"tensors of torch.{name}, which numpy does not hold "
                                   f"(it reads {', '.join(STORAGES)})")
@@ -68,20 +91,24 @@ class StateUnpickler(pickle.Unpickler):
                               "use: refused (unpickling it could run code)")
 
     def persistent_load(self, pid):
-        """A storage: ("storage", its type, its key in the archive, its device, its number of elements)."""
-        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage" and isinstance(pid[1], Storage)):
+        """A storage: ("storage", its type, its key in the archive, its device, its number of elements). At most
+        the bytes those elements need are read, so a compressed entry cannot unpack to more."""
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage" and isinstance(pid[1], StorageType)
+                and isinstance(pid[2], str) and type(pid[4]) is int and pid[4] >= 0):
             raise CheckpointError(f"the pickle refers to {pid!r}, not to a storage")
-        _, kind, key, _, count = pid
+        _, (kind,), key, _, count = pid
         if key not in self.storages:
-            path = f"{self.prefix}data/{key}"
+            dtype, path = np.dtype(STORAGES[kind]), f"{self.prefix}data/{key}"
             try:
-                data = self.archive.read(path)
+                info = self.archive.getinfo(path)
             except KeyError:
                 raise CheckpointError(f"storage {key} is not in the archive ({path} missing)") from None
-            if len(data) < count * kind.dtype.itemsize:
-                raise CheckpointError(f"storage {key} holds {len(data)} bytes, {count} elements of {kind.name} need "
-                                      f"{count * kind.dtype.itemsize}")
-            self.storages[key] = np.frombuffer(data, kind.dtype, count)
+            need = count * dtype.itemsize
+            if info.file_size < need:
+                raise CheckpointError(f"storage {key} holds {info.file_size} bytes, {count} elements of {kind} need "
+                                      f"{need}")
+            with self.archive.open(info) as f:
+                self.storages[key] = Storage((np.frombuffer(f.read(need), dtype, count),))
         return self.storages[key]
 
 
@@ -113,10 +140,11 @@ def read_torch_zip(path) -> dict:
                               "format") from None
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as e:
-        raise CheckpointError(f"{path}: its pickle cannot be read ({type(e).__name__}: {e})") from None
-    if not isinstance(state, dict) or not all(isinstance(v, np.ndarray) for v in state.values()):
-        raise CheckpointError(f"{path}: not a dictionary of tensors")
+    except Exception as e:  # noqa: BLE001  a malformed pickle or archive fails in many ways, each refused alike
+        raise CheckpointError(f"{path}: its pickle or archive cannot be read ({type(e).__name__}: {e})") from None
+    if not (isinstance(state, dict) and all(isinstance(k, str) and isinstance(v, np.ndarray) and v.flags.writeable
+                                            for k, v in state.items())):
+        raise CheckpointError(f"{path}: not a dictionary of tensors by name")
     return dict(state)
 
 

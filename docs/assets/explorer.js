@@ -7,11 +7,11 @@
 (() => {
   const data = () => (window.explorerData = window.explorerData || {});
 
-  function load(key) {  // a <script> tag, which a page opened from disk may load where fetch may not
+  function load(base, key) {  // a <script> tag, which a page opened from disk may load where fetch may not
     if (data()[key]) return Promise.resolve(data()[key]);
     return new Promise((resolve, reject) => {
       const tag = document.createElement("script");
-      tag.src = new URL(`${key}.data.js`, location.href).href;
+      tag.src = new URL(`${base}${key}.data.js`, location.href).href;
       tag.onload = () => (data()[key] ? resolve(data()[key]) : reject(new Error(`no data in ${tag.src}`)));
       tag.onerror = () => reject(new Error(`cannot load ${tag.src}`));
       document.head.appendChild(tag);
@@ -35,6 +35,7 @@
     constructor(root) {
       this.root = root;
       this.choices = JSON.parse(root.dataset.choices);
+      this.base = root.dataset.base || "";  // where the data files are, from the page's URL
       this.position = 0;  // 0 .. 2n-1: the forward's steps, then the backward's, last step first
       this.selected = null;  // the chosen output entry
       this.build();
@@ -60,13 +61,20 @@
       this.slider.addEventListener("input", () => this.go(Number(this.slider.value)));
       this.title = el("p", {class: "xp-title", "aria-live": "polite"});
       this.grids = el("div", {class: "xp-grids"});
-      this.readout = el("p", {class: "xp-readout", "aria-live": "polite", text: "Point at an entry, or move to it with Tab."});
+      // What the pointer or the focus is on (not announced: it changes at every move), then what a choice shows.
+      this.readout = el("p", {class: "xp-readout", text: "Point at an entry, or move to it with Tab."});
+      this.summary = el("p", {class: "xp-summary", "aria-live": "polite"});
       this.flows = el("ul", {class: "xp-flows"});
       this.equation = el("div", {class: "xp-equation"});
       this.root.replaceChildren(
         el("div", {class: "xp-controls"}, el("label", {}, "tokens ", this.sequence), el("label", {}, " seed ", this.seed),
           this.prev, this.slider, this.next),
-        this.title, this.grids, this.readout, this.flows, this.equation);
+        this.title, this.grids, this.readout, this.summary, this.flows, this.equation);
+      this.enable(false);
+    }
+
+    enable(on) {  // the controls work once a choice's data is there
+      for (const control of [this.prev, this.next, this.slider]) control.disabled = !on;
     }
 
     choose(key) {
@@ -74,13 +82,16 @@
       this.sequence.value = choice.sequence;
       this.seed.value = String(choice.seed);
       const ticket = (this.ticket = (this.ticket || 0) + 1);  // only the latest choice is drawn
-      return load(key).then((d) => {
+      return load(this.base, key).then((d) => {
         if (ticket !== this.ticket) return;
         this.data = d;
         this.slider.max = String(2 * d.steps.length - 1);
+        this.enable(true);
         this.go(this.position);
         this.root.dataset.shown = key;
-      }, (error) => { this.readout.textContent = String(error.message); throw error; });
+      }, (error) => {
+        if (ticket === this.ticket) this.summary.textContent = `The numbers of this choice did not load: ${error.message}`;
+      });
     }
 
     go(position) {
@@ -104,7 +115,7 @@
       const output = this.grid(s.output, "output", 0);
       this.grids.replaceChildren(...(this.backward ? [output, ...inputs] : [...inputs, output]));
       this.flows.replaceChildren();
-      this.readout.textContent = this.backward
+      this.summary.textContent = this.backward
         ? `The gradient ${grad(t[s.output].symbol)} goes back through ${s.title}. Choose an entry of it.`
         : `Choose an entry of ${t[s.output].symbol} to see what it depends on.`;
       this.showEquation();
@@ -123,8 +134,11 @@
 
     grid(name, role, index) {
       const tensor = this.data.tensors[name];
-      const values = this.backward ? tensor.grad : tensor.value;
+      // In the backward an input shows what this step sends it: all of its gradient unless another step reads it.
+      const own = this.backward && role === "input";
+      const values = own ? this.step.dx[index] : this.backward ? tensor.grad : tensor.value;
       const label = this.backward ? grad(tensor.symbol) : tensor.symbol;
+      const note = own && this.step.shared[index] ? ", this step's share" : "";
       const [rows, cols] = tensor.shape;
       const limit = Math.max(...values.map(Math.abs)) || 1;
       const cells = el("div", {class: "xp-cells", role: "group", "aria-label": `${label}, ${rows} by ${cols}`,
@@ -133,9 +147,14 @@
         const [r, c] = [Math.floor(flat / cols), flat % cols];
         const cell = el("button", {type: "button", class: "xp-cell", "data-tensor": name, "data-role": role,
           "data-input": String(index), "data-index": String(flat), "aria-label": `${label}[${r}, ${c}] = ${v}`,
+          tabindex: flat === 0 ? "0" : "-1",  // one stop per grid: the arrows move within it
           style: `--xp-weight: ${(Math.abs(v) / limit).toFixed(3)}`, text: v.toFixed(2)});
+        if (role === "output") cell.setAttribute("aria-pressed", "false");
         cell.classList.add(v < 0 ? "xp-negative" : "xp-positive");
         const show = () => { this.readout.textContent = `${label}[${r}, ${c}] = ${v}`; };
+        cell.addEventListener("focus", () => {
+          for (const other of cells.children) other.tabIndex = other === cell ? 0 : -1;
+        });
         cell.addEventListener("mouseenter", show);
         cell.addEventListener("focus", show);
         cell.addEventListener("keydown", (event) => this.arrow(event, cells, flat, rows, cols));
@@ -143,24 +162,26 @@
         cells.append(cell);
       });
       return el("figure", {class: `xp-grid xp-${role}`},
-        el("figcaption", {text: `${label} (${name}, ${rows} × ${cols})${role === "output" ? ": choose an entry" : ""}`}),
+        el("figcaption", {text: `${label} (${name}, ${rows} × ${cols}${note})${role === "output" ? ": choose an entry" : ""}`}),
         cells);
     }
 
     arrow(event, cells, flat, rows, cols) {
       const moves = {ArrowLeft: -1, ArrowRight: 1, ArrowUp: -cols, ArrowDown: cols};
       if (!(event.key in moves)) return;
+      event.preventDefault();  // at the grid's edge too: the arrows move within the grid, never the page
       const to = flat + moves[event.key];
-      if (to < 0 || to >= rows * cols) return;
-      event.preventDefault();
-      cells.children[to].focus();
+      const sameRow = Math.abs(moves[event.key]) !== 1 || Math.floor(to / cols) === Math.floor(flat / cols);
+      if (to >= 0 && to < rows * cols && sameRow) cells.children[to].focus();
     }
 
     select(o) {
       const s = this.step, t = this.data.tensors;
       this.selected = o;
       for (const cell of this.grids.querySelectorAll(".xp-cell")) {
-        cell.classList.toggle("xp-chosen", cell.dataset.role === "output" && Number(cell.dataset.index) === o);
+        const chosen = cell.dataset.role === "output" && Number(cell.dataset.index) === o;
+        cell.classList.toggle("xp-chosen", chosen);
+        if (cell.dataset.role === "output") cell.setAttribute("aria-pressed", String(chosen));
         cell.classList.remove("xp-dep");
       }
       const out = t[s.output], cols = out.shape[1];
@@ -180,7 +201,7 @@
         }
       });
       const count = items.length;
-      this.readout.textContent = this.backward
+      this.summary.textContent = this.backward
         ? `${grad(name)} = ${dy} flows back to the ${count} input entries its Jacobian row reaches, to each ` +
           `times ∂${name}/∂(that entry):`
         : `${name} depends on ${count} input entries (the non-zero entries of its Jacobian row):`;

@@ -40,8 +40,9 @@ BLOCK_TRACED_GRADS = {"hidden": "dhidden", "pre": "dpre", "ln2": "dln2", "mid": 
 class Step:
     """One call of the forward, and its backward.
 
-    `inputs` and `output` are tensor names; `jacobians[k]` is (output size, size of input k); `eqs` and `beqs`
-    are the ids of the equations of its forward and its backward."""
+    `inputs` and `output` are tensor names; `jacobians[k]` is (output size, size of input k); `dx[k]` is the
+    gradient this step's backward sends to input k (the whole of that input's gradient unless another step reads
+    it too); `eqs` and `beqs` are the ids of the equations of its forward and its backward."""
     id: str
     title: str
     inputs: tuple
@@ -49,6 +50,7 @@ class Step:
     eqs: tuple
     beqs: tuple
     jacobians: list
+    dx: list = None
 
 
 def symbol(name, cfg):
@@ -70,8 +72,9 @@ class Run:
         self.ids, self.targets = np.array([ids]), np.array([targets])
         self.trace, self.grad_trace = {}, {}
         logits, cache = forward(params, self.ids, cfg, self.trace)
-        _, xent_cache = cross_entropy_forward(logits, self.targets)
-        backward(cross_entropy_backward(1.0, xent_cache), cache, trace=self.grad_trace)
+        loss, xent_cache = cross_entropy_forward(logits, self.targets)
+        self.trace["loss"] = loss
+        self.param_grads = backward(cross_entropy_backward(1.0, xent_cache), cache, trace=self.grad_trace)
         self.values, self.caches, self.forwards, self.backwards, self.steps = {}, {}, {}, {}, []
         self.values.update(tok_emb=params["tok_emb"], pos_emb=params["pos_emb"])
         self.run_forward()
@@ -127,7 +130,7 @@ class Run:
                   first(linear_backward), ("head",), ("head-grads",), traced="logits")
         self.call("loss", "cross-entropy", ("logits",), "loss",
                   lambda z: cross_entropy_forward(z, self.targets), lambda dy, c: (cross_entropy_backward(dy, c),),
-                  ("xent",), ("model-dlogits",))
+                  ("xent",), ("model-dlogits",), traced="loss")
 
     def run_backward(self):
         """Each step's backward, last to first, on the gradient of its output; a tensor read by two steps sums
@@ -135,12 +138,15 @@ class Run:
         self.grads = {"loss": np.ones_like(self.values["loss"])}
         for step in reversed(self.steps):
             dy, cache, back = self.grads[step.output], self.caches[step.id], self.backwards[step.id]
-            for name, dx in zip(step.inputs, back(dy, cache), strict=True):
+            step.dx = list(back(dy, cache))
+            for name, dx in zip(step.inputs, step.dx, strict=True):
                 self.grads[name] = self.grads[name] + dx if name in self.grads else dx
             step.jacobians = [self.jacobian(step, k) for k in range(len(step.inputs))]
-        for name, traced in self.traced_grads().items():
-            if not np.array_equal(self.grads[name], self.grad_trace[traced]):
-                raise RuntimeError(f"the explorer's gradient of {name} differs from the model's backward ({traced})")
+        expected = {name: self.grad_trace[traced] for name, traced in self.traced_grads().items()}
+        expected.update(tok_emb=self.param_grads["tok_emb"], pos_emb=self.param_grads["pos_emb"])
+        for name, value in expected.items():
+            if not np.array_equal(self.grads[name], value):
+                raise RuntimeError(f"the explorer's gradient of {name} differs from the model's backward")
 
     def traced_grads(self):
         pairs = dict(TRACED_GRADS)

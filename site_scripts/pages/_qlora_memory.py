@@ -6,19 +6,16 @@ config not at all. Values, tables and the picture only: the words are in docs/fi
 The steps' peaks and times are measured once per change of the code they run and kept in build/cache/, as
 site_scripts/memory.py keeps the memory policies': a forced rerun of the page prints the same times."""
 
-import inspect
 import statistics
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from transformer.config import PRESETS, ModelConfig
-from transformer.finetune import adapter_loss_and_grads, is_linear_weight, quantize_base, weight_bytes
-from transformer.lora import LoRAConfig, adapter_shapes, init_adapters
+from transformer.finetune import adapter_loss_and_grads, quantize_base, weight_bytes
+from transformer.lora import init_adapters
 from transformer.model import init_params, loss_and_grads, param_count, param_shapes
-from transformer.nf4 import payload_bytes
 from transformer.optim import AdamWConfig, adamw_init, adamw_update, clip_grads
 from tools.memory_policies import traced_peak
 
@@ -26,27 +23,13 @@ from .. import depends
 from ..common import CACHE, cached_json, hash_parts, md_table, mode, numpy_version
 from ..examples import SEED
 from ..figures import new_figure, png
+from ._qlora_bytes import BLOCK, BLOCK2, LORA, METHODS, Bytes, formula
 
-# The block sizes quantize_base stores the base with (its defaults).
-BLOCK, BLOCK2 = (inspect.signature(quantize_base).parameters[name].default for name in ("block_size", "block_size2"))
 LARGER = ModelConfig(vocab_size=65, context_len=64, emb_dim=512, num_heads=8, num_layers=8, ff_dim=2048)
 CONFIGS = {"default": PRESETS["default"], "A": PRESETS["A"], "B": PRESETS["B"], "d = 512, L = 8": LARGER}
-METHODS = ("full", "LoRA", "QLoRA")
-LORA = LoRAConfig()  # rank 8, alpha 16, q and v
 BATCH, T = 4, 32  # the timed step's windows
 STEPS = 3  # timed steps (the median is shown)
 MIB = 1 << 20
-
-
-@dataclass(frozen=True)
-class Bytes:
-    weights: int
-    grads: int
-    state: int
-
-    @property
-    def total(self):
-        return self.weights + self.grads + self.state
 
 
 def batch(cfg, B=BATCH, length=T, seed=SEED):
@@ -76,18 +59,6 @@ def measured(cfg, method):
     _, grads = step_grads(*batch(cfg, B=1, length=8))
     weights = nbytes(trainable) + (weight_bytes(base) if base is not None else 0)
     return Bytes(weights, nbytes(grads), nbytes(state["m"]) + nbytes(state["v"]))
-
-
-def formula(cfg, method):
-    """The same bytes from the sizes: float32 everywhere, NF4 weights at `nf4.payload_bytes`."""
-    n_theta = param_count(cfg)
-    n_a = sum(int(np.prod(s)) for s in adapter_shapes(param_shapes(cfg), LORA).values())
-    if method == "full":
-        return Bytes(4 * n_theta, 4 * n_theta, 8 * n_theta)
-    if method == "LoRA":
-        return Bytes(4 * n_theta + 4 * n_a, 4 * n_a, 8 * n_a)
-    linear = [int(np.prod(s)) for name, s in param_shapes(cfg).items() if is_linear_weight(name)]
-    return Bytes(4 * (n_theta - sum(linear)) + sum(payload_bytes(n) for n in linear) + 4 * n_a, 4 * n_a, 8 * n_a)
 
 
 def mib(n):

@@ -8,6 +8,7 @@ equations are written into the page itself, from the pages that derive them, so 
 rest and printed."""
 
 import json
+import posixpath
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from ..common import md_table
 from ..equations import by_id
 from ..examples import MOVE, biases_moved
 from ..figures import new_figure, png
-from ..sections import page_link
+from ..sections import PAGE_PATHS, page_link
 from ._explorer_steps import Run, symbol
 
 CFG = PRESETS["tiny"]
@@ -41,13 +42,17 @@ def run(sequence, seed):
 
 def data(r: Run):
     """What the viewer draws of one run: each tensor's symbol, shape, values and gradient, and each step's
-    inputs, output and Jacobians (per output entry, the [input entry, derivative] pairs that are not zero)."""
+    inputs, output, the gradient its backward sends to each input, and Jacobians (per output entry, the
+    [input entry, derivative] pairs that are not zero)."""
     tensors = {}
     for name in r.values:
         value, grad = r.matrix(name), np.asarray(r.grads[name], dtype=float).reshape(r.matrix(name).shape)
         tensors[name] = {"symbol": symbol(name, CFG), "shape": list(value.shape), "value": value.ravel().tolist(),
                          "grad": grad.ravel().tolist()}
+    readers = {name: sum(name in s.inputs for s in r.steps) for name in r.values}
     steps = [{"id": s.id, "title": s.title, "inputs": list(s.inputs), "output": s.output,
+              "shared": [readers[name] > 1 for name in s.inputs],  # another step reads it too
+              "dx": [np.ravel(dx).astype(float).tolist() for dx in s.dx],
               "jacobians": [[[[int(i), float(row[i])] for i in np.flatnonzero(row)] for row in j]
                             for j in s.jacobians]} for s in r.steps]
     return {"ids": r.ids[0].tolist(), "targets": r.targets[0].tolist(), "tensors": tensors, "steps": steps}
@@ -81,9 +86,12 @@ def steps_md(r: Run):
 
 
 def viewer_md():
-    """The viewer's container: the choices it offers and where their data files are."""
+    """The viewer's container: the choices it offers, and where their data files are from the page's URL (the
+    page is served as <its path without .md>/, its data files in <its folder>/<its id>/: build.figure_files)."""
     choices = [{"key": key(seq, seed), "sequence": seq, "seed": seed} for seq in SEQUENCES for seed in SEEDS]
-    return (f"<div class=\"explorer\" data-choices='{json.dumps(choices)}' "
+    path = PAGE_PATHS["explorer"]
+    base = posixpath.relpath(posixpath.join(posixpath.dirname(path), "explorer"), posixpath.splitext(path)[0])
+    return (f"<div class=\"explorer\" data-choices='{json.dumps(choices)}' data-base=\"{base}/\" "
             f"data-first=\"{key(next(iter(SEQUENCES)), SEEDS[0])}\"></div>")
 
 

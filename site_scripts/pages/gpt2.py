@@ -28,7 +28,6 @@ from transformer.model import forward, loss_and_grads, param_count, param_shapes
 
 from .. import gpt2_cost as cost
 from ..common import md_table, verdict_text
-from ._qlora_memory import LORA, METHODS, formula
 from ..examples import SEED
 
 TOL = 1e-12  # float64: two orders of the same sums agree to about 1e-15 relative
@@ -188,42 +187,10 @@ def crosscheck_table():
     header = ["device", "dtype", *(name.replace("HF", "transformers") for name, _ in GRADIENT_COLUMNS),
               "logits and loss vs transformers", "the whole cross-check"]
     gradients = sum(r["check"] == "transformers gradient" for r in report["rows"]) // max(len(rows), 1)
-    return md_table(header, rows), gradients, report["config"]
-
-
-def sizes_table():
-    """GPT-2 small's bytes from its sizes: weights, gradients and AdamW state of full training, LoRA and QLoRA
-    (the QLoRA page's formula, which that page checks against the real arrays on smaller configs)."""
-    rows = []
-    for method in METHODS:
-        b = formula(PRESETS["gpt2"], method)
-        rows.append([method, cost.mib(b.weights), cost.mib(b.grads), cost.mib(b.state), cost.mib(b.total)])
-    return md_table(["training", "weights (MiB)", "gradients (MiB)", "AdamW state (MiB)", "total (MiB)"], rows)
-
-
-def cost_tables():
-    """The kept measurements of tools/gpt2_cost.py: each memory policy's times and bytes, each way of decoding."""
-    r = cost.report()
-    policies = md_table(["memory policy", "forward (s)", "training step (s)", "step's peak (MiB)",
-                         "kept for the backward (MiB)"],
-                        [[p["policy"], f"{p['forward_s']:.1f}", f"{p['step_s']:.1f}", cost.mib(p["step_peak"]),
-                          cost.mib(p["retained"])] for p in r["policies"]])
-    first = r["decoding"][0]["tokens"]
-    decoding = md_table(["decoding", f"first new token after {r['prompt']} (s)", "new tokens per second",
-                         "greedy tokens"],
-                        [[d["way"], f"{d['first_token_s']:.2f}", f"{d['tokens_per_s']:.1f}",
-                          "(the reference)" if d is r["decoding"][0] else "the same as without a cache"
-                          if d["tokens"] == first else "**differ** from those without a cache"]
-                         for d in r["decoding"]])
-    values = {"T": r["T"], "new": r["new"], "page": r["page_size"], "steps": r["steps"],
-              "provenance": cost.provenance(), "small": param_count(PRESETS["gpt2"]),
-              "f32": cost.mib(4 * param_count(PRESETS["gpt2"])), "rank": LORA.rank, "targets": list(LORA.targets),
-              "speedup": cost.decoding("contiguous")["tokens_per_s"] / cost.decoding("no cache")["tokens_per_s"],
-              "peak_hi": cost.mib(max(p["step_peak"] for p in r["policies"])),
-              "peak_lo": cost.mib(min(p["step_peak"] for p in r["policies"])),
-              "kept": cost.policy("materialized")["retained"] / cost.policy("checkpointed")["retained"],
-              "grads": cost.mib(4 * param_count(PRESETS["gpt2"])), "logits": cost.mib(4 * r["T"] * CFG.vocab_size)}
-    return {"sizes": sizes_table(), "policies": policies, "decoding_cost": decoding}, values
+    floor = sorted({r.tensor for r in map(lambda d: Row(**d), report["rows"])
+                    if r.check in ("gradient", "autograd", "transformers gradient") and r.on_floor}
+                   | {r.tensor for r in engine_rows(report).values() if r.on_floor})
+    return md_table(header, rows), gradients, report["config"], floor
 
 
 def names_table():
@@ -264,10 +231,10 @@ def generate(context):
               "grads": len(grad_rows), "worst_grad": max(r["gap"] for r in grad_rows), "decoding": decoding,
               "found": found, "missing": missing or ["none"], "layout": [f"`{k}={v!r}`" for k, v in GPT2_LAYOUT.items()],
               "small": param_count(PRESETS["gpt2"]), "real": {"env": CHECKPOINT_ENV}}
-    cross, cross_grads, cross_cfg = crosscheck_table()
-    cost_md, values["cost"] = cost_tables()
+    cross, cross_grads, cross_cfg, cross_floor = crosscheck_table()
+    cost_md, values["cost"] = cost.tables()
     values["cross"] = {"grads": cross_grads, "d": cross_cfg["emb_dim"], "vocab": cross_cfg["vocab_size"],
-                       "layers": cross_cfg["num_layers"]}
+                       "layers": cross_cfg["num_layers"], "floor": cross_floor}
     return {"values": values, "crosscheck": cross, **cost_md, "layers": table(rows), "gradients": table(grad_rows), "decoding": table(decode_rows),
             "names": names_table(), "real": real_weights()}
 

@@ -123,3 +123,17 @@ def test_a_mutant_whose_edit_no_longer_fits_its_function_stops_the_page(monkeypa
     monkeypatch.setattr(jac, "MUTANTS", stale)
     with pytest.raises(RuntimeError, match="its edit no longer fits transformer/softmax.py:softmax_backward"):
         jac.mutated("softmax-grad-no-subtraction")
+
+
+def test_in_each_step_the_flows_of_every_output_entry_add_up_to_the_gradient_it_sends_back(run):
+    """What the explorer draws for an input in the backward (the step's dx) is the sum over output entries of the
+    flows it lists (dy_o times J[o, i]); for an input no other step reads, that is its whole gradient."""
+    readers = {name: sum(name in s.inputs for s in run.steps) for name in run.values}
+    for step in run.steps:
+        dy = np.ravel(run.grads[step.output])
+        for k, jacobian in enumerate(step.jacobians):
+            flows = dy @ jacobian
+            dx = np.ravel(step.dx[k])
+            assert np.abs(flows - dx).max() <= 1e-12 * max(np.abs(dx).max(), 1e-300), (step.id, k)
+            if readers[step.inputs[k]] == 1:
+                assert np.array_equal(dx, np.ravel(run.grads[step.inputs[k]])), (step.id, k)

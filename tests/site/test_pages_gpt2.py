@@ -54,8 +54,9 @@ def test_the_cross_checks_table_has_transformers_column_and_shows_a_wrong_gradie
         cells = dict(zip(header.strip("|").split("|"), next(r for r in rows if r.startswith("| cpu ")).strip("|").split("|")))
         return {k.strip(): v.strip() for k, v in cells.items()}
 
-    table, gradients, _ = page.crosscheck_table()
+    table, gradients, _, floor = page.crosscheck_table()
     row = cpu_row(table)
+    assert floor == ["b0.bk", "b1.bk"]  # the key biases: softmax ignores a shift shared by a query's scores
     assert gradients == len(param_shapes(PRESETS["default"].with_(**page.GPT2_LAYOUT)))
     assert float(row["NumPy vs transformers"]) < 1e-12 and row["the whole cross-check"].endswith("pass")
     real = crosscheck_hf.loss_and_grads

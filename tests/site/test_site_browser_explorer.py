@@ -34,8 +34,8 @@ def open_explorer(page, site_url):
 def shown(page):
     """(title, every cell's aria-label) of what the explorer shows now."""
     return page.evaluate("""() => [document.querySelector('.xp-title').textContent,
-        [...document.querySelectorAll('.xp-cell')].map(c => [c.dataset.tensor, Number(c.dataset.index),
-                                                             c.getAttribute('aria-label')])]""")
+        [...document.querySelectorAll('.xp-cell')].map(c => [c.dataset.tensor, c.dataset.role, Number(c.dataset.input),
+                                                             Number(c.dataset.index), c.getAttribute('aria-label')])]""")
 
 
 def test_every_step_forward_and_backward_shows_numpys_values(page, site_url):
@@ -47,11 +47,15 @@ def test_every_step_forward_and_backward_shows_numpys_values(page, site_url):
     for position in range(2 * n):
         title, cells = shown(page)
         backward = position >= n
-        assert title.startswith("Backward" if backward else "Forward"), title
-        for tensor, index, label in cells:
+        step = run.steps[2 * n - 1 - position if backward else position]
+        assert title.startswith("Backward" if backward else "Forward") and step.title in title, title
+        for tensor, role, k, index, label in cells:
             m = LABEL.match(label)
             assert m, label
-            want = (np.ravel(run.grads[tensor]) if backward else run.matrix(tensor).ravel())[index]
+            if not backward:
+                want = run.matrix(tensor).ravel()[index]
+            else:  # the output's whole gradient; what this step sends each input
+                want = np.ravel(run.grads[tensor] if role == "output" else step.dx[k])[index]
             got = float(m["value"])
             worst = max(worst, abs(got - want) / max(abs(want), 1e-300))
             checked += 1
@@ -88,7 +92,9 @@ def test_the_keyboard_moves_between_entries_and_chooses_one(page, site_url):
     page.keyboard.press("Enter")
     assert page.locator(".xp-cell.xp-chosen").count() == 1
     assert page.locator(".xp-cell.xp-dep").count() == 2  # one entry of each table: its token's and its position's
-    assert "depends on 2 input entries" in page.text_content(".xp-readout") and page.locator(".xp-flow").count() == 2
+    assert "depends on 2 input entries" in page.text_content(".xp-summary") and page.locator(".xp-flow").count() == 2
+    assert page.get_attribute(".xp-cell.xp-chosen", "aria-pressed") == "true"
+    assert page.locator('.xp-cell[tabindex="0"]').count() == page.locator(".xp-cells").count()  # one stop a grid
 
 
 def test_another_seed_shows_that_runs_numbers(page, site_url):
@@ -100,6 +106,6 @@ def test_another_seed_shows_that_runs_numbers(page, site_url):
     page.wait_for_function(f"() => document.querySelector('.explorer').dataset.shown === '{key}'")
     run = explorer.run(sequence, 2)
     _, cells = shown(page)
-    values = {(t, i): float(LABEL.match(label)["value"]) for t, i, label in cells}
+    values = {(t, i): float(LABEL.match(label)["value"]) for t, _, _, i, label in cells}
     want = run.matrix("embedding").ravel()
     assert all(abs(values["embedding", i] - want[i]) <= 1e-12 * abs(want[i]) for i in range(want.size))

@@ -2,18 +2,20 @@
 (transformer/torch_zip.py): the same parameters as from model.safetensors, tensors that are windows of a shared
 storage read as torch reads them, and a pickle that asks for anything but tensors refused before it runs."""
 
+import io
 import json
 import os
 import pickle
 import shutil
 import zipfile
+from collections import OrderedDict
 
 import numpy as np
 import pytest
 
 from transformer.errors import CheckpointError
 from transformer.gpt2 import TORCH_WEIGHTS_NAME, WEIGHTS_NAME, load_gpt2
-from transformer.torch_zip import read_torch_zip, rebuild_tensor
+from transformer.torch_zip import Storage, read_torch_zip, rebuild_tensor
 
 torch = pytest.importorskip("torch")
 
@@ -68,15 +70,16 @@ def archive_with(path, data_pkl, storages=()):
             z.writestr(f"archive/data/{key}", data)
 
 
-def test_a_pickle_that_asks_for_a_function_is_refused_before_it_runs(tmp_path):
+@pytest.mark.parametrize("protocol", [2, 4])
+def test_a_pickle_that_asks_for_a_function_is_refused_before_it_runs(tmp_path, protocol):
     payload = RunsCode()
     payload.marker = tmp_path / "ran"
-    archive_with(tmp_path / "evil.bin", pickle.dumps({"w": payload}, protocol=2))
+    archive_with(tmp_path / "evil.bin", pickle.dumps({"w": payload}, protocol=protocol))
     with pytest.raises(CheckpointError, match=r"asks for (posix|os|nt)\.system.*refused"):
         read_torch_zip(tmp_path / "evil.bin")
     assert not payload.marker.exists()
     payload.marker = tmp_path / "control"
-    pickle.loads(pickle.dumps(payload, protocol=2))  # the negative control: plain pickle does run it
+    pickle.loads(pickle.dumps(payload, protocol=protocol))  # the negative control: plain pickle does run it
     assert payload.marker.exists()
 
 
@@ -99,12 +102,70 @@ def test_damaged_archives_are_refused_by_name(tmp_path):
         read_torch_zip(tmp_path / "bf16.bin")
 
 
-def test_a_window_past_its_storage_is_refused():
-    assert np.array_equal(rebuild_tensor(np.arange(6.0), 1, (2, 2), (3, 1)), [[1, 2], [4, 5]])
+def test_a_window_past_its_storage_or_larger_than_it_is_refused():
+    six = Storage((np.arange(6.0),))
+    assert np.array_equal(rebuild_tensor(six, 1, (2, 2), (3, 1)), [[1, 2], [4, 5]])
     with pytest.raises(CheckpointError, match="reaches element 6 of a storage of 6"):
-        rebuild_tensor(np.arange(6.0), 2, (2, 2), (3, 1))
+        rebuild_tensor(six, 2, (2, 2), (3, 1))
     with pytest.raises(CheckpointError, match="not a window"):
-        rebuild_tensor(np.arange(6.0), 0, (2,), (-1,))
+        rebuild_tensor(six, 0, (2,), (-1,))
+    with pytest.raises(CheckpointError, match="a tensor of 100 entries from a storage of 6"):
+        rebuild_tensor(six, 0, (100,), (0,))  # a stride of 0: a small file asking for any amount of memory
+
+
+class Crafted:
+    """What a hostile torch.save might hold: `_rebuild_tensor_v2` called on `storage` with the given window."""
+
+    def __init__(self, storage, offset, size, stride):
+        self.args = (storage, offset, size, stride, False, OrderedDict())
+
+    def __reduce__(self):
+        return torch._utils._rebuild_tensor_v2, self.args
+
+
+class FakeStorage:
+    def __init__(self, n):
+        self.n = n
+
+
+class CraftingPickler(pickle.Pickler):
+    def persistent_id(self, obj):
+        return ("storage", torch.FloatStorage, "0", "cpu", obj.n) if isinstance(obj, FakeStorage) else None
+
+
+def crafted_archive(path, state, protocol=2):
+    buffer = io.BytesIO()
+    CraftingPickler(buffer, protocol=protocol).dump(state)
+    archive_with(path, buffer.getvalue(), [("0", np.arange(16, dtype="<f4").tobytes())])
+    return path
+
+
+@pytest.mark.parametrize("protocol", [2, 4])  # 4: names come by STACK_GLOBAL, which find_class also sees
+def test_crafted_pickles_are_refused_without_reading_outside_a_storage(tmp_path, protocol):
+    storage = FakeStorage(16)
+    fine = crafted_archive(tmp_path / "fine.bin", {"w": Crafted(storage, 4, (2, 3), (3, 1))}, protocol)
+    assert np.array_equal(read_torch_zip(fine)["w"], np.arange(4, 10, dtype=np.float32).reshape(2, 3))
+    cases = {  # a tensor used as another's storage (a 2-D array would make flat bounds meaningless), past the
+        # end, repeated without end, a key that is not a name, the storage itself as a value
+        "tensor as storage": ({"a": Crafted(storage, 0, (4, 4), (4, 1)),
+                               "b": Crafted(Crafted(storage, 0, (4, 4), (4, 1)), 3, (12,), (1,))}, "not a window"),
+        "past the end": ({"w": Crafted(storage, 3, (14,), (1,))}, "reaches element 16 of a storage of 16"),
+        "repeated": ({"w": Crafted(storage, 0, (2 ** 33,), (0,))}, "8589934592 entries from a storage of 16"),
+        "number key": ({1: Crafted(storage, 0, (4,), (1,))}, "not a dictionary of tensors by name"),
+    }
+    for name, (state, message) in cases.items():
+        with pytest.raises(CheckpointError, match=message):
+            read_torch_zip(crafted_archive(tmp_path / f"{name}.bin", state, protocol))
+
+
+def test_a_pickle_cannot_change_the_reader(tmp_path):
+    """BUILD on the object the pickle gets for _rebuild_tensor_v2 would set its attributes: it has none."""
+    build = (b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\nN}X\x0c\x00\x00\x00__qualname__X\x03\x00\x00\x00bad"
+             b"s\x86b.")
+    archive_with(tmp_path / "build.bin", build)
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        read_torch_zip(tmp_path / "build.bin")
+    assert rebuild_tensor.__qualname__ == "rebuild_tensor"
 
 
 def test_a_weight_that_is_not_a_float_is_refused_by_name(folders, tmp_path):
