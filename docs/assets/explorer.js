@@ -216,6 +216,9 @@
       if (!root.explorer && !root.closest(".print-page")) root.explorer = new Explorer(root);
     }
   }
-  if (window.document$) window.document$.subscribe(start);
-  else document.addEventListener("DOMContentLoaded", start);
+  // Material announces each page it draws on document$, but not on a page opened from disk (file://), where its
+  // instant loading cannot fetch pages: there the page is drawn once, now or when the document is read.
+  if (window.document$ && location.protocol !== "file:") window.document$.subscribe(start);
+  else if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
 })();

@@ -109,3 +109,16 @@ def test_another_seed_shows_that_runs_numbers(page, site_url):
     values = {(t, i): float(LABEL.match(label)["value"]) for t, _, _, i, label in cells}
     want = run.matrix("embedding").ravel()
     assert all(abs(values["embedding", i] - want[i]) <= 1e-12 * abs(want[i]) for i in range(want.size))
+
+
+def test_the_explorer_works_opened_from_disk(page, built_site):
+    """A page opened as a file (file://), where Material announces no page and a browser fetches no file: the data
+    comes by a script tag, and the first choice is drawn."""
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto((built_site / "model" / "explorer" / "index.html").as_uri())
+    page.wait_for_function("() => document.querySelector('.explorer').dataset.shown")
+    first = explorer.key(next(iter(explorer.SEQUENCES)), explorer.SEEDS[0])
+    assert page.get_attribute(".explorer", "data-shown") == first and page.locator(".xp-cell").count() > 0
+    assert not errors, errors
+
