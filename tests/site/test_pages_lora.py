@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from site_scripts import registry, sections
-from site_scripts.pages import _lora_checks, _lora_cli, _lora_example, _qlora_memory, lora, qlora
+from site_scripts.pages import _lora_checks, _lora_cli, _lora_example, _qlora_bytes, _qlora_memory, lora, qlora
 from tools.mutant_catalogue import MUTANTS
 
 FINE_TUNING_MUTANTS = [m for m in MUTANTS if m.subject[0] in ("transformer/lora.py", "transformer/finetune.py")]
@@ -188,7 +188,7 @@ def test_the_measured_bytes_equal_their_formula_and_a_wrong_payload_is_reported(
     assert found["default", "QLoRA"].total < found["default", "full"].total / 5
     assert all(found[n, "LoRA"].weights > found[n, "LoRA"].total / 2 for n in ("default", "A"))  # "most of what it holds"
     assert _qlora_memory.bytes_png(found)[:8] == b"\x89PNG\r\n\x1a\n"
-    monkeypatch.setattr(_qlora_memory, "payload_bytes", lambda n: 4 * n)  # negative control: a float32 base
+    monkeypatch.setattr(_qlora_bytes, "payload_bytes", lambda n: 4 * n)  # negative control: a float32 base
     tables, values, _ = _qlora_memory.bytes_held()
     assert values["equal"] == values["rows"] - 2
     assert len(re.findall(r"\| (default|A) \| QLoRA \|.*\*\*differs\*\*", tables["bytes"])) == 2
