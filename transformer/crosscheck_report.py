@@ -117,18 +117,21 @@ def gradient_lines(report, verbose=False):
     engine_tol = report["autograd"]["tolerance"]
     names = [name for name, check in GRADIENT_COLUMNS if check != "transformers gradient"
              or any(check in found for tensors in by_device.values() for found in tensors.values())]
-    lines = ["", f"gradients {('three', 'four')[len(names) - 3]} ways (relative gaps): NumPy = the hand-written backward, engine = the "
-                 f"autograd engine{', transformers = its GPT2LMHeadModel' if len(names) > 3 else ''}; engine vs NumPy "
-                 f"within {engine_tol['rel']:g} (or {engine_tol['abs']:g} absolute for a zero gradient)",
+    ways = ("three", "four")[len(names) - 3]
+    lines = ["", f"gradients {ways} ways (relative gaps): NumPy = the hand-written backward, engine = the autograd "
+                 f"engine{', transformers = its GPT2LMHeadModel' if len(names) > 3 else ''}; engine vs NumPy within "
+                 f"{engine_tol['rel']:g} (or {engine_tol['abs']:g} absolute for a zero gradient)",
              f"{'device':<6} {'tensor':<36}" + "".join(f" {n:>15}" for n in names) + "  result"]
     for device, tensors in by_device.items():
-        columns = [(name, [found[check] if check else against_numpy[name] for _, check in GRADIENT_COLUMNS[:len(names)]])
-                   for name, found in tensors.items()]
+        # None where this device has no row of a column's check (shown as n/a, judged by the others)
+        columns = [(name, [found.get(check) if check else against_numpy[name]
+                           for _, check in GRADIENT_COLUMNS[:len(names)]]) for name, found in tensors.items()]
+        passed = lambda column: all(r.passed for r in column if r is not None)  # noqa: E731
         for name, column in columns:
-            if verbose or not all(r.passed for r in column):
+            if verbose or not passed(column):
                 lines.append(gradient_row(device, name, names, column))
-        name, column = max(columns, key=lambda t: max(map(closeness_to_failing, t[1])))
-        failed = sum(not all(r.passed for r in t) for _, t in columns)
+        name, column = max(columns, key=lambda t: max(closeness_to_failing(r) for r in t[1] if r is not None))
+        failed = sum(not passed(t) for _, t in columns)
         lines.append(gradient_row(device, f"{name} (closest of {len(columns)})", names, column,
                                   f"FAIL: {failed} of {len(columns)}" if failed else None))
     return lines
@@ -136,9 +139,9 @@ def gradient_lines(report, verbose=False):
 
 def gradient_row(device, tensor, names, column, result=None):
     """One parameter's gaps, one per comparison named; the result names the comparisons that fail."""
-    failing = [n for n, r in zip(names, column) if not r.passed]
+    failing = [n for n, r in zip(names, column) if r is not None and not r.passed]
     if result is None:
         result = ("FAIL: " + ", ".join(failing) if failing
-                  else "pass (abs)" if any(r.on_floor for r in column) else "pass")
-    gaps = "".join(f" {r.max_rel:>15.2e}" for r in column)
+                  else "pass (abs)" if any(r is not None and r.on_floor for r in column) else "pass")
+    gaps = "".join(f" {'n/a':>15}" if r is None else f" {r.max_rel:>15.2e}" for r in column)
     return f"{device:<6} {tensor:<36}{gaps}  {result}"

@@ -122,3 +122,19 @@ def test_the_explorer_works_opened_from_disk(page, built_site):
     assert page.get_attribute(".explorer", "data-shown") == first and page.locator(".xp-cell").count() > 0
     assert not errors, errors
 
+
+def test_without_scripts_the_still_picture_stands_in(browser, site_url):
+    page = browser.new_page(java_script_enabled=False)
+    try:
+        page.goto(site_url + URL)
+        assert page.locator(".xp-cell").count() == 0 and page.is_visible("img.xp-still")
+    finally:
+        page.close()
+    # and with them, the explorer is drawn in its place
+    page = browser.new_page()
+    try:
+        open_explorer(page, site_url)
+        assert not page.is_visible("img.xp-still")
+    finally:
+        page.close()
+

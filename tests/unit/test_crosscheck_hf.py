@@ -54,3 +54,18 @@ def test_a_wrong_gradient_fails_only_the_transformers_column(monkeypatch, capsys
     failing = [line for line in out.splitlines() if line.startswith("cpu ") and "FAIL" in line]
     assert len(failing) == 2 and failing[0].startswith("cpu    tok_emb ") and failing[0].endswith("FAIL: NumPy vs HF")
     assert "tok_emb (closest of" in failing[1] and failing[1].endswith("FAIL: 1 of 36")
+
+
+def test_a_device_without_the_transformers_rows_shows_n_a_in_that_column():
+    """The columns are the report's; a device that lacks one (a run cut short, say) shows n/a there and is judged
+    by its other comparisons."""
+    from transformer.crosscheck_report import format_report
+
+    report = run_crosscheck(["cpu"], **GPT2_LAYOUT)
+    other = [dict(r, device="other") for r in report["rows"] if r["check"] != "transformers gradient"]
+    report["rows"] += other
+    lines = [line for line in format_report(report).splitlines() if line.startswith("other ") and "closest" in line]
+    gradient_line = next(line for line in lines if line.split()[1] in param_shapes(PRESETS["default"]))
+    gaps = gradient_line.split("(closest of 36)")[1].split()
+    assert gaps[3] == "n/a" and gaps[4] == "pass" and all(float(g) < 1e-12 for g in gaps[:3])
+
