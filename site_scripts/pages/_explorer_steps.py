@@ -53,6 +53,18 @@ class Step:
     dx: list = None
 
 
+def unit_jacobian(vjp, y):
+    """A Jacobian from a backward: row o is vjp(e_o), the backward of the unit vector of output entry o, flattened,
+    that is ∂y_o/∂x. (The backward never forms this matrix; this is how a page shows it.)"""
+    y = np.asarray(y, dtype=float)
+    rows = []
+    for o in range(y.size):
+        unit = np.zeros_like(y)
+        unit.flat[o] = 1.0
+        rows.append(np.ravel(vjp(unit)))
+    return np.array(rows)
+
+
 def symbol(name, cfg):
     """The plain-text symbol of a tensor: X⁽ˡ⁾ for the stream between blocks, and the tables above."""
     if name in MODEL_SYMBOLS:
@@ -157,13 +169,8 @@ class Run:
 
     def jacobian(self, step, k):
         """The Jacobian of a step's output with respect to its input k: the backward of each unit vector."""
-        y = np.asarray(self.values[step.output])
-        rows = []
-        for o in range(y.size):
-            unit = np.zeros_like(y, dtype=float)
-            unit.flat[o] = 1.0
-            rows.append(np.ravel(self.backwards[step.id](unit, self.caches[step.id])[k]))
-        return np.array(rows)
+        back, cache = self.backwards[step.id], self.caches[step.id]
+        return unit_jacobian(lambda unit: back(unit, cache)[k], self.values[step.output])
 
     def matrix(self, name):
         """A tensor as the explorer draws it: 2-D, the batch axis dropped (the loss: 1 by 1)."""

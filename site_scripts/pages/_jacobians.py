@@ -13,6 +13,7 @@ from transformer import activations, attention, layernorm, softmax
 from transformer.block import block_params
 
 from ..examples import SEED
+from ._explorer_steps import unit_jacobian
 
 H = 1e-6  # central differences' step
 
@@ -31,12 +32,7 @@ def backward_jacobian(case, backward=None):
     """Row o: the backward of the unit vector e_o, that is ∂y_o/∂x, flattened."""
     backward = backward or case.backward
     y, cache = case.forward(case.x)
-    rows = []
-    for o in range(np.size(y)):
-        unit = np.zeros_like(np.asarray(y, dtype=float))
-        unit.flat[o] = 1.0
-        rows.append(np.ravel(backward(unit, cache)))
-    return np.array(rows)
+    return unit_jacobian(lambda unit: backward(unit, cache), y)
 
 
 def central_jacobian(case):

@@ -20,6 +20,7 @@ from ..equations import by_id
 from ..examples import MOVE, biases_moved
 from ..figures import new_figure, png
 from ..sections import PAGE_PATHS, page_link
+from . import _jacobians as jac
 from ._explorer_steps import Run, symbol
 
 CFG = PRESETS["tiny"]
@@ -141,9 +142,6 @@ def generate(context):
 def jacobian_part(r: Run):
     """The Jacobian pictures (_jacobians): each function's backward against central differences, each mutant's
     against the true backward, as figures and tables."""
-    from ..figures import png
-    from . import _jacobians as jac
-
     found, functions, mutants = jac.pictures(r)
     rows = [(found[n].title, [jb, jc, jb - jc]) for n, (jb, jc) in functions.items()]
     fig = jac.heatmaps(rows, ["backward", "central differences", "difference"])
