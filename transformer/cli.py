@@ -1,4 +1,4 @@
-"""Command line: python -m transformer {train,finetune,sample,gradcheck,crosscheck} ...
+"""Command line: python -m transformer {train,finetune,sample,gradcheck,crosscheck,exercise,...} ...
 
 A mistake in the input (a missing corpus, a bad option, a foreign checkpoint)
 prints one line, `error: ...`, and exits with status 2; never a traceback.
@@ -15,6 +15,7 @@ import numpy as np
 from .config import PRESETS, ModelConfig, preset
 from .crosscheck import DEVICES
 from .errors import TransformerError
+from .exercise_cli import add_exercise_parser, cmd_exercise
 from .gpt2_cli import GPT2_COMMANDS, add_gpt2_parsers
 
 CORPUS_ENV = "TRANSFORMER_CORPUS"
@@ -69,6 +70,7 @@ def build_parser(prog="python -m transformer"):
     add_gradcheck_parser(sub)
     add_crosscheck_parser(sub)
     add_gpt2_parsers(sub)
+    add_exercise_parser(sub)
     return parser
 
 
@@ -448,7 +450,8 @@ def cmd_gradcheck(args):
 
 
 COMMANDS = {"train": cmd_train, "finetune": cmd_finetune, "sample": cmd_sample, "gradcheck": cmd_gradcheck,
-            "crosscheck": cmd_crosscheck, **GPT2_COMMANDS}
+            "crosscheck": cmd_crosscheck, **GPT2_COMMANDS,
+            "exercise": cmd_exercise}
 TRAINING = ("train", "finetune")  # the commands that run the training loop, and take its hooks
 
 
