@@ -483,4 +483,17 @@ MUTANTS = (
            "A step cut short in the parent (its own shard fails, or Ctrl-C) leaves the workers running with their "
            "answers unread, and the next step takes those answers, the old batch's, for its own.",
            (edit(f"{SHARDS}:ShardWorkers.__call__", "self.close(now=len(answers) < len(shards))", "pass"),)),
+    Mutant("exercise-start-overwrites-the-readers-file",
+           "`exercise start` writes its skeleton over a file that exists without --force: the reader's work is lost.",
+           (edit("transformer/exercise_cli.py:cmd_exercise", "if target.exists() and not args.force:", "if False:"),)),
+    Mutant("exercise-numbers-never-differ",
+           "The grader's comparison of the reader's numbers with the reference's ignores the gap: a wrong forward "
+           "or gradient passes the tiny example and PyTorch.",
+           (edit("transformer/exercise_checks.py:same", "if (gap > tol and worst > floor) or",
+                 "if (gap > tol and worst > floor and False) or"),)),
+    Mutant("exercise-central-differences-not-compared",
+           "The grader computes central differences but never fails on them: a backward that is not the derivative "
+           "of its forward passes that check.",
+           (edit("transformer/exercise_checks.py:pair_checks", "            if not check_passes(",
+                 "            if False and not check_passes("),)),
 )
