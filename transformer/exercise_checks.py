@@ -32,6 +32,10 @@ class Failed(Exception):
         self.read = read
 
 
+class Skipped(Exception):
+    """A check that could not run here (torch is not installed); the message says why."""
+
+
 @dataclass(frozen=True)
 class Check:
     property: str  # what must hold, in a few words; the grader prints it
@@ -149,12 +153,12 @@ def pair_checks(pair):
 
 
 def torch_check(reader, ref, pair):
-    """The forward and every gradient against torch's autograd on the same float64 input; skipped (passes)
-    where torch is not installed."""
+    """The forward and every gradient against torch's autograd on the same float64 input; skipped where torch
+    is not installed."""
     try:
         import torch
     except ImportError:
-        return
+        raise Skipped("torch is not installed") from None
     args = pair.make(np.random.default_rng(4), np.float64)
     y, grads, dy = run_pair(reader, pair, args, np.random.default_rng(5))
     leaves = {}

@@ -67,7 +67,12 @@ def cmd_exercise(args):
         return 1
     results = grade(exercise, module)
     for r in results:
-        print(f"pass  {r.property}" if r.passed else f"FAIL  {r.property}: {r.message}\n      read: docs/{r.read}")
-    passed = sum(r.passed for r in results)
-    print(f"{passed} of {len(results)} checks pass" + ("" if passed < len(results) else f": {exercise.name} done"))
-    return 0 if passed == len(results) else 1
+        if r.skipped:
+            print(f"skip  {r.property}: {r.message}")
+        else:
+            print(f"pass  {r.property}" if r.passed else f"FAIL  {r.property}: {r.message}\n      read: docs/{r.read}")
+    passed, skipped = sum(r.passed for r in results), sum(r.skipped for r in results)
+    ran = len(results) - skipped
+    print(f"{passed} of {ran} checks pass" + (f" ({skipped} skipped)" if skipped else "")
+          + (f": {exercise.name} done" if passed == ran else ""))
+    return 0 if passed == ran else 1

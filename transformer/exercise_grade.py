@@ -4,7 +4,7 @@ import importlib
 import traceback
 from dataclasses import dataclass, field
 
-from .exercise_checks import Failed
+from .exercise_checks import Failed, Skipped
 from .exercise_files import equations
 
 
@@ -22,8 +22,10 @@ class Exercise:
         role = role or check.read
         if role in ("forward", "backward"):
             names = [name for _, name in self.functions if role in name] or [name for _, name in self.functions]
-            eqs = [eq for module, name in self.functions if name in names for eq in equations(module, name)]
-            return f"{self.page}" + (f"#eq-{eqs[0]} (equations {', '.join(dict.fromkeys(eqs))})" if eqs else "")
+            eqs = list(dict.fromkeys(eq for module, name in self.functions if name in names
+                                     for eq in equations(module, name)))
+            more = f", and {len(eqs) - 3} more" if len(eqs) > 3 else ""
+            return f"{self.page}" + (f"#eq-{eqs[0]} (equations {', '.join(eqs[:3])}{more})" if eqs else "")
         return f"{self.page}{role}"
 
 
@@ -51,8 +53,9 @@ class Space:
 class Result:
     property: str
     passed: bool
-    message: str = ""
+    message: str = ""  # what was seen, for a failed check; why it did not run, for a skipped one
     read: str = ""
+    skipped: bool = False
 
 
 def grade(exercise, reader):
@@ -62,6 +65,8 @@ def grade(exercise, reader):
     for check in exercise.checks:
         try:
             check.run(mine, ref)
+        except Skipped as e:
+            results.append(Result(check.property, False, str(e), skipped=True))
         except Failed as e:
             results.append(Result(check.property, False, str(e), exercise.read(check, e.read)))
         except NotImplementedError as e:

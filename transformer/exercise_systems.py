@@ -9,7 +9,7 @@ from .config import PRESETS
 from .errors import InputError, NonFiniteError
 from .kv_cache import KVCache
 from .model import forward, init_params
-from .exercise_checks import Check, Failed, layout, same
+from .exercise_checks import Check, Failed, Skipped, layout, same
 from .exercise_grade import Exercise
 
 TINY = PRESETS["tiny"]
@@ -41,11 +41,11 @@ def ten_steps(reader, ref):
 
 
 def torch_adamw(reader, _ref):
-    """The reader's AdamW against torch.optim.AdamW with the same decay groups; passes where torch is absent."""
+    """The reader's AdamW against torch.optim.AdamW with the same decay groups; skipped where torch is absent."""
     try:
         import torch
     except ImportError:
-        return
+        raise Skipped("torch is not installed") from None
     from .optim import is_decayed
 
     params, state, steps, cfg = optim_problem(13)

@@ -110,3 +110,12 @@ def test_help_lists_the_actions(capsys):
     assert stop.value.code == 0
     out = capsys.readouterr().out
     assert all(action in out for action in ("list", "start", "check"))
+
+
+def test_without_torch_its_checks_are_skipped_and_said_so_not_passed(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "torch", None)  # `import torch` raises ImportError
+    path = tmp_path / "adamw.py"
+    path.write_text(solution(EXERCISES["adamw"]))
+    code, out, _ = run(capsys, "check", "adamw", str(path))
+    assert code == 0 and "skip  PyTorch (torch.optim.AdamW): torch is not installed" in out
+    assert "pass  PyTorch" not in out and out.strip().endswith("(1 skipped): adamw done")
