@@ -3,6 +3,7 @@ applied to each unit vector of the output) beside the one central differences of
 difference; then the same for mutants of the catalogue (tools/mutant_catalogue.py), whose broken backward is
 built here from the real one by the mutant's own edit, so that a reader sees which entries it gets wrong."""
 
+import importlib
 import inspect
 from dataclasses import dataclass
 
@@ -79,21 +80,28 @@ def head_rows(wo, h, num_heads):
     return kept
 
 
+def edited_source(mutant):
+    """The function a mutant of the catalogue edits: its module, its real source, and that source with the
+    mutant's edits applied (each edit's text must occur exactly once there, or the mutant no longer fits)."""
+    path, function = mutant.subject
+    module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+    source = inspect.getsource(getattr(module, function))
+    edited = source
+    for e in mutant.edits:
+        if edited.count(e.old) != 1:
+            raise RuntimeError(f"mutant {mutant.name}: its edit no longer fits {path}:{function}")
+        edited = edited.replace(e.old, e.new)
+    return module, source, edited
+
+
 def mutated(mutant_name):
     """The function a mutant of the catalogue edits, rebuilt from its real source with the mutant's edits applied,
-    in its module's namespace (the module itself is left as it is)."""
+    in a copy of its module's namespace (the module itself is left as it is)."""
     mutant = next(m for m in MUTANTS if m.name == mutant_name)
-    path, function = mutant.subject
-    module = {"transformer/layernorm.py": layernorm, "transformer/softmax.py": softmax,
-              "transformer/activations.py": activations, "transformer/attention.py": attention}[path]
-    source = inspect.getsource(getattr(module, function))
-    for e in mutant.edits:
-        if source.count(e.old) != 1:
-            raise RuntimeError(f"mutant {mutant_name}: its edit no longer fits {path}:{function}")
-        source = source.replace(e.old, e.new)
+    module, _, source = edited_source(mutant)
     namespace = dict(vars(module))
     exec(compile(source, f"<{mutant_name}>", "exec"), namespace)  # noqa: S102  (the project's own source, edited)
-    return namespace[function]
+    return namespace[mutant.subject[1]]
 
 
 # Mutants pictured, each with the case it breaks and how its backward is rebuilt from the mutated function.
