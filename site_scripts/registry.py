@@ -124,6 +124,7 @@ PAGES = (
          listings=("gpt2:hf_names", "gpt2:drop_mask_buffers", "gpt2:config_from_hf", "gpt2_cli:cmd_import_gpt2",
                    "torch_zip:StateUnpickler", "torch_zip:rebuild_tensor"),
          seeds=("the random GPT-2",), reads=("reports/gpt2-cost.json",)),
+    Page("quiz_model", "model/quiz.md", "Quiz: the model", "Model"),
     Page("optim", "training/optim.md", "AdamW / Learning rate / Clipping", "Training",
          functions=("optim:adamw_update", "optim:lr_at", "optim:clip_grads"),
          listings=("optim:is_decayed", "optim:adamw_init", "optim:adamw_update", "optim:global_norm"),
@@ -150,6 +151,7 @@ PAGES = (
     Page("checkpoints", "training/checkpoints.md", "Checkpoints", "Training",
          functions=("checkpoint:save_checkpoint", "checkpoint:load_checkpoint"),
          listings=("checkpoint:save_checkpoint", "checkpoint:load_checkpoint"), seeds=("init_params",)),
+    Page("quiz_training", "training/quiz.md", "Quiz: training", "Training"),
     # Fine-tuning: LoRA, then (the NF4 page's place) NF4 and double quantization, then QLoRA. Both pages run the
     # command line in-process and train small models; the QLoRA page measures fewer configs in the quick build.
     Page("lora", "finetuning/lora.md", "LoRA", "Fine-tuning",
@@ -176,6 +178,7 @@ PAGES = (
          crosscheck=Rows("the torch mirror on the decoded NF4 weights (constants) with `W + (alpha / r) A B`, A and B "
                          "torch leaf tensors, and autograd, learning from the middle of the window",
                          {"qlora": ("*",)})),
+    Page("quiz_finetuning", "finetuning/quiz.md", "Quiz: fine-tuning", "Fine-tuning"),
     Page("sampling", "generation/sampling.md", "Sampling", "Generation",
          functions=("generate:sample_next", "generate:sample_rows", "generate:generate"),
          listings=("generate:generate", "generate:window_logits"),
@@ -194,6 +197,16 @@ PAGES = (
          seeds=("init_params", "sampling"), reads=("mode",), alone="it times the replay of the requests",
          crosscheck=Rows("our `Scheduler` (several requests over pages, across the context limit) against torch's "
                          "full causal forward over each window a token was drawn from", {"paged": ("*",)})),
+    Page("quiz_generation", "generation/quiz.md", "Quiz: generation", "Generation"),
+    # Learning by doing: the exercises the reader writes and `transformer exercise check` grades
+    # (transformer/exercises/), and puzzles made from the mutation catalogue.
+    Page("exercises", "learn/exercises.md", "Implement it yourself", "Learn by doing",
+         functions=("exercise_grade:grade", "exercise_checks:pair_checks", "exercise_files:skeleton",
+                    "exercise_cli:cmd_exercise"),
+         listings=("exercise_checks:same", "exercise_checks:pair_checks", "exercise_files:imports",
+                   "exercise_cli:cmd_exercise"), reads=("tools/mutant_catalogue.py",)),
+    Page("find_the_bug", "learn/find-the-bug.md", "Find the bug", "Learn by doing", seeds=EXAMPLE_SEEDS,
+         reads=("tools/mutant_catalogue.py",)),
     Page("shakespeare", "experiments/shakespeare.md", "Training on Tiny Shakespeare", "Experiments", notebook=True,
          alone="it times its training (tokens per second)"),
     Page("attention_maps", "experiments/attention_maps.md", "Attention patterns", "Experiments", notebook=True),
