@@ -190,5 +190,10 @@ def block_pair():
                 v += (0.2 * rng.standard_normal(v.shape)).astype(dtype)
         return rows(rng, dtype, B, T, TINY.emb_dim), p
 
+    def torch(x, p):
+        from .torch_mirror import torch_block
+
+        return torch_block(x, p, TINY, {})
+
     return Pair("block_forward", "block_backward", make, wrt=(0, *((1, k) for k in BLOCK_KEYS)),
-                grads=lambda out: (out[0], *(out[1][k] for k in BLOCK_KEYS)), extra={"cfg": TINY})
+                grads=lambda out: (out[0], *(out[1][k] for k in BLOCK_KEYS)), extra={"cfg": TINY}, torch=torch)

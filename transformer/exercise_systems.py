@@ -84,7 +84,8 @@ def nan_gradient_refused(reader, _ref):
 
 
 def global_norm_values(reader, _ref):
-    """The global norm is sqrt(sum of squares) of every entry, also where the squares overflow."""
+    """The global norm is sqrt(sum of squares) of every entry, also where the squares overflow or the entries
+    are subnormal."""
     rng = np.random.default_rng(15)
     grads = {"a": rng.standard_normal((3, 4)), "b": rng.standard_normal(5)}
     flat = np.concatenate([g.ravel() for g in grads.values()])
@@ -95,6 +96,11 @@ def global_norm_values(reader, _ref):
         raise Failed("gradients near 1e200 (finite) gave an infinite norm: their squares overflow unless the "
                      "entries are scaled down first")
     same("the global norm of gradients near 1e200", norm / 1e200, math.sqrt(float(np.dot(flat, flat))), 1e-14)
+    tiny = {k: g * 1e-310 for k, g in grads.items()}  # subnormal: 1 / (their scale) overflows float64
+    norm = reader.global_norm(tiny)
+    if not math.isfinite(norm) or norm == 0:
+        raise Failed(f"gradients near 1e-310 (subnormal) gave the norm {norm}: divide them by their scale, do not "
+                     "multiply by its inverse, which overflows")
 
 
 def clipping(reader, _ref):
@@ -186,6 +192,19 @@ def every_tile(reader, _ref):
             same(f"{name} with tiles of {tile} keys", a, b)
 
 
+def torch_flash(reader, _ref):
+    """Every tile size against torch's causal scaled_dot_product_attention; skipped where torch is absent."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        raise Skipped("torch is not installed") from None
+    q, k, v = flash_inputs(np.random.default_rng(23), np.float64)
+    want = F.scaled_dot_product_attention(*(torch.tensor(a) for a in (q, k, v)), is_causal=True, scale=1.0)
+    for tile in (1, 2, 3, 5):
+        same(f"out with tiles of {tile} keys against torch", reader.flash_core_forward(q, k, v, tile)[0], want.numpy())
+
+
 def flash_layout(reader, ref):
     for dtype in (np.float32, np.float64):
         args = flash_inputs(np.random.default_rng(21), dtype)
@@ -249,7 +268,8 @@ def exercises():
         Exercise("flash", "the online softmax of Flash attention", "model/flash-attention.md",
                  (("flash_attention", "flash_core_forward"),),
                  [Check("shapes and dtypes", flash_layout, "#eq-flash-acc"),
-                  Check("every tile size equals softmax attention", every_tile, "#eq-flash-rescale")]),
+                  Check("every tile size equals softmax attention", every_tile, "#eq-flash-rescale"),
+                  Check("PyTorch (scaled_dot_product_attention)", torch_flash, "#eq-flash-acc")]),
         Exercise("nf4", "NF4: the code, block-wise quantization and packing", "finetuning/nf4.md",
                  (("nf4", "nf4_code"), ("nf4", "quantize_blocks"), ("nf4", "pack"), ("nf4", "unpack")),
                  [Check("the NF4 code", nf4_values, "#eq-nf4-code"),
