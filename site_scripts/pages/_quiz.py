@@ -85,3 +85,8 @@ def quiz_md(questions):
         raise ValueError(f"two questions share an id: {ids}")
     body = "\n\n".join(question_md(n, q) for n, q in enumerate(questions, 1))
     return f'<div class="quiz" markdown>\n\n{body}\n\n</div>\n'
+
+
+def page(questions):
+    """A quiz page's fragments: its quiz, and the number of questions its prose shows."""
+    return {"values": {"questions": len(questions)}, "quiz": quiz_md(questions)}

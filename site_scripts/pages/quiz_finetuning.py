@@ -15,7 +15,7 @@ from transformer.model import init_params, param_count, param_shapes
 from transformer.nf4 import NF4Weight, payload_bytes, quantize
 
 from ..sections import page_link
-from ._quiz import Choice, Question, quiz_md
+from ._quiz import Choice, Question, page
 
 DEFAULT, TINY = PRESETS["default"], PRESETS["tiny"]
 
@@ -190,5 +190,4 @@ def questions():
 
 
 def generate(context):
-    asked = questions()
-    return {"values": {"questions": len(asked)}, "quiz": quiz_md(asked)}
+    return page(questions())

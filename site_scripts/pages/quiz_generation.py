@@ -12,7 +12,7 @@ from transformer.model import forward, init_params
 from transformer.softmax import softmax_forward
 
 from ..sections import page_link
-from ._quiz import Choice, Question, quiz_md
+from ._quiz import Choice, Question, page
 
 DEFAULT, TINY = PRESETS["default"], PRESETS["tiny"]
 PROMPT = [7, 3, 12, 3, 40]  # five ids of the default model's vocabulary
@@ -166,5 +166,4 @@ def questions():
 
 
 def generate(context):
-    asked = questions()
-    return {"values": {"questions": len(asked)}, "quiz": quiz_md(asked)}
+    return page(questions())

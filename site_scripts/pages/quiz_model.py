@@ -14,7 +14,7 @@ from transformer.layernorm import LayerNormCache, layer_norm_forward
 from transformer.model import init_params, param_count, param_shapes
 
 from ..sections import page_link
-from ._quiz import Choice, Question, quiz_md
+from ._quiz import Choice, Question, page
 
 CFG = PRESETS["tiny"]
 # One window of three tokens: with T = 3 no two of the shapes the attention question offers coincide (T = d would).
@@ -163,5 +163,4 @@ def questions():
 
 
 def generate(context):
-    asked = questions()
-    return {"values": {"questions": len(asked)}, "quiz": quiz_md(asked)}
+    return page(questions())

@@ -14,7 +14,7 @@ from transformer.optim import clip_grads, global_norm, is_decayed, lr_at
 from transformer.train_config import TrainConfig
 
 from ..sections import page_link
-from ._quiz import Choice, Question, quiz_md
+from ._quiz import Choice, Question, page
 
 CFG = PRESETS["tiny"]
 TEXT = "First Citizen: Before we proceed any further, hear me speak."
@@ -156,5 +156,4 @@ def questions():
 
 
 def generate(context):
-    asked = questions()
-    return {"values": {"questions": len(asked)}, "quiz": quiz_md(asked)}
+    return page(questions())
