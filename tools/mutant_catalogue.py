@@ -496,4 +496,8 @@ MUTANTS = (
            "of its forward passes that check.",
            (edit("transformer/exercise_checks.py:pair_checks", "            if not check_passes(",
                  "            if False and not check_passes("),)),
+    Mutant("padding-keeps-the-pages-leftovers",
+           "A batched step reads past each request's length whatever an earlier request left in its last page: "
+           "a NaN or an infinity there survives the mask and reaches every request of the batch.",
+           (edit("transformer/kv_cache.py:BatchStep.read", "            if past.any():", "            if False:"),)),
 )

@@ -248,10 +248,17 @@ class BatchStep:
 
     def read(self, layer):
         """Block `layer`'s keys and values of every request side by side, (R, H, max(lengths), dh) each,
-        request r's positions 0 to lengths[r] - 1 and padding after them, which the decoder masks."""
+        request r's positions 0 to lengths[r] - 1 and zeros after them, which the decoder masks.
+
+        The zeros matter: past a request's length its last page holds whatever an earlier request left there,
+        and a NaN or an infinity would survive the mask (NaN - inf is NaN, and 0 * inf is NaN)."""
         n = int(self.lengths.max())
         if self.pool is not None:
-            return self.pool.gather(self.table, layer, n)
+            keys, values = self.pool.gather(self.table, layer, n)
+            past = (np.arange(n) >= self.lengths[:, None])[:, None, :, None]  # (R, 1, n, 1)
+            if past.any():  # eq:kv-own
+                keys, values = np.where(past, 0, keys), np.where(past, 0, values)
+            return keys, values
         if len(self.caches) == 1:  # one contiguous cache: its own arrays, no copy
             keys, values = self.caches[0].read(layer, n)
             return keys[None], values[None]

@@ -274,3 +274,25 @@ def test_a_request_the_pool_could_never_hold_is_refused_at_submission(params):
     sched.submit(Request([1, 2, 3], 10))  # 3 + 9 fed positions: 3 pages, though 13 positions are drawn
     with pytest.raises(InputError, match="non-empty"):
         sched.submit(Request([], 2))
+
+
+# ------------------------------------------------------------------ isolation between requests
+
+@pytest.mark.parametrize("poison", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("page_size", (1, 3, 5))
+def test_poison_left_in_released_pages_reaches_no_other_request(params, page_size, poison):
+    """Every page of the pool is filled with NaN or inf, as a request that met a corrupt embedding row leaves
+    them, then released: two clean requests batched over those pages decode exactly as on a fresh pool."""
+    def decoded(pool):
+        caches = [PagedCache(pool, CFG.context_len) for _ in range(2)]
+        logits = [prefill(params, p, c, CFG) for p, c in zip(([1, 2, 3, 4, 5, 6, 7], [8, 9]), caches)]
+        steps = [decode_batch(params, [3, 4], caches, CFG) for _ in range(4)]
+        for cache in caches:
+            cache.release()
+        return np.concatenate([np.ravel(logits), *map(np.ravel, steps)])
+
+    fresh = decoded(PagePool(CFG, 2 * CFG.context_len, page_size, np.float64))
+    pool = PagePool(CFG, 2 * CFG.context_len, page_size, np.float64)
+    for array in (*pool.keys, *pool.values):
+        array[:pool.num_pages] = poison  # every page that can be leased; the blank one is never written
+    assert np.array_equal(decoded(pool), fresh)
