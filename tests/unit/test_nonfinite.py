@@ -127,27 +127,32 @@ def test_the_embedding_gradient_carries_a_nan_into_the_rows_that_position_used()
     assert np.isnan(dpos[0, 2]) and np.isfinite(dpos[1:]).all()
 
 
+FLASH_TILE = 2
 ATTENTION_PATHS = {"materialized": (attention_forward, attention_backward),
-                   "flash": (lambda x, p, h: flash_attention_forward(x, p, h, tile=2), flash_attention_backward)}
+                   "flash": (lambda x, p, h: flash_attention_forward(x, p, h, tile=FLASH_TILE),
+                             flash_attention_backward)}
 
 
 @pytest.mark.parametrize("path", sorted(ATTENTION_PATHS))
-def test_attention_keeps_a_nan_inside_its_own_window(path):
-    """A NaN in window 0's input at position 2 reaches that window's outputs at positions 2 and later (they
-    attend to it), and never window 1, forward or backward. Earlier positions differ by path: the
-    materialized path adds the mask, and NaN + (-inf) is NaN, so the NaN key's score poisons every row of
-    the window; flash attention never computes a tile above the diagonal, so positions 0 and 1 stay finite."""
+@pytest.mark.parametrize("at", [2, 3])  # with tiles of 2 keys: the first key of a tile, and the one inside it
+def test_attention_keeps_a_nan_inside_its_own_window(path, at):
+    """A NaN in window 0's input at position `at` reaches that window's outputs at `at` and later (they attend
+    to it), and never window 1, forward or backward. Earlier positions differ by path: the materialized path
+    adds the mask, and NaN + (-inf) is NaN, so the NaN key's score poisons every row of the window. Flash
+    attention never computes a tile above the diagonal, so the rows before the NaN's tile of keys stay finite;
+    inside that tile the mask is added as in the materialized path (and a masked weight of 0 times a NaN value
+    is NaN too), so the tile's rows before `at` are NaN: the NaN on a tile's boundary and inside it."""
     forward, backward = ATTENTION_PATHS[path]
     rng = np.random.default_rng(49)
     d, H = 4, 2
     p = {name: rng.standard_normal((d, d)) for name in ("wq", "wk", "wv", "wo")}
     p.update({name: rng.standard_normal(d) for name in ("bq", "bk", "bv", "bo")})
-    x = with_nan(rng, (2, 5, d), np.float64, (0, 2, 1))
+    x = with_nan(rng, (2, 5, d), np.float64, (0, at, 1))
     with np.errstate(invalid="ignore"):
         y, cache = forward(x, p, H)
         dx, grads = backward(np.ones_like(y), cache)
-    assert np.isnan(y[0, 2:]).all() and np.isfinite(y[1]).all()
-    assert np.isnan(y[0, :2]).all() if path == "materialized" else np.isfinite(y[0, :2]).all()
+    reached = 0 if path == "materialized" else at - at % FLASH_TILE  # the first row the NaN reaches
+    assert np.isnan(y[0, reached:]).all() and np.isfinite(y[0, :reached]).all() and np.isfinite(y[1]).all()
     assert np.isnan(dx[0]).any() and np.isfinite(dx[1]).all() and np.isnan(grads["wq"]).any()
 
 
