@@ -500,4 +500,13 @@ MUTANTS = (
            "A batched step reads past each request's length whatever an earlier request left in its last page: "
            "a NaN or an infinity there survives the mask and reaches every request of the batch.",
            (edit("transformer/kv_cache.py:BatchStep.read", "            if past.any():", "            if False:"),)),
+    Mutant("lora-scale-alpha-only",
+           "The adapters' correction is scaled by alpha instead of alpha / r: r times too large, and every check "
+           "that reads the scale from the same property agrees with it.",
+           (edit(f"{LORA}:LoRAConfig.scale", "return self.alpha / (math.sqrt(self.rank) if self.rank_stabilized "
+                 "else self.rank)", "return self.alpha"),)),
+    Mutant("rslora-scale-over-r",
+           "Rank-stabilized LoRA scales by alpha / r like plain LoRA instead of alpha / sqrt(r).",
+           (edit(f"{LORA}:LoRAConfig.scale", "math.sqrt(self.rank) if self.rank_stabilized", "self.rank if "
+                 "self.rank_stabilized"),)),
 )

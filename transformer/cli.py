@@ -126,6 +126,8 @@ def add_finetune_parser(sub):
     defaults = LoRAConfig()
     lora.add_argument("--lora-rank", type=int, help=f"r, the adapters' rank [{defaults.rank}]")
     lora.add_argument("--lora-alpha", type=float, help=f"alpha: the correction is scaled by alpha / r [{defaults.alpha:g}]")
+    lora.add_argument("--lora-rank-stabilized", action="store_true", default=None,
+                      help="scale by alpha / sqrt(r) instead (rsLoRA), so that a larger rank does not learn slower")
     lora.add_argument("--lora-targets", help=f"comma-separated, any of {','.join(TARGETS)} [{','.join(defaults.targets)}]")
     lora.add_argument("--quantize", choices=QUANTIZE, help="store the base's linear weights in NF4 while the "
                                                            "adapters train (QLoRA) [none]")
@@ -277,7 +279,8 @@ def cmd_finetune(args, hooks=None):
 
     given = {f.name: getattr(args, f.name) for f in fields(TrainConfig)
              if f.name not in ("tokenizer", "engine") and getattr(args, f.name) is not None}
-    lora_given = {k: getattr(args, k) for k in ("lora_rank", "lora_alpha", "lora_targets", "quantize", "learn_from")
+    lora_given = {k: getattr(args, k) for k in ("lora_rank", "lora_alpha", "lora_targets", "lora_rank_stabilized",
+                                                 "quantize", "learn_from")
                   if getattr(args, k) is not None}
     if args.resume:
         policy = given.pop("on_nonfinite", None)
@@ -312,7 +315,8 @@ def cmd_finetune(args, hooks=None):
         defaults = LoRAConfig()
         targets = tuple(t.strip() for t in args.lora_targets.split(",")) if args.lora_targets else defaults.targets
         lora = LoRAConfig(defaults.rank if args.lora_rank is None else args.lora_rank,
-                          defaults.alpha if args.lora_alpha is None else args.lora_alpha, targets)
+                          defaults.alpha if args.lora_alpha is None else args.lora_alpha, targets,
+                          bool(args.lora_rank_stabilized))
     summary = finetune(args.checkpoint, corpus, args.out, lora, train_cfg, args.quantize or "none",
                        args.learn_from or 0, overwrite=args.overwrite, max_minutes=args.max_minutes,
                        progress=False if args.no_progress else None, hooks=hooks)

@@ -100,7 +100,8 @@ def load_adapter(path) -> AdapterFile:
         if meta.get("version") != VERSION:
             raise CheckpointError(f"{path} has adapter format version {meta.get('version')!r}; "
                                   f"this code reads version {VERSION}")
-        lora = LoRAConfig(meta["lora"]["rank"], meta["lora"]["alpha"], tuple(meta["lora"]["targets"]))
+        lora = LoRAConfig(meta["lora"]["rank"], meta["lora"]["alpha"], tuple(meta["lora"]["targets"]),
+                          meta["lora"].get("rank_stabilized", False))  # absent from adapters saved before it
         base_cfg = ModelConfig.from_dict(meta["base"]["config"])
         quantize = meta["quantize"]
         if quantize not in QUANTIZE:

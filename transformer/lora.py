@@ -8,6 +8,7 @@ does, and training moves it from there. `merge` folds the trained correction int
 The base weight may be a dense array or an `NF4Weight` (QLoRA): the backward never needs a gradient of it.
 """
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -24,10 +25,15 @@ TARGETS = {"q": "wq", "k": "wk", "v": "wv", "o": "wo", "ff1": "ff1_w", "ff2": "f
 
 @dataclass(frozen=True)
 class LoRAConfig:
-    """Rank, scale and targets of the adapters, checked when made."""
+    """Rank, scale and targets of the adapters, checked when made.
+
+    The correction x A B is scaled by alpha / r, or by alpha / sqrt(r) with `rank_stabilized` (rsLoRA,
+    Kalajdzievski 2023, arXiv:2312.03732): with alpha / r a larger rank learns more slowly, since the
+    correction's size shrinks like 1/sqrt(r) at the start of training; alpha / sqrt(r) keeps it the same."""
     rank: int = 8
     alpha: float = 16.0
     targets: tuple = ("q", "v")
+    rank_stabilized: bool = False
 
     def __post_init__(self):
         if not (is_int(self.rank) and self.rank >= 1):
@@ -42,10 +48,13 @@ class LoRAConfig:
         if unknown or not self.targets:
             raise ConfigError(f"lora targets must be some of {', '.join(TARGETS)}, got {', '.join(self.targets) or 'none'}")
         object.__setattr__(self, "targets", tuple(self.targets))  # a list would make the config unhashable
+        if not isinstance(self.rank_stabilized, bool):
+            raise ConfigError(f"lora rank_stabilized must be True or False, got {self.rank_stabilized!r}")
 
     @property
     def scale(self):
-        return self.alpha / self.rank
+        """alpha / r, or alpha / sqrt(r) for rank-stabilized LoRA."""
+        return self.alpha / (math.sqrt(self.rank) if self.rank_stabilized else self.rank)  # eq:lora-forward
 
 
 def present_targets(param_shapes):

@@ -148,9 +148,10 @@ def ranks():
     for r in RANKS:
         a, bm = one_step(ex, targets, r)
         product = np.linalg.norm(a @ bm)
-        sizes[r] = (RANK_ALPHA / r * product, RANK_ALPHA / np.sqrt(r) * product)
+        plain, stable = (LoRAConfig(rank=r, alpha=RANK_ALPHA, rank_stabilized=rs).scale for rs in (False, True))
+        sizes[r] = (plain * product, stable * product)
         moved.append(np.abs(bm) / EXAMPLE_LR)
-        rows.append([r, f"{RANK_ALPHA / r:g}", f"{product:.4f}", f"{sizes[r][0]:.4f}", f"{sizes[r][1]:.4f}"])
+        rows.append([r, f"{plain:g}", f"{product:.4f}", f"{sizes[r][0]:.4f}", f"{sizes[r][1]:.4f}"])
     alpha = "\\alpha_{\\mathrm{LoRA}}"
     table = md_table(["\\(n_r\\)", f"\\(s_{{\\mathrm{{LoRA}}}} = {alpha}/n_r\\)", "\\(\\lVert W_A W_B \\rVert\\)",
                       f"\\(\\lVert ({alpha}/n_r)\\, W_A W_B \\rVert\\) (LoRA)",

@@ -114,8 +114,20 @@ def test_the_command_line_fine_tunes_and_resumes(files, tmp_path, capsys):
                    "--lora-rank", "2", "--lora-targets", "q,v,head", "--quantize", "nf4", "--steps", "6",
                    "--batch-size", "2", "--seq-len", "8", "--eval-every", "3", "--no-progress"], capsys)
     assert code == 0 and load_adapter(out / ADAPTER_NAME).quantize == "nf4"
+    assert not load_adapter(out / ADAPTER_NAME).lora.rank_stabilized
     code, err = cli(["finetune", "--resume", "--out", str(out)], capsys)
     assert code == 2 and "already finished (6 of 6 steps)" in err
+
+
+def test_rank_stabilized_lora_is_kept_in_the_adapter_file_and_refused_on_resume(files, tmp_path, capsys):
+    out, base = tmp_path / "rs", str(files / "base" / "checkpoint.npz")
+    code, _ = cli(["finetune", "--checkpoint", base, "--corpus", str(files / "reply.txt"), "--out", str(out),
+                   "--lora-rank", "4", "--lora-rank-stabilized", "--steps", "2", "--batch-size", "2", "--seq-len", "8",
+                   "--no-progress"], capsys)
+    lora = load_adapter(out / ADAPTER_NAME).lora
+    assert code == 0 and lora.rank_stabilized and lora.scale == lora.alpha / 2
+    code, err = cli(["finetune", "--resume", "--out", str(out), "--lora-rank-stabilized"], capsys)
+    assert code == 2 and "--lora-rank-stabilized" in err
 
 
 @pytest.mark.parametrize("extra,message", [

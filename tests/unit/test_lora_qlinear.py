@@ -145,3 +145,19 @@ def test_the_time_range_loss_counts_only_its_positions():
 def test_a_time_range_outside_the_window_is_refused(offset, count):
     with pytest.raises(InputError, match="is not a non-empty range of the window's 10 positions"):
         cross_entropy_time_range_forward(np.zeros((1, 10, 3)), np.zeros((1, 10), dtype=int), offset, count)
+
+
+@pytest.mark.parametrize("stabilized, expected", [(False, 12.0 / 4), (True, 12.0 / 2)])
+def test_the_correction_is_scaled_by_alpha_over_r_or_over_its_root(stabilized, expected):
+    """LoRA scales x A B by alpha / r; rank-stabilized LoRA (rsLoRA, Kalajdzievski 2023) by alpha / sqrt(r). With
+    alpha = 12 and r = 4 the scales are 3 and 6, and neither is alpha itself: the adapted layer's output, minus
+    the frozen one's, is that multiple of x A B computed here by hand."""
+    lora = LoRAConfig(rank=4, alpha=12.0, rank_stabilized=stabilized)
+    assert lora.scale == expected
+    rng = np.random.default_rng(60)
+    x, w, b = rng.standard_normal((3, 5)), rng.standard_normal((5, 6)), rng.standard_normal(6)
+    a, bm = rng.standard_normal((5, 4)), rng.standard_normal((4, 6))
+    y, _ = linear_forward(x, Frozen(w, a, bm, lora.scale), b)
+    np.testing.assert_allclose(y - (x @ w + b), expected * (x @ a) @ bm, rtol=1e-12, atol=1e-12)
+    merged = merge({"wq": w}, {"wq.lora_a": a, "wq.lora_b": bm}, lora)["wq"]
+    np.testing.assert_allclose(merged, w + expected * a @ bm, rtol=1e-12, atol=1e-12)
