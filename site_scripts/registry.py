@@ -228,7 +228,7 @@ PAGES = (
          functions=("autograd:backward", "autograd:unbroadcast", "autograd:topological_order",
                     "custom_gradient:custom_op"),
          listings=("autograd:check_not_freed", "autograd_functions:relu", "autograd_functions:detach_max",
-                   "autograd_functions:softmax", "autograd_model:layer_norm"),
+                   "autograd_functions:softmax", "autograd_model:layer_norm", "autograd_model:cross_entropy"),
          seeds=EXAMPLE_SEEDS + ("inputs",), reads=("mode",), alone="it times the steps of both engines",
          crosscheck=Rows("the tape's gradients (`autograd_model.loss_and_grads`, float64 NumPy) against the torch "
                          "mirror's autograd", {"autograd": ("*",)})),

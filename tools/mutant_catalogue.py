@@ -509,4 +509,11 @@ MUTANTS = (
            "Rank-stabilized LoRA scales by alpha / r like plain LoRA instead of alpha / sqrt(r).",
            (edit(f"{LORA}:LoRAConfig.scale", "math.sqrt(self.rank) if self.rank_stabilized", "self.rank if "
                  "self.rank_stabilized"),)),
+    Mutant("autograd-cross-entropy-picks-by-one-hot",
+           "The engine's cross-entropy picks each target's log-probability by multiplying with a one-hot array: a "
+           "class whose logit is -inf gives 0 * -inf = NaN, where the hand-written loss is finite.",
+           (edit("transformer/autograd_model.py:cross_entropy",
+                 "return -embedding(log_probs.reshape((n * n_v, 1)), rows).sum() * (1.0 / n)",
+                 "return -(log_probs * np.eye(n_v, dtype=z.data.dtype)[np.asarray(targets).reshape(-1)]).sum() "
+                 "* (1.0 / n)"),)),
 )

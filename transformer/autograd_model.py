@@ -122,15 +122,17 @@ def block(x, p, cfg: ModelConfig, fused=()):
 def cross_entropy(logits, targets):
     """Mean over the N positions of -log softmax(logits)[target], through log-sum-exp.
 
-    The target entry is picked by multiplying with a constant one-hot array and summing (a gather by
-    arithmetic), so no new primitive is needed.
+    The target entries are gathered by index (the embedding's gather, over the log-probabilities laid out as a
+    table of one-entry rows), not picked by multiplying with a one-hot array: a class whose logit is -inf has
+    log-probability -inf, and 0 * -inf would make the loss NaN where the hand-written one is finite.
     """
     n_v = logits.shape[-1]
     z = logits.reshape(-1, n_v)
     z = z - detach_max(z, what="cross-entropy")  # the shift does not change the loss: a constant
     log_probs = z - log(exp(z).sum(axis=-1, keepdims=True))  # (N, n_V)
-    one_hot = np.eye(n_v, dtype=z.data.dtype)[np.asarray(targets).reshape(-1)]
-    return -(log_probs * one_hot).sum() * (1.0 / one_hot.shape[0])
+    n = log_probs.shape[0]
+    rows = np.arange(n) * n_v + np.asarray(targets).reshape(-1)  # row t of position i: i * n_V + t
+    return -embedding(log_probs.reshape((n * n_v, 1)), rows).sum() * (1.0 / n)
 
 
 def check_fused(fused):

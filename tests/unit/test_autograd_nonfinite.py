@@ -121,3 +121,21 @@ def test_a_fully_masked_softmax_row_is_refused_with_the_librarys_error(dtype):
 def test_a_partly_masked_row_is_an_ordinary_softmax():
     p = agf.softmax(ag.Tensor(np.array([0.0, -np.inf, 0.0])))
     np.testing.assert_array_equal(p.data, [0.5, 0.0, 0.5])
+
+
+def test_a_minus_infinity_logit_of_another_class_leaves_the_loss_finite_as_by_hand():
+    """A class the model rules out entirely (logit -inf) is no target here: its log-probability is -inf, and
+    picking the target's log-probability by multiplying with a one-hot array would make 0 * -inf = NaN. The
+    tape's loss and gradient equal the hand-written cross-entropy's, which picks by index."""
+    from transformer.autograd import Tensor
+    from transformer.autograd_model import cross_entropy as tape_cross_entropy
+    from transformer.softmax import cross_entropy_backward, cross_entropy_forward
+
+    logits = np.array([[[0.5, -np.inf, 1.0], [2.0, 0.0, -1.0]]])
+    targets = np.array([[0, 2]])
+    loss, cache = cross_entropy_forward(logits, targets)
+    leaf = Tensor(logits.copy(), requires_grad=True)
+    tape = tape_cross_entropy(leaf, targets)
+    tape.backward()
+    assert np.isfinite(loss) and float(tape.data) == pytest.approx(loss, rel=1e-15)
+    np.testing.assert_allclose(leaf.grad, cross_entropy_backward(1.0, cache), rtol=1e-14, atol=1e-16)
