@@ -516,4 +516,13 @@ MUTANTS = (
                  "return -embedding(log_probs.reshape((n * n_v, 1)), rows).sum() * (1.0 / n)",
                  "return -(log_probs * np.eye(n_v, dtype=z.data.dtype)[np.asarray(targets).reshape(-1)]).sum() "
                  "* (1.0 / n)"),)),
+    Mutant("time-range-takes-any-shape",
+           "The time-range cross-entropy takes logits that are not windows: two-dimensional logits fail inside "
+           "with an IndexError, and targets of another shape with a broadcasting error, not the library's error.",
+           (edit("transformer/softmax.py:cross_entropy_time_range_forward",
+                 "    if logits.ndim != 3 or targets.shape != logits.shape[:2]:", "    if False:"),)),
+    Mutant("nf4-overflow-called-non-finite",
+           "A finite float64 weight too large for float32 is cast first and then refused as not finite: the "
+           "message names the wrong problem.",
+           (edit(f"{NF4}:quantize", "    if largest > np.finfo(np.float32).max:", "    if False:"),)),
 )

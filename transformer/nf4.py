@@ -161,9 +161,14 @@ def quantize(w, block_size=64, double=True, block_size2=256):
     """
     check_block_size("block_size", block_size)
     check_block_size("block_size2", block_size2)
-    w = np.asarray(w, dtype=np.float32)
+    w = np.asarray(w)
     if w.size == 0 or not np.isfinite(w).all():
         raise InputError("a weight to quantize must be non-empty and finite")
+    largest = float(np.abs(w).max())
+    if largest > np.finfo(np.float32).max:  # finite here, but its float32 rounding would be inf
+        raise InputError(f"a weight to quantize does not fit float32, in which NF4 quantizes: its largest magnitude "
+                         f"is {largest:.3g}, float32's {float(np.finfo(np.float32).max):.3g}")
+    w = w.astype(np.float32)
     codes, absmax = quantize_blocks(w.reshape(-1), nf4_code(), block_size)
     packed = pack(codes)
     if not double:

@@ -206,8 +206,12 @@ def cross_entropy_time_range_forward(logits, targets, time_offset, time_count):
     Raises
     ------
     InputError
-        If the range is empty or reaches outside the window.
+        If the logits and targets are not shaped as windows, or the range is empty or reaches outside them.
     """
+    logits, targets = np.asarray(logits), np.asarray(targets)
+    if logits.ndim != 3 or targets.shape != logits.shape[:2]:
+        raise InputError(f"the time range needs logits (B, T, n_V) and targets (B, T), got logits of shape "
+                         f"{logits.shape} and targets of shape {targets.shape}")
     T = logits.shape[1]
     if not (is_int(time_offset) and is_int(time_count) and 0 <= time_offset and time_count >= 1
             and time_offset + time_count <= T):

@@ -147,6 +147,15 @@ def test_a_time_range_outside_the_window_is_refused(offset, count):
         cross_entropy_time_range_forward(np.zeros((1, 10, 3)), np.zeros((1, 10), dtype=int), offset, count)
 
 
+@pytest.mark.parametrize("logits_shape, targets_shape", [((10, 3), (10,)), ((1, 10, 3), (10,)),
+                                                         ((1, 10, 3), (1, 9)), ((1, 10), (1, 10))])
+def test_logits_and_targets_not_shaped_as_windows_are_refused_by_name(logits_shape, targets_shape):
+    """The time range counts positions of windows: logits (B, T, n_V) and targets (B, T); anything else is the
+    library's input error naming both shapes, not an IndexError from inside."""
+    with pytest.raises(InputError, match=r"logits \(B, T, n_V\) and targets \(B, T\)"):
+        cross_entropy_time_range_forward(np.zeros(logits_shape), np.zeros(targets_shape, dtype=int), 0, 2)
+
+
 @pytest.mark.parametrize("stabilized, expected", [(False, 12.0 / 4), (True, 12.0 / 2)])
 def test_the_correction_is_scaled_by_alpha_over_r_or_over_its_root(stabilized, expected):
     """LoRA scales x A B by alpha / r; rank-stabilized LoRA (rsLoRA, Kalajdzievski 2023) by alpha / sqrt(r). With

@@ -184,3 +184,15 @@ def test_double_quantization_against_bitsandbytes_every_difference_is_ours_being
     same[differ] = False
     block_of = np.arange(gap.size) // block_size
     assert np.all(gap[same[block_of]] <= 4e-7 * scales[block_of][same[block_of]])
+
+
+def test_a_finite_float64_weight_too_large_for_float32_is_refused_as_such():
+    """NF4 quantizes in float32: a float64 weight past its range is refused for that reason, naming the value,
+    not called non-finite (it is finite; its float32 rounding would not be)."""
+    w = np.ones((4, 4))
+    w[1, 2] = 1e39
+    with pytest.raises(InputError, match=r"does not fit float32.*1e\+39"):
+        nf4.quantize(w)
+    w[1, 2] = np.nan
+    with pytest.raises(InputError, match="finite"):
+        nf4.quantize(w)
