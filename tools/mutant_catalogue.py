@@ -525,4 +525,14 @@ MUTANTS = (
            "A finite float64 weight too large for float32 is cast first and then refused as not finite: the "
            "message names the wrong problem.",
            (edit(f"{NF4}:quantize", "    if largest > np.finfo(np.float32).max:", "    if False:"),)),
+    Mutant("clipping-takes-a-negative-max-norm",
+           "clip_grads takes a negative max_norm: the factor max_norm / norm is negative and every gradient's sign "
+           "flips, so a step climbs the loss.",
+           (edit("transformer/optim.py:clip_grads",
+                 "    if max_norm is not None and not (is_finite_number(max_norm) and max_norm > 0):",
+                 "    if False:"),)),
+    Mutant("flash-takes-any-tile",
+           "Flash attention takes a tile that is not a positive integer: 0 stops range() inside, a negative one "
+           "leaves every row's sum at 0 and the output NaN without an error.",
+           (edit(f"{FLASH}:flash_core_forward", "    check_tile(tile)\n", ""),)),
 )

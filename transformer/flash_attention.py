@@ -18,6 +18,8 @@ from typing import NamedTuple
 import numpy as np
 
 from .attention import merge_heads, qkv_backward, qkv_forward, split_heads
+from .config import is_int
+from .errors import InputError
 from .linear import linear_backward, linear_forward
 from .softmax import check_not_fully_masked
 
@@ -63,6 +65,13 @@ def tile_scores(q_scaled, k, start, stop):
     return s
 
 
+def check_tile(tile):
+    """Refuse a tile that is not a positive integer: 0 would stop range() inside, a negative one would leave every
+    row's sum at 0 and the output NaN without an error."""
+    if not (is_int(tile) and tile >= 1):
+        raise InputError(f"flash attention's tile must be a positive integer (keys per tile), got {tile!r}")
+
+
 def flash_core_forward(q_scaled, k, v, tile):
     """softmax(q_scaled k^T + mask) v, one tile of keys at a time, with the online softmax.
 
@@ -88,6 +97,7 @@ def flash_core_forward(q_scaled, k, v, tile):
         If a row's scores are -inf everywhere, as the materialized path's softmax raises. The causal mask
         alone never does it: each row sees its own key, the first column of its diagonal tile.
     """
+    check_tile(tile)
     B, H, T, dh = q_scaled.shape
     out = np.zeros_like(q_scaled)
     row_max = np.full((B, H, T), -np.inf, dtype=q_scaled.dtype)

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import NonFiniteError
+from .config import is_finite_number
+from .errors import InputError, NonFiniteError
 
 # Weight decay pulls matrices (weights and embedding tables) towards zero.
 # Biases and LayerNorm gains/shifts are not decayed: shrinking a gain towards
@@ -228,6 +229,9 @@ def clip_grads(grads, max_norm):
     norm : float
         The global norm before clipping.
     """
+    if max_norm is not None and not (is_finite_number(max_norm) and max_norm > 0):
+        raise InputError(f"max_norm must be None or a positive finite number, got {max_norm!r} (a negative one "
+                         "would flip the gradients' sign)")
     norm = global_norm(grads)
     if max_norm is None or not math.isfinite(norm) or norm <= max_norm:  # eq:clip
         return grads, norm

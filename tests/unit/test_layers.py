@@ -24,6 +24,7 @@ from transformer.config import ModelConfig
 from transformer.embedding import embedding_backward, embedding_forward
 from transformer.gradcheck import REL_TOL, numerical_grad, relative_gap
 from transformer.layernorm import layer_norm_backward, layer_norm_forward
+from transformer.errors import InputError
 from transformer.linear import linear_backward, linear_forward
 from transformer.model import param_shapes
 from transformer.softmax import (
@@ -439,3 +440,16 @@ def test_backwards_do_not_modify_or_alias_the_upstream_gradient():
         assert_array_equal(dy, before, err_msg=f"{name} modified dy")
         for out in outputs:
             assert not np.shares_memory(out, dy), f"{name} returned a view of dy"
+
+
+@pytest.mark.parametrize("tile", [0, -2, 1.5, True])
+def test_flash_attention_refuses_a_tile_that_is_not_a_positive_integer(tile):
+    """Through the library, not ModelConfig (which checks flash_tile too): tile 0 made range() fail inside, and a
+    negative one left every row's sum at 0, so the output was NaN without an error."""
+    from transformer.flash_attention import flash_attention_forward
+
+    rng = np.random.default_rng(0)
+    p = {n: rng.standard_normal((4, 4)) for n in ("wq", "wk", "wv", "wo")}
+    p.update({n: rng.standard_normal(4) for n in ("bq", "bk", "bv", "bo")})
+    with pytest.raises(InputError, match="tile must be a positive integer"):
+        flash_attention_forward(rng.standard_normal((1, 3, 4)), p, 2, tile=tile)

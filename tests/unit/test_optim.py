@@ -7,6 +7,7 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
 from transformer.config import PRESETS
+from transformer.errors import InputError
 from transformer.model import init_params, loss_and_grads, param_shapes
 from transformer.optim import AdamWConfig, adamw_init, adamw_update, clip_grads, is_decayed, lr_at
 from transformer.torch_mirror import to_torch
@@ -284,3 +285,13 @@ def test_adamw_updates_the_callers_arrays_in_place():
     w, m = params["w"], state["m"]["w"]
     adamw_update(params, {k: np.ones_like(p) for k, p in params.items()}, state, 1e-2, AdamWConfig())
     assert params["w"] is w and state["m"]["w"] is m and state["step"] == 2
+
+
+@pytest.mark.parametrize("max_norm", [-1.0, 0.0, float("nan"), float("inf"), "1", True])
+def test_a_max_norm_that_is_not_a_positive_number_is_refused_not_used(max_norm):
+    """A negative max_norm would flip every gradient's sign (the factor max_norm / norm is negative), 0 would
+    zero them all; None is how a caller asks for no clipping."""
+    grads = {"w": np.full((2, 2), 3.0)}
+    with pytest.raises(InputError, match="max_norm must be None or a positive finite number"):
+        clip_grads(grads, max_norm)
+    assert clip_grads(grads, None)[0] is grads
