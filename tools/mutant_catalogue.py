@@ -115,7 +115,7 @@ MUTANTS = (
                        "in a model with random real-valued weights, so no gradient entry changes."),
     Mutant("gelu-grad-no-density-term",
            "GELU's derivative keeps Phi(x) and drops the x phi(x) term.",
-           (edit("transformer/activations.py:gelu_backward", "dy * (phi_cdf + x * phi_pdf)", "dy * phi_cdf"),)),
+           (edit("transformer/activations.py:gelu_backward", "dy * (phi_cdf + x_phi)", "dy * phi_cdf"),)),
     Mutant("gelu-erf-imported-with-the-package",
            "scipy.special, whose erf GELU uses, is imported with the package instead of at GELU's first call: "
            "every number is the same, and every process that never reaches GELU waits for the import.",
@@ -535,4 +535,12 @@ MUTANTS = (
            "Flash attention takes a tile that is not a positive integer: 0 stops range() inside, a negative one "
            "leaves every row's sum at 0 and the output NaN without an error.",
            (edit(f"{FLASH}:flash_core_forward", "    check_tile(tile)\n", ""),)),
+    Mutant("gelu-of-minus-infinity-is-nan",
+           "GELU at x = -inf computes x Phi(x) = -inf * 0 = NaN instead of its limit 0: a diverged model's "
+           "infinite pre-activation becomes a NaN.",
+           (edit("transformer/activations.py:gelu_forward", "    y[phi_cdf == 0] = 0", "    pass"),)),
+    Mutant("gelu-slope-at-infinity-is-nan",
+           "GELU's derivative at x = +-inf computes x phi(x) = inf * 0 = NaN instead of its limit 0, so the "
+           "slope is NaN where it is 1 or 0.",
+           (edit("transformer/activations.py:gelu_backward", "    x_phi[phi_pdf == 0] = 0", "    pass"),)),
 )

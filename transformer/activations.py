@@ -111,7 +111,9 @@ def gelu_forward(x):
         What `gelu_backward` needs.
     """
     phi_cdf = 0.5 * (1.0 + _erf(x * _INV_SQRT2)).astype(x.dtype, copy=False)  # eq:gelu
-    y = x * phi_cdf  # eq:gelu
+    with np.errstate(invalid="ignore"):
+        y = x * phi_cdf  # eq:gelu
+    y[phi_cdf == 0] = 0  # GELU's limit at -inf, where x * Phi(x) is -inf * 0 = NaN
     cache = GeluCache(x, phi_cdf)
     return y, cache
 
@@ -133,7 +135,10 @@ def gelu_backward(dy, cache):
     """
     x, phi_cdf = cache
     phi_pdf = _INV_SQRT_2PI * np.exp(-0.5 * x * x)  # eq:gelu-density
-    dx = dy * (phi_cdf + x * phi_pdf)  # eq:gelu-grad eq:act-diagonal eq:gelu-product
+    with np.errstate(invalid="ignore"):
+        x_phi = x * phi_pdf
+    x_phi[phi_pdf == 0] = 0  # the term's limit at +-inf, where it is inf * 0 = NaN
+    dx = dy * (phi_cdf + x_phi)  # eq:gelu-grad eq:act-diagonal eq:gelu-product
     return dx
 
 
@@ -172,7 +177,9 @@ def gelu_tanh_forward(x):
         What `gelu_tanh_backward` needs.
     """
     tanh = np.tanh(_SQRT_2_OVER_PI * (x + _TANH_CUBIC * x ** 3))  # eq:gelu-tanh
-    y = 0.5 * x * (1.0 + tanh)  # eq:gelu-tanh
+    with np.errstate(invalid="ignore"):
+        y = 0.5 * x * (1.0 + tanh)  # eq:gelu-tanh
+    y[tanh == -1] = 0  # the limit at -inf (and below about -10, where the product is -0 anyway)
     cache = GeluTanhCache(x, tanh)
     return y, cache
 

@@ -114,7 +114,10 @@ def detach_max(x, axis=-1, what="softmax"):
 
 
 def gelu(x):
-    """Exact GELU, x Phi(x) with Phi(x) = (1 + erf(x / sqrt 2)) / 2, composed from erf, mul and add."""
+    """Exact GELU, x Phi(x) with Phi(x) = (1 + erf(x / sqrt 2)) / 2, composed from erf, mul and add.
+
+    Composed, it keeps floating point's arithmetic at the infinities: at x = -inf it is -inf * 0 = NaN, where the
+    hand-written `gelu_forward` gives the limit 0 (a case the tape's comparisons with it never feed)."""
     return x * ((erf(x * (1.0 / math.sqrt(2.0))) + 1.0) * 0.5)
 
 

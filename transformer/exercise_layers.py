@@ -70,6 +70,19 @@ def nan_passes(forward, backward):
     return check
 
 
+def infinite_limits(forward, backward):
+    """At -inf the output is 0 with slope 0, at +inf the output is +inf with slope 1: the limits, not NaN."""
+    def check(reader, _ref):
+        x = np.array([-np.inf, 0.5, np.inf])
+        with np.errstate(all="ignore"):
+            y, cache = getattr(reader, forward)(x)
+            dx = getattr(reader, backward)(np.ones_like(x), cache)
+        if not (y[0] == 0 and y[2] == np.inf and dx[0] == 0 and dx[2] == 1):
+            raise Failed(f"at -inf and +inf the output is {y[0]} and {y[2]}, the slope {dx[0]} and {dx[2]}: expected "
+                         "the limits 0 and inf, with slopes 0 and 1 (-inf * 0 is NaN in floating point)")
+    return check
+
+
 def rows_of_dx_sum_to_zero(reader, _ref):
     """Shifting a whole row of x leaves LayerNorm's output as it is, so each row of dx sums to 0."""
     x = rows(np.random.default_rng(8), np.float64, B, T, D)
@@ -155,7 +168,11 @@ def exercises():
         Exercise("gelu", "GELU, exact and with tanh, and their backwards", "model/linear.md",
                  (("activations", "gelu_forward"), ("activations", "gelu_backward"),
                   ("activations", "gelu_tanh_forward"), ("activations", "gelu_tanh_backward")),
-                 [*pair_checks(gelu), *pair_checks(gelu_tanh)]),
+                 [*pair_checks(gelu), *pair_checks(gelu_tanh),
+                  Check("infinities go to the limits (gelu)", infinite_limits("gelu_forward", "gelu_backward"),
+                        "forward"),
+                  Check("infinities go to the limits (gelu_tanh)",
+                        infinite_limits("gelu_tanh_forward", "gelu_tanh_backward"), "forward")]),
         Exercise("layernorm", "LayerNorm and its backward", "model/layernorm.md",
                  (("layernorm", "layer_norm_forward"), ("layernorm", "layer_norm_backward")),
                  [*pair_checks(ln), Check("each row of dx sums to zero", rows_of_dx_sum_to_zero, "backward")]),

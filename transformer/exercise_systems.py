@@ -105,7 +105,7 @@ def global_norm_values(reader, _ref):
 
 def clipping(reader, _ref):
     """Clipping scales every gradient by one factor, to the global norm max_norm, and leaves its inputs as
-    they are; gradients already within max_norm come back unchanged."""
+    they are; gradients already within max_norm come back unchanged; a negative max_norm is refused."""
     rng = np.random.default_rng(16)
     grads = {"a": rng.standard_normal((3, 4)) * 10, "b": rng.standard_normal(5)}
     before = {k: g.copy() for k, g in grads.items()}
@@ -121,6 +121,11 @@ def clipping(reader, _ref):
     kept, _ = reader.clip_grads(before, 1e9)
     if any(not np.array_equal(kept[k], before[k]) for k in before):
         raise Failed("gradients within max_norm were changed")
+    try:
+        reader.clip_grads(before, -1.0)
+    except InputError:
+        return
+    raise Failed("a negative max_norm was taken: its factor max_norm / norm flips every gradient's sign")
 
 
 # ----------------------------------------------------------------- KV-cache decoding
@@ -205,6 +210,18 @@ def torch_flash(reader, _ref):
         same(f"out with tiles of {tile} keys against torch", reader.flash_core_forward(q, k, v, tile)[0], want.numpy())
 
 
+def bad_tile_refused(reader, _ref):
+    """A tile of 0 keys, or a negative one, is refused with InputError."""
+    q, k, v = flash_inputs(np.random.default_rng(24), np.float64)
+    for tile in (0, -2):
+        try:
+            with np.errstate(all="ignore"):
+                reader.flash_core_forward(q, k, v, tile)
+        except InputError:
+            continue
+        raise Failed(f"a tile of {tile} keys was taken without InputError")
+
+
 def flash_layout(reader, ref):
     for dtype in (np.float32, np.float64):
         args = flash_inputs(np.random.default_rng(21), dtype)
@@ -269,7 +286,8 @@ def exercises():
                  (("flash_attention", "flash_core_forward"),),
                  [Check("shapes and dtypes", flash_layout, "#eq-flash-acc"),
                   Check("every tile size equals softmax attention", every_tile, "#eq-flash-rescale"),
-                  Check("PyTorch (scaled_dot_product_attention)", torch_flash, "#eq-flash-acc")]),
+                  Check("PyTorch (scaled_dot_product_attention)", torch_flash, "#eq-flash-acc"),
+                  Check("a tile that is not a positive integer is refused", bad_tile_refused, "#eq-flash-tile-scores")]),
         Exercise("nf4", "NF4: the code, block-wise quantization and packing", "finetuning/nf4.md",
                  (("nf4", "nf4_code"), ("nf4", "quantize_blocks"), ("nf4", "pack"), ("nf4", "unpack")),
                  [Check("the NF4 code", nf4_values, "#eq-nf4-code"),

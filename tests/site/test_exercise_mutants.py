@@ -51,6 +51,10 @@ EXPECTED = {
     "nf4-nibble-order-swapped": "two codes per byte",
     "nf4-absmax-not-divided": "block-wise absmax quantization",
     "nf4-wrong-quantile-offset": "the NF4 code",
+    "gelu-of-minus-infinity-is-nan": "infinities go to the limits (gelu)",
+    "gelu-slope-at-infinity-is-nan": "infinities go to the limits (gelu)",
+    "clipping-takes-a-negative-max-norm": "clipping by one factor",
+    "flash-takes-any-tile": "a tile that is not a positive integer is refused",
 }
 # The mistakes in an exercise's functions that no grading could see, and why.
 SKIPPED = {

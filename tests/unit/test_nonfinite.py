@@ -38,6 +38,20 @@ def test_an_activation_keeps_nan_as_nan_forward_and_backward(name, dtype):
     assert y.dtype == dx.dtype == dtype
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(ACTIVATION_FUNCTIONS))
+def test_an_activation_takes_infinities_to_its_limits(name, dtype):
+    """Every activation here tends to 0 with slope 0 as x goes to -inf and to x with slope 1 as x goes to +inf:
+    at the infinities themselves it gives those limits, not -inf * 0 = NaN (a diverged model's infinite
+    pre-activation is not a NaN, and must not turn into one here)."""
+    forward, backward = ACTIVATION_FUNCTIONS[name]
+    x = np.array([-np.inf, -1.0, np.inf], dtype=dtype)
+    y, cache = forward(x)
+    dx = backward(np.ones_like(x), cache)
+    assert y[0] == 0 and y[2] == np.inf and dx[0] == 0 and dx[2] == 1 and np.isfinite(y[1])
+    assert y.dtype == dx.dtype == dtype
+
+
 @pytest.mark.parametrize("name", sorted(ACTIVATION_FUNCTIONS))
 def test_an_activation_backward_passes_a_nan_upstream_gradient_on(name):
     rng = np.random.default_rng(40)
