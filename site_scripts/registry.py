@@ -112,7 +112,7 @@ PAGES = (
     Page("model", "model/full-model.md", "Full Model", "Model",
          functions=("model:forward", "model:backward", "model:loss_and_grads", "model:param_count"),
          listings=("model:param_shapes", "model:check_ids", "model:check_params", "model:backward",
-                   "model:check_targets", "model:loss_and_grads", "config:is_int"), seeds=EXAMPLE_SEEDS,
+                   "model:check_targets", "model:loss_and_grads", "config:is_int", "config:check_size"), seeds=EXAMPLE_SEEDS,
          crosscheck=Rows("the torch mirror (`torch_forward`, `F.cross_entropy`) and autograd",
                          {"forward": ("*",), "loss": ("*",), "gradient": ("*",)})),
     Page("explorer", "model/explorer.md", "Forward and backward, explored", "Model",

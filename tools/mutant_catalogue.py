@@ -543,4 +543,8 @@ MUTANTS = (
            "GELU's derivative at x = +-inf computes x phi(x) = inf * 0 = NaN instead of its limit 0, so the "
            "slope is NaN where it is 1 or 0.",
            (edit("transformer/activations.py:gelu_backward", "    x_phi[phi_pdf == 0] = 0", "    pass"),)),
+    Mutant("config-takes-any-size",
+           "ModelConfig takes a size of 10**30: the mistake surfaces later, as an allocation that fails or an index "
+           "that overflows, instead of at the config, by name.",
+           (edit("transformer/config.py:check_size", "    if value > MAX_SIZE:", "    if False:"),)),
 )

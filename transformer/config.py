@@ -17,6 +17,20 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
 ATTENTIONS = ("materialized", "flash")
 
 
+# The largest size a config takes: the flat index of an embedding entry, id * d + j, must fit 64 bits.
+MAX_SIZE = 2**31 - 1
+
+
+def check_size(name, value) -> int:
+    """A size of the model as a plain int (a numpy integer becomes one), or a ConfigError naming it: a positive
+    integer, at most MAX_SIZE."""
+    if not (is_int(value) and value >= 1):
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    if value > MAX_SIZE:
+        raise ConfigError(f"{name} must be at most {MAX_SIZE}, got {value!r}: no array that large could be indexed")
+    return int(value)
+
+
 def is_int(value) -> bool:
     """Tell whether value is an integer: a Python int or a numpy integer, and not a bool.
 
@@ -110,10 +124,7 @@ class ModelConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "context_len", "emb_dim", "num_heads", "num_layers", "ff_dim", "flash_tile"):
-            value = getattr(self, name)
-            if not (is_int(value) and value >= 1):
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-            object.__setattr__(self, name, int(value))  # numpy integers become plain ints
+            object.__setattr__(self, name, check_size(name, getattr(self, name)))
         if self.emb_dim % self.num_heads:
             raise ConfigError(
                 f"num_heads={self.num_heads} does not divide emb_dim={self.emb_dim}: "

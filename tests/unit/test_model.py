@@ -317,6 +317,15 @@ def test_sizes_must_be_positive_integers(name, value):
         ModelConfig(**{name: value})
 
 
+@pytest.mark.parametrize("name", ["vocab_size", "context_len", "emb_dim", "ff_dim"])
+def test_a_size_no_array_could_be_indexed_by_is_refused_at_the_config(name):
+    """10**30 passed as a size, and failed later as an allocation or an overflowing index; a size past
+    2**31 - 1 is refused by name (an embedding's flat index id * d + j must fit 64 bits)."""
+    with pytest.raises(ConfigError, match=f"{name} must be at most 2147483647, got {10**30}"):
+        ModelConfig(**{name: 10**30})
+    ModelConfig(**{name: 2**31 - 1, "num_heads": 1})  # the largest is a config (allocating it is another matter)
+
+
 def test_unknown_activation_raises_config_error():
     with pytest.raises(ConfigError, match=r"activation must be one of.*'tanh'"):
         ModelConfig(activation="tanh")
