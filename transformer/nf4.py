@@ -12,9 +12,11 @@ store each as the index of the nearest value of an 8-bit "dynamic" table (signed
 coarsely near 1) after dividing by its block's absmax, a float32 per `block_size2` scales.
 
 Every table is built here from its construction, in float32 as bitsandbytes builds it, so its values match
-bitsandbytes' bit for bit, and so do the packed codes, the plain scales and the dequantized weights
-(tests/unit/test_nf4.py compares them with bitsandbytes' CPU functions where it is installed; its CUDA
-kernels have not been compared here). Double quantization differs in two counted ways: the offset is the
+bitsandbytes' bit for bit, and so do the packed codes, the plain scales and the dequantized weights of the
+same flat array (tests/unit/test_nf4.py compares them with bitsandbytes' CPU functions where it is installed;
+its CUDA kernels have not been compared here). A layer is another matter: its weight is stored (in, out) here
+and (out, in) in bitsandbytes' Linear4bit, so the blocks of one layer hold other weights in the two, and
+their codes, scales and decoded weights differ. Double quantization differs in two counted ways: the offset is the
 mean rounded once (bitsandbytes sums in float32, so the last bit may differ), and each scale's 8-bit code
 is the nearest value (bitsandbytes' search sometimes is not).
 """

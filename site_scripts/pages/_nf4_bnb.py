@@ -135,6 +135,22 @@ def compared(bnb, weight):
 SINGLE = ("packed codes (bytes)", "\\(\\operatorname{absmax}\\), plain", "\\(\\hat{\\theta}\\), single")
 
 
+LAYER = (64, 256)  # (in, out): a layer's weight as this project stores it
+
+
+def layout(weight):
+    """A layer quantized as stored here, (in, out), against the same weight quantized in bitsandbytes' Linear4bit
+    layout, (out, in), and decoded back: the blocks run along other axes, so they hold other weights. Both use
+    this project's quantize (bit for bit bitsandbytes' own on a flat array, as the table shows), so this needs no
+    bitsandbytes."""
+    w = weight(LAYER, seed=LAYER[0] + 1)
+    ours = nf4.dequantize(nf4.quantize(w, BLOCK, double=False))
+    linear4bit = nf4.dequantize(nf4.quantize(np.ascontiguousarray(w.T), BLOCK, double=False)).T
+    gaps = np.abs(ours - linear4bit)
+    return {"shape": f"{LAYER[0]} × {LAYER[1]}", "differ": int((gaps > 0).sum()), "elements": int(w.size),
+            "gap": float(gaps.max()), "largest": float(np.abs(w).max())}
+
+
 def comparison(weight):
     """(table, values): bitsandbytes against transformer/nf4.py on the weights `weight(shape, seed)` draws."""
     bnb = functional()
@@ -143,10 +159,11 @@ def comparison(weight):
         return md_table(header, [["—", "bitsandbytes is not installed on the machine that built this page", "nothing",
                                   "—", "—", "—", "not run"]]), {
             "version": "not installed", "torch": package_version("torch"), "devices": [], "single_differ": 0,
-            "single_elements": 0, "shapes": [f"{r} × {c}" for r, c in SHAPES], "block": BLOCK}
+            "single_elements": 0, "shapes": [f"{r} × {c}" for r, c in SHAPES], "block": BLOCK,
+            "layout": layout(weight)}
     found = compared(bnb, weight)
     single = [c for _, label, c in found if label == "tables" or c.what in SINGLE]
     return md_table(header, [[device, label, *cells(c)] for device, label, c in found]), {
         "version": package_version("bitsandbytes"), "torch": package_version("torch"), "devices": devices(),
         "single_differ": sum(c.differ for c in single), "single_elements": sum(c.elements for c in single),
-        "shapes": [f"{r} × {c}" for r, c in SHAPES], "block": BLOCK}
+        "shapes": [f"{r} × {c}" for r, c in SHAPES], "block": BLOCK, "layout": layout(weight)}

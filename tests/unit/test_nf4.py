@@ -196,3 +196,17 @@ def test_a_finite_float64_weight_too_large_for_float32_is_refused_as_such():
     w[1, 2] = np.nan
     with pytest.raises(InputError, match="finite"):
         nf4.quantize(w)
+
+
+def test_a_layer_quantized_in_the_transposed_layout_gets_other_blocks_and_other_numbers():
+    """What the module's docstring says of Linear4bit's layout, (out, in) against this project's (in, out): the
+    same weight quantized in the two orders has other blocks, so its decoded weights differ (the equality with
+    bitsandbytes holds for one flat array, not across layouts); each stays within its own blocks' error bound."""
+    w = np.random.default_rng(61).standard_normal((64, 256)).astype(np.float32)
+    here = nf4.dequantize(nf4.quantize(w, 64, double=False))
+    there = nf4.dequantize(nf4.quantize(np.ascontiguousarray(w.T), 64, double=False)).T
+    assert (here != there).any()
+    widest = float(np.diff(nf4.nf4_code()).max()) / 2  # half the widest gap between two NF4 values
+    for decoded, blocks in ((here, w.reshape(-1, 64)), (there.T, w.T.reshape(-1, 64))):
+        bound = np.abs(blocks).max(axis=1, keepdims=True) * widest * (1 + 1e-6)
+        assert (np.abs(decoded.reshape(-1, 64) - blocks) <= bound).all()
