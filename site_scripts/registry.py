@@ -136,6 +136,7 @@ PAGES = (
          listings=("data:train_val_split", "data:eval_windows", "step:train_step", "step:finite_loss_and_grads",
                    "step:evaluate",
                    "train:train", "train:training_loop", "train:is_due", "train:Session", "train:Hooks",
+                   "train:StopRequest",
                    "run_folder:RunFolder", "runlock:FolderLock",
                    "shard_processes:ShardWorkers", "shard_processes:serve"),
          seeds=("training and sampling",),

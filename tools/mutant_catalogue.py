@@ -547,4 +547,10 @@ MUTANTS = (
            "ModelConfig takes a size of 10**30: the mistake surfaces later, as an allocation that fails or an index "
            "that overflows, instead of at the config, by name.",
            (edit("transformer/config.py:check_size", "    if value > MAX_SIZE:", "    if False:"),)),
+    Mutant("sigterm-kills-the-run-at-once",
+           "SIGTERM is left to its default: a run stopped by `timeout` or a scheduler dies at once, and every step "
+           "since the last periodic checkpoint is lost.",
+           (edit("transformer/train.py:StopRequest",
+                 'REASONS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}',
+                 'REASONS = {signal.SIGINT: "interrupted"}'),)),
 )

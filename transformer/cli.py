@@ -24,6 +24,7 @@ CORPUS_ENV = "TRANSFORMER_CORPUS"
 MODEL_OPTIONS = ("context_len", "emb_dim", "num_heads", "num_layers", "ff_dim", "activation", "tied_head",
                  "head_bias", "attention", "flash_tile", "checkpoint_blocks")
 EXIT_USER_ERROR, EXIT_INTERRUPTED, EXIT_CHECK_FAILED = 2, 130, 1
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a job that SIGTERM stopped
 
 
 class Parser(argparse.ArgumentParser):
@@ -324,7 +325,7 @@ def cmd_finetune(args, hooks=None):
 
 
 def report_summary(summary, resume_command):
-    """Print how a training run ended; the exit status (130 when interrupted)."""
+    """Print how a training run ended; the exit status (130 when interrupted, 143 when terminated)."""
     val = "" if summary["val_loss"] is None else \
         f", validation loss {summary['val_loss']:.4f} (at step {summary['val_step']})"
     if summary["skipped"]:
@@ -332,7 +333,7 @@ def report_summary(summary, resume_command):
     if summary["stopped"]:
         print(f"stopped ({summary['stopped']}) after step {summary['step']} of {summary['steps']}{val}; "
               f"checkpoint {summary['checkpoint']}; continue with: {resume_command}")
-        return EXIT_INTERRUPTED if summary["stopped"] == "interrupted" else 0
+        return {"interrupted": EXIT_INTERRUPTED, "terminated": EXIT_TERMINATED}.get(summary["stopped"], 0)
     print(f"done: {summary['step']} steps in {summary['time_s']:.0f} s{val}; checkpoint {summary['checkpoint']}")
     return 0
 

@@ -51,32 +51,37 @@ class Hooks:
 
 
 class StopRequest:
-    """First Ctrl-C (or --max-minutes) asks the loop to stop after the current
-    step and write a checkpoint; a second Ctrl-C aborts at once (the previous
+    """First Ctrl-C or SIGTERM (or --max-minutes) asks the loop to stop after the current
+    step and write a checkpoint; a second one aborts at once (the previous
     checkpoint is still intact: checkpoints are written atomically).
 
-    Used as `with StopRequest() as stop:`, it is the SIGINT handler inside the block and puts the
-    previous handler back after it. Only the main thread may set a handler; elsewhere Ctrl-C is left alone.
+    SIGTERM is what `timeout`, job schedulers and container runtimes send to stop a job; left to its default it
+    would kill the run at once and lose every step since the last periodic checkpoint.
+
+    Used as `with StopRequest() as stop:`, it is the SIGINT and SIGTERM handler inside the block and puts the
+    previous handlers back after it. Only the main thread may set a handler; elsewhere both are left alone.
     """
+
+    REASONS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 
     def __init__(self):
         self.reason = None
-        self.previous_handler = None
+        self.previous_handlers = {}
         self.in_main_thread = threading.current_thread() is threading.main_thread()
 
     def __call__(self, signum, frame):
         if self.reason is not None:
             raise KeyboardInterrupt
-        self.reason = "interrupted"
+        self.reason = self.REASONS[signum]
 
     def __enter__(self):
         if self.in_main_thread:
-            self.previous_handler = signal.signal(signal.SIGINT, self)
+            self.previous_handlers = {sig: signal.signal(sig, self) for sig in self.REASONS}
         return self
 
     def __exit__(self, *exc_info):
-        if self.in_main_thread:
-            signal.signal(signal.SIGINT, self.previous_handler)
+        for sig, handler in self.previous_handlers.items():
+            signal.signal(sig, handler)
 
 
 @dataclass

@@ -231,3 +231,31 @@ def test_fine_tuning_stops_at_a_non_finite_step_with_its_last_good_adapters_and_
     assert "done: 6 steps" in printed and "1 batch skipped" in printed
     f = load_adapter(out / ADAPTER_NAME)
     assert f.step == 6 and f.extra["skipped_batches"] == 1
+
+
+@pytest.mark.skipif(__import__("os").name != "posix", reason="sends SIGTERM")
+def test_a_fine_tuning_run_stopped_by_sigterm_resumes_to_the_same_adapters(files, tmp_path):
+    """As a training run (tests/unit/test_train.py): SIGTERM two seconds in finishes the step, writes the adapters
+    and exits with 143; resumed, the run ends with the bits of one never stopped."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    def command(out, *extra):
+        return [sys.executable, "-m", "transformer", "finetune", *extra, "--out", str(out), "--no-progress"]
+    args = ("--checkpoint", str(files / "base" / "checkpoint.npz"), "--corpus", str(files / "reply.txt"),
+            "--lora-rank", "2", "--steps", "4000", "--batch-size", "4", "--seq-len", "8", "--ckpt-every", "100000",
+            "--eval-every", "2000")
+    proc = subprocess.Popen(command(tmp_path / "stopped", *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    time.sleep(2)
+    assert proc.poll() is None, "the run ended within two seconds: give it more steps, or SIGTERM tests nothing"
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "stopped (terminated) after step" in stdout, stderr
+    for out, extra in ((tmp_path / "stopped", ("--resume",)), (tmp_path / "never", args)):
+        done = subprocess.run(command(out, *extra), capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+    stopped, never = (load_adapter(tmp_path / name / ADAPTER_NAME).adapters for name in ("stopped", "never"))
+    assert stopped.keys() == never.keys() and all(np.array_equal(stopped[k], never[k]) for k in never)

@@ -269,3 +269,41 @@ def test_max_minutes_must_be_positive(tmp_path, corpus):
     for bad in (0.0, -1.0, float("nan"), True, "5"):
         with pytest.raises(ConfigError, match="max_minutes must be a positive number"):
             train(corpus, tmp_path / "run", MODEL, small_config(), max_minutes=bad, progress=False)
+
+
+def sigterm_then_resume(args, out, tmp_path):
+    """Run the command line, send SIGTERM two seconds in (as `timeout`, schedulers and container runtimes stop a
+    job), then resume it to the end; the stopped run's output and the final checkpoint's arrays."""
+    proc = subprocess.Popen([sys.executable, "-m", "transformer", *args, "--out", str(out), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)
+    assert proc.poll() is None, "the run ended within two seconds: give it more steps, or SIGTERM tests nothing"
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    resumed = subprocess.run([sys.executable, "-m", "transformer", args[0], "--resume", "--out", str(out),
+                              "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    return proc.returncode, stdout, stderr
+
+
+def arrays_of(path):
+    with np.load(path) as npz:
+        return {k: npz[k] for k in npz.files if k != "meta"}
+
+
+@pytest.mark.skipif(os.name != "posix", reason="sends SIGTERM")
+def test_sigterm_stops_like_ctrl_c_and_the_resumed_run_ends_bit_identical(tmp_path, corpus):
+    """SIGTERM used to kill the run at once, losing the steps since the last periodic checkpoint. Now it is
+    Ctrl-C's first press: the step finishes, its checkpoint is written, one line says so, the status is 143
+    (128 + SIGTERM); resuming then ends with the same bits as a run never stopped."""
+    args = ["train", "--corpus", str(corpus), "--context-len", "16", "--emb-dim", "16", "--num-layers", "1",
+            "--ff-dim", "32", "--num-heads", "2", "--steps", "3000", "--batch-size", "4", "--seq-len", "8",
+            "--ckpt-every", "100000", "--eval-every", "1000"]
+    code, stdout, stderr = sigterm_then_resume(args, tmp_path / "stopped", tmp_path)
+    assert code == 143 and "Traceback" not in stderr, stderr
+    assert "stopped (terminated) after step" in stdout and "--resume" in stdout
+    never = subprocess.run([sys.executable, "-m", "transformer", *args, "--out", str(tmp_path / "never"),
+                            "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert never.returncode == 0, never.stderr
+    stopped, whole = arrays_of(tmp_path / "stopped" / "checkpoint.npz"), arrays_of(tmp_path / "never" / "checkpoint.npz")
+    assert stopped.keys() == whole.keys() and all(np.array_equal(stopped[k], whole[k]) for k in whole)
