@@ -185,7 +185,8 @@ PAGES = (
          listings=("generate:generate", "generate:window_logits"),
          seeds=("init_params", "sampling")),
     Page("kvcache", "generation/kv-cache.md", "KV cache", "Generation",
-         functions=("generate:decode_step", "generate:decode_batch", "generate:prefill", "kv_cache:KVCache",
+         functions=("generate:decode_step", "generate:decode_batch", "generate:prefill", "generate:extend",
+                    "kv_cache:KVCache",
                     "kv_cache:PagedCache", "kv_cache:PagePool"),
          listings=("generate:decode_step", "kv_cache:BatchStep"), seeds=("init_params",),
          reads=("mode", "reports/gpt2-cost.json"),  # the quick build's decoding benchmark measures fewer cells

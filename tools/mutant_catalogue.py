@@ -553,4 +553,8 @@ MUTANTS = (
            (edit("transformer/train.py:StopRequest",
                  'REASONS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}',
                  'REASONS = {signal.SIGINT: "interrupted"}'),)),
+    Mutant("chunk-sees-its-later-tokens",
+           "A chunk fed with `extend` lets each of its tokens attend to the chunk's later tokens too: the cache and "
+           "the logits are no longer the prompt's.",
+           (edit("transformer/generate.py:extend", "<= (start + np.arange(n))[:, None]", "<= (start + n - 1)"),)),
 )

@@ -194,6 +194,73 @@ def prefill(params, ids, cache, cfg):
     return logits[0, -1]
 
 
+def extend(params, ids, cache, cfg):
+    """Feed several tokens of one request at once, at positions cache.length onwards: each attends to every cached
+    position and, causally, to the ones fed before it in the same call. A prompt fed in pieces, each piece one
+    call, fills the cache and gives the logits that one `prefill` of the whole prompt gives, up to rounding; it is
+    how a long prompt is fed in chunks, and how a request whose first pages are already cached computes only the
+    rest.
+
+    Parameters
+    ----------
+    params : dict
+        Parameter name to array.
+    ids : sequence of int
+        The tokens to feed, at least one.
+    cache : KVCache or PagedCache
+        The request's cache; its positions cache.length to cache.length + len(ids) - 1 are written.
+    cfg : ModelConfig
+        The model configuration.
+
+    Returns
+    -------
+    ndarray of shape (n_V,)
+        The logits of the token after the last one fed.
+
+    Raises
+    ------
+    InputError
+        If ids is empty, holds an invalid id, or would fill the cache past context_len.
+    """
+    ids = check_ids(np.asarray(ids)[None], cfg, what="ids to extend with")[0]  # (n,)
+    start, n = cache.length, len(ids)
+    if start + n > cfg.context_len:
+        raise InputError(f"{n} ids after {start} cached positions pass the context ({cfg.context_len} positions)")
+    cache.reserve(start + n)
+    dtype = params["tok_emb"].dtype
+    # Query i, at position start + i, sees positions 0 .. start + i: the cache, and the chunk up to itself.
+    visible = np.arange(start + n)[None, :] <= (start + np.arange(n))[:, None]
+    mask = np.where(visible, 0.0, -np.inf).astype(dtype)  # eq:kv-chunk  (n, start + n)
+    x = params["tok_emb"][ids] + params["pos_emb"][start:start + n]  # (n, d)
+    for layer in range(cfg.num_layers):
+        x = extend_block(x, block_params(params, layer), layer, cache, start, mask, cfg)
+    cache.length = start + n
+    x, _ = layer_norm_forward(x[-1], params["lnf_g"], params["lnf_b"], cfg.ln_eps)
+    logits, _ = linear_forward(x, *head_weights(params, cfg))
+    return logits
+
+
+def extend_block(x, p, layer, cache, start, mask, cfg):
+    """One block of `extend`: the chunk's rows x (n, d) through attention over the cache and the chunk, written
+    into the cache first, and through the feed-forward network."""
+    n, H, dh = x.shape[0], cfg.num_heads, cfg.head_dim
+    act_forward, _ = ACTIVATION_FUNCTIONS[cfg.activation]
+    a, _ = layer_norm_forward(x, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
+    q, k, v = (linear_forward(a, p[f"w{m}"], p[f"b{m}"])[0].reshape(n, H, dh).transpose(1, 0, 2) for m in "qkv")
+    cache.write(layer, start, k, v)  # (H, n, dh) at positions start .. start + n - 1
+    keys, values = cache.read(layer, start + n)  # (H, start + n, dh)
+    scores = (q * (1.0 / math.sqrt(dh))) @ keys.transpose(0, 2, 1) + mask  # eq:kv-chunk  (H, n, start + n)
+    att, _ = softmax_forward(scores)
+    heads = (att @ values).transpose(1, 0, 2).reshape(n, H * dh)  # eq:kv-chunk
+    a, _ = linear_forward(heads, p["wo"], p["bo"])
+    x = x + a
+    u, _ = layer_norm_forward(x, p["ln2_g"], p["ln2_b"], cfg.ln_eps)
+    u, _ = linear_forward(u, p["ff1_w"], p["ff1_b"])
+    u, _ = act_forward(u)
+    u, _ = linear_forward(u, p["ff2_w"], p["ff2_b"])
+    return x + u
+
+
 def check_sampling(temperature, top_k, vocab_size):
     """Check the sampling settings.
 

@@ -13,7 +13,7 @@ import transformer.generate as generate_module
 import transformer.scheduler as scheduler_module
 from transformer.config import ModelConfig
 from transformer.errors import InputError
-from transformer.generate import decode_batch, decode_step, generate, prefill
+from transformer.generate import decode_batch, decode_step, extend, generate, prefill
 from transformer.kv_cache import KVCache, PagedCache, PagePool, PoolExhausted
 from transformer.model import forward, init_params
 from transformer.scheduler import Request, Scheduler, serve
@@ -296,3 +296,44 @@ def test_poison_left_in_released_pages_reaches_no_other_request(params, page_siz
     for array in (*pool.keys, *pool.values):
         array[:pool.num_pages] = poison  # every page that can be leased; the blank one is never written
     assert np.array_equal(decoded(pool), fresh)
+
+
+# ------------------------------------------------------------------ feeding a prompt in chunks
+
+@pytest.mark.parametrize("page_size", (None, 1, 3, 5))  # None: a contiguous KVCache
+@pytest.mark.parametrize("seed", range(4))
+def test_a_prompt_fed_in_chunks_gives_prefills_logits_and_cache(params, page_size, seed):
+    """Cut a prompt into random chunks and feed each with `extend`: the logits after the last chunk equal one
+    prefill's (and the full forward's last row) up to rounding, every cached key and value too, and decoding
+    on from either cache gives the same logits."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, CFG.context_len))
+    prompt = rng.integers(0, CFG.vocab_size, n).tolist()
+    cuts = sorted(rng.choice(np.arange(1, n), size=int(rng.integers(0, min(4, n - 1) + 1)), replace=False).tolist())
+
+    def new_cache():
+        if page_size is None:
+            return KVCache(CFG, np.float64)
+        return PagedCache(PagePool(CFG, 2 * CFG.context_len, page_size, np.float64), CFG.context_len)
+    whole, chunked = new_cache(), new_cache()
+    expected = prefill(params, prompt, whole, CFG)
+    for a, b in zip([0, *cuts], [*cuts, n]):
+        logits = extend(params, prompt[a:b], chunked, CFG)
+    assert chunked.length == whole.length == n
+    assert_close(logits, expected, "after the last chunk")
+    assert_close(logits, forward(params, np.array(prompt), CFG)[0][-1], "against the full forward")
+    for layer in range(CFG.num_layers):
+        for ours, theirs in zip(chunked.read(layer, n), whole.read(layer, n)):
+            assert_close(ours, theirs, f"block {layer}'s cache")
+    if n < CFG.context_len:
+        assert_close(decode_step(params, 1, chunked, CFG), decode_step(params, 1, whole, CFG), "decoding on")
+
+
+def test_extend_refuses_an_empty_chunk_and_one_past_the_context(params):
+    cache = KVCache(CFG, np.float64)
+    with pytest.raises(InputError, match="empty"):
+        extend(params, [], cache, CFG)
+    extend(params, [1] * (CFG.context_len - 1), cache, CFG)
+    with pytest.raises(InputError, match=f"2 ids after {CFG.context_len - 1} cached positions pass the context"):
+        extend(params, [1, 2], cache, CFG)
+    assert cache.length == CFG.context_len - 1
