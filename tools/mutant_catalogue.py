@@ -557,4 +557,19 @@ MUTANTS = (
            "A chunk fed with `extend` lets each of its tokens attend to the chunk's later tokens too: the cache and "
            "the logits are no longer the prompt's.",
            (edit("transformer/generate.py:extend", "<= (start + np.arange(n))[:, None]", "<= (start + n - 1)"),)),
+    Mutant("prefix-key-of-the-page-alone",
+           "A page is found by its own tokens alone, not by every token before it: a page holding the same tokens "
+           "after another beginning is shared, though its keys and values are not the same.",
+           (edit("transformer/prefix_cache.py:PrefixPool.lookup", "tuple(tokens[:end])", "tuple(tokens[end - S:end])"),
+            edit("transformer/prefix_cache.py:PrefixPool.register", "tuple(tokens[:(i + 1) * S])",
+                 "tuple(tokens[i * S:(i + 1) * S])"))),
+    Mutant("prefix-page-freed-while-shared",
+           "A shared page goes back to the free list when the first of its readers lets it go: the next lease "
+           "overwrites keys and values another request still reads.",
+           (edit("transformer/prefix_cache.py:PrefixPool.give_back", "        if self.refs[page]:\n            return",
+                 "        if False:\n            return"),)),
+    Mutant("prefix-last-token-not-computed",
+           "A request whose whole prompt is in cached pages adopts them all, and has no token left to compute the "
+           "logits of its next token from.",
+           (edit("transformer/scheduler.py:Scheduler.admit", "self.pool.lookup(text[:-1])", "self.pool.lookup(text)"),)),
 )

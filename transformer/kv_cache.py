@@ -110,6 +110,11 @@ class PagePool:
         self.blank = num_pages
         self.leased = set()
 
+    @property
+    def available(self):
+        """Pages a lease can still take."""
+        return len(self.free)
+
     def lease(self):
         """One free page's number; PoolExhausted when none is left."""
         if not self.free:
@@ -183,6 +188,15 @@ class PagedCache:
             raise InputError(f"the cache is full ({self.capacity} positions); replay the suffix instead")
         while len(self.pages) * self.pool.page_size < stop:
             self.pages.append(self.pool.lease())  # eq:page-lease
+
+    def adopt(self, pages):
+        """Start this empty cache with full pages another request filled (transformer/prefix_cache.py): the pool
+        shares them, nothing is copied, and the cache's length becomes theirs."""
+        if self.pages or self.length:
+            raise InputError(f"only an empty cache adopts pages; this one holds {self.length} positions")
+        for page in pages:
+            self.pool.share(page)
+        self.pages, self.length = list(pages), len(pages) * self.pool.page_size
 
     def slot(self, pos):
         """(physical page, offset in it) of logical position pos."""

@@ -25,8 +25,9 @@ import numpy as np
 
 from .config import is_int
 from .errors import InputError
-from .generate import check_prompt, check_sampling, decode_batch, prefill, sample_rows
+from .generate import check_prompt, check_sampling, decode_batch, extend, prefill, sample_rows
 from .kv_cache import PagedCache, PoolExhausted
+from .prefix_cache import PrefixPool
 
 
 @dataclass
@@ -102,6 +103,8 @@ class Scheduler:
         self.max_batch, self.keep = max_batch, keep
         self.waiting, self.running = deque(), []
         self.steps = []  # the batch size of every decode step, for the pages and the benchmark
+        self.prefix = isinstance(pool, PrefixPool)  # requests share the full pages their texts begin with
+        self.computed = self.reused = 0  # positions prefilled, and positions a prefix cache gave instead
 
     def pages_needed(self, request):
         """Pages a request can fill at most: its prompt and every token it draws but the last (which is never
@@ -134,7 +137,7 @@ class Scheduler:
                 if not self.running:  # nothing can run, so no page will come back
                     need = self.pages_needed(self.waiting[0])
                     raise PoolExhausted(f"the next request needs {need} pages and the pool has "
-                                        f"{len(self.pool.free)} free: pages leased outside the scheduler")
+                                        f"{self.pool.available} free: pages leased outside the scheduler")
                 self.step()
         finally:
             for r in self.running:
@@ -142,16 +145,34 @@ class Scheduler:
             self.running = []
 
     def admit(self):
-        """Start waiting requests, in order, while the batch has room and the pool can promise their pages."""
+        """Start waiting requests, in order, while the batch has room and the pool can promise their pages. With a
+        prefix cache, a request adopts the cached full pages its text begins with and computes only the rest (at
+        least its last token, whose logits it needs)."""
         promised = sum(self.pages_needed(r.request) - len(r.cache.pages) for r in self.running)
         while self.waiting and len(self.running) < self.max_batch:
-            need = self.pages_needed(self.waiting[0])
-            if len(self.pool.free) - promised < need:
+            text = self.waiting[0].prompt[-self.cfg.context_len:]
+            shared = self.pool.lookup(text[:-1]) if self.prefix else []
+            revived = sum(page in self.pool.idle for page in shared) if self.prefix else 0
+            need = self.pages_needed(self.waiting[0]) - len(shared) + revived
+            if self.pool.available - promised < need:
                 break  # it waits for pages to come back
             r = Running(self.waiting.popleft(), self.pool, self.cfg)
             self.running.append(r)
-            r.logits = prefill(self.params, r.ids[r.start:], r.cache, self.cfg)
-            promised += need - len(r.cache.pages)  # what prefill leased has left the free list already
+            r.logits = self.fill(r, shared)
+            promised += self.pages_needed(r.request) - len(r.cache.pages)  # what it will lease from here on
+
+    def fill(self, r, shared=()):
+        """Fill a request's empty cache with its text (the pages in `shared` adopted, the rest computed), name
+        its full pages for the prefix cache, and return the logits of its next token."""
+        text = r.ids[r.start:]
+        r.cache.adopt(shared)
+        logits = extend(self.params, text[r.cache.length:], r.cache, self.cfg) if shared else \
+            prefill(self.params, text, r.cache, self.cfg)
+        self.reused += len(shared) * self.pool.page_size
+        self.computed += len(text) - len(shared) * self.pool.page_size
+        if self.prefix:
+            self.pool.register(r.cache.pages, text)
+        return logits
 
     def step(self):
         """Draw one token for every running request, retire the finished ones, advance the others."""
@@ -174,7 +195,7 @@ class Scheduler:
             r.cache.release()
             r.start = len(r.ids) - self.keep  # eq:replay-keep
             r.request.replays += 1
-            r.logits = prefill(self.params, r.ids[r.start:], r.cache, self.cfg)  # eq:replay-keep
+            r.logits = self.fill(r)  # eq:replay-keep
         batch = [r for r in self.running if r not in full]
         if batch:
             logits = decode_batch(self.params, [r.ids[-1] for r in batch], [r.cache for r in batch], self.cfg)

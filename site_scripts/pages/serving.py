@@ -20,6 +20,7 @@ from ..common import mode
 from ..examples import SEED, TINY_IDS, default_note, tiny
 from ._bench import timed
 from ._paged import profiled, sizes
+from ._serving_prefix import prefix
 
 PAGE_SIZE = 4
 BATCH_SIZES = ((5, 6), (3, 20), (10, 4), (2, 12), (7, 10), (4, 3))  # (prompt length, tokens to add) per request
@@ -268,7 +269,9 @@ def generate(context):
     replay_table, replay_values = replay()
     generate_table, generate_values = against_generate()
     windows_table, windows_values = windows()
+    cfg_a = PRESETS["A"]  # a context of 64 positions: room for a system prompt of three pages of 16
     values = {"seed": SEED, "ids": TINY_IDS, "tiny": tiny_values, "batching": batching_values,
-              "replay": replay_values, "generate": generate_values, "windows": windows_values}
+              "replay": replay_values, "generate": generate_values, "windows": windows_values,
+              "prefix": {**prefix(init_params(cfg_a, seed=SEED), cfg_a, SEED), "t_max": cfg_a.context_len}}
     return {"values": values, "tiny": tiny_table, "batching": batching_table, "timeline": batching_timeline,
             "replay": replay_table, "generate": generate_table, "windows": windows_table, "symbols": symbols_md()}

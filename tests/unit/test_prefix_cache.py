@@ -1,0 +1,97 @@
+"""Prefix caching (transformer/prefix_cache.py): requests whose texts begin alike share the full pages of that
+beginning, and draw exactly the tokens they draw without it, from logits equal up to rounding (the cached
+positions are not recomputed, and the rest is computed in another grouping: 1e-12 relative in float64, as in
+tests/unit/test_serving.py)."""
+
+import numpy as np
+import pytest
+
+from transformer.config import ModelConfig
+from transformer.kv_cache import PagedCache, PagePool, PoolExhausted
+from transformer.model import init_params
+from transformer.prefix_cache import PrefixPool
+from transformer.scheduler import Request, Scheduler
+
+hypothesis = pytest.importorskip(
+    "hypothesis", reason="the property tests need hypothesis, part of the test extra (pip install -e '.[test]')")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+EQUAL_REL = 1e-12
+CFG = ModelConfig(vocab_size=7, context_len=12, emb_dim=8, num_heads=2, num_layers=2, ff_dim=12)
+PARAMS = init_params(CFG, seed=3)
+
+
+def run(requests, pool, max_batch, keep):
+    scheduler = Scheduler(PARAMS, CFG, pool, max_batch, keep)
+    for r in requests:
+        scheduler.submit(r)
+    scheduler.run()
+    return scheduler
+
+
+def fresh(spec):
+    return [Request(list(prompt), n, temperature=t, seed=seed) for prompt, n, t, seed in spec]
+
+
+@st.composite
+def workloads(draw):
+    """Requests built from a few shared beginnings (any length: ending mid-page, or longer than the context) and
+    their own tails, some finishing at once while others still read the shared pages, some crossing the
+    context limit."""
+    tokens = st.integers(0, CFG.vocab_size - 1)
+    beginnings = draw(st.lists(st.lists(tokens, min_size=1, max_size=CFG.context_len + 3), min_size=1, max_size=3))
+    spec = []
+    for _ in range(draw(st.integers(1, 6))):
+        prompt = draw(st.sampled_from(beginnings)) + draw(st.lists(tokens, max_size=5))
+        spec.append((prompt, draw(st.integers(0, 2 * CFG.context_len)), draw(st.sampled_from([0.0, 1.0])),
+                     draw(st.integers(0, 3))))
+    page_size = draw(st.integers(1, 5))
+    return spec, page_size, draw(st.integers(1, 4)), draw(st.integers(1, CFG.context_len))
+
+
+@given(workloads())
+@settings(max_examples=200, derandomize=True, deadline=None, database=None)
+def test_the_prefix_cache_changes_no_token_and_no_logit_beyond_rounding(workload):
+    spec, page_size, max_batch, keep = workload
+    num_pages = 3 * (CFG.context_len // page_size + 1)
+    plain, shared = fresh(spec), fresh(spec)
+    run(plain, PagePool(CFG, num_pages, page_size, np.float64), max_batch, keep)
+    pool = PrefixPool(CFG, num_pages, page_size, np.float64)
+    run(shared, pool, max_batch, keep)
+    for a, b in zip(plain, shared):
+        assert a.new == b.new and a.windows == b.windows
+        for x, y in zip(a.drawn_from, b.drawn_from):
+            assert np.abs(x - y).max() <= EQUAL_REL * np.abs(x).max()
+    assert not pool.leased and not pool.refs and pool.available == pool.num_pages  # every page came back
+
+
+def test_sixteen_requests_with_one_system_prompt_compute_it_once():
+    """A system prompt of three full pages and a question of its own per request: the first request computes the
+    prompt, the other fifteen adopt its pages, and the pool holds them once."""
+    S, rng = 3, np.random.default_rng(0)
+    system = rng.integers(0, CFG.vocab_size, 3 * S).tolist()
+    spec = [(system + rng.integers(0, CFG.vocab_size, 2).tolist(), 1, 1.0, i) for i in range(16)]
+    pool = PrefixPool(CFG, 64, S, np.float64)
+    scheduler = run(fresh(spec), pool, 16, None)
+    assert scheduler.reused == 15 * 3 * S and scheduler.computed == 3 * S + 16 * 2
+
+
+def test_a_shared_page_outlives_the_request_that_filled_it_and_is_evicted_last_used_first():
+    S = 2
+    pool = PrefixPool(CFG, 4, S, np.float64)
+    first, second = PagedCache(pool, CFG.context_len), PagedCache(pool, CFG.context_len)
+    first.reserve(4)
+    pool.register(first.pages, [1, 2, 3, 4])
+    second.adopt(pool.lookup([1, 2, 3, 4, 5]))
+    assert second.pages == first.pages and pool.refs[first.pages[0]] == 2
+    pages = list(first.pages)
+    first.release()  # the second still reads them
+    assert pool.refs[pages[0]] == 1 and pages[0] not in pool.free
+    second.release()
+    assert list(pool.idle) == pages and pool.available == 4  # kept, idle, in the order they were let go
+    third = PagedCache(pool, CFG.context_len)
+    third.reserve(6)  # two free pages, then the least recently released idle one is taken back
+    assert third.pages[2] == pages[0] and pool.lookup([1, 2, 3, 4]) == []
+    with pytest.raises(PoolExhausted, match="all 4 pages"):
+        PagedCache(pool, CFG.context_len).reserve(4)
