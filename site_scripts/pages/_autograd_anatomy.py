@@ -62,7 +62,8 @@ def symbol_names(cfg, batch):
              "F": cfg.ff_dim, "n_V": cfg.vocab_size, "N": B * T}
     if len(set(named.values())) != len(named) or 1 in named.values():
         raise RuntimeError(f"sizes {named} coincide: a recorded shape could not name its axes")
-    return {size: name for name, size in named.items()} | {1: "1"}
+    # The cross-entropy lays its log-probabilities out as N n_V rows of one entry to gather the targets' (by index).
+    return {size: name for name, size in named.items()} | {1: "1", B * T * cfg.vocab_size: "N n_V"}
 
 
 def symbolic(shape, names):
