@@ -147,7 +147,7 @@ def test_the_model_pages_sentences_hold_for_its_numbers():
     assert values["loss"] > values["log_v"] and values["geo"] < values["uniform"]
     alpha = tiny().trace["b0.attention"][0, 0]
     assert np.allclose(alpha.sum(axis=-1), 1) and not np.triu(alpha, 1).any()
-    assert model.other_softmax_callers() == {"attention_forward", "decode_block"}
+    assert model.other_softmax_callers() == {"attention_forward", "decode_block", "extend_block"}
     assert model.batch_average()["verdict"] == "pass"
     tables, _ = model.params()
     assert "DIFFER" not in tables["param_count"]
