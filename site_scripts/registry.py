@@ -208,8 +208,9 @@ PAGES = (
                     "exercise_cli:cmd_exercise"),
          listings=("exercise_checks:same", "exercise_checks:pair_checks", "exercise_files:imports",
                    "exercise_cli:cmd_exercise"), reads=("tools/mutant_catalogue.py",)),
+    # The puzzles are for the site, where their answers stay folded: print keeps the page's opening only.
     Page("find_the_bug", "learn/find-the-bug.md", "Find the bug", "Learn by doing", seeds=EXAMPLE_SEEDS,
-         reads=("tools/mutant_catalogue.py",)),
+         reads=("tools/mutant_catalogue.py",), printed=False),
     Page("shakespeare", "experiments/shakespeare.md", "Training on Tiny Shakespeare", "Experiments", notebook=True,
          alone="it times its training (tokens per second)"),
     Page("attention_maps", "experiments/attention_maps.md", "Attention patterns", "Experiments", notebook=True),
