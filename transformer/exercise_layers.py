@@ -129,7 +129,8 @@ def small_int_ids(reader, ref):
     same("the token table's gradient for int16 ids into a table of 300 rows of 128", mine[0], theirs[0])
 
 
-def exercises():
+def pairs():
+    """The forward and backward pairs of the layers, with their inputs (and torch's version of each forward)."""
     ln = Pair("layer_norm_forward", "layer_norm_backward",
               lambda rng, dt: (rows(rng, dt, B, T, D), 1 + 0.3 * rows(rng, dt, D), 0.3 * rows(rng, dt, D)),
               wrt=(0, 1, 2), extra={"eps": 1e-5},
@@ -158,6 +159,14 @@ def exercises():
     embed = Pair("embedding_forward", "embedding_backward",
                  lambda rng, dt: (np.array([[2, 0, 2], [1, 2, 2]]), rows(rng, dt, 5, D), rows(rng, dt, 4, D)),
                  wrt=(1, 2), torch=lambda ids, tok, pos: tok[ids] + pos[:T])
+    return dict(ln=ln, linear=linear, relu=relu, gelu=gelu, gelu_tanh=gelu_tanh, softmax=softmax, xent=xent,
+                attention=attention, block=block, embed=embed)
+
+
+def exercises():
+    p = pairs()
+    ln, linear, relu, gelu, gelu_tanh = p["ln"], p["linear"], p["relu"], p["gelu"], p["gelu_tanh"]
+    softmax, xent, attention, block, embed = p["softmax"], p["xent"], p["attention"], p["block"], p["embed"]
     return [
         Exercise("linear", "the affine layer, y = x W + b", "model/linear.md",
                  (("linear", "linear_forward"), ("linear", "linear_backward")), pair_checks(linear)),

@@ -135,7 +135,6 @@ def decode_block(x, p, layer, step, own, cfg):
         The residual stream leaving the block.
     """
     R, H, dh = x.shape[0], cfg.num_heads, cfg.head_dim
-    act_forward, _ = ACTIVATION_FUNCTIONS[cfg.activation]
     a, _ = layer_norm_forward(x, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
     q, _ = linear_forward(a, p["wq"], p["bq"])  # eq:kv-project
     k, _ = linear_forward(a, p["wk"], p["bk"])  # eq:kv-project
@@ -146,6 +145,13 @@ def decode_block(x, p, layer, step, own, cfg):
     scores = q @ keys.transpose(0, 1, 3, 2) + own  # eq:kv-attend  (R, H, 1, n): no causal mask, all are past
     att, _ = softmax_forward(scores)
     heads = (att @ values).reshape(R, H * dh)  # eq:kv-attend  (R, d)
+    return block_rest(x, heads, p, cfg)
+
+
+def block_rest(x, heads, p, cfg):
+    """The rest of a block once attention's heads are mixed: their projection added to the stream x, then the
+    feed-forward half with its own residual (`decode_block` and `extend_block` share it)."""
+    act_forward, _ = ACTIVATION_FUNCTIONS[cfg.activation]
     a, _ = linear_forward(heads, p["wo"], p["bo"])
     x = x + a
     u, _ = layer_norm_forward(x, p["ln2_g"], p["ln2_b"], cfg.ln_eps)
@@ -244,7 +250,6 @@ def extend_block(x, p, layer, cache, start, mask, cfg):
     """One block of `extend`: the chunk's rows x (n, d) through attention over the cache and the chunk, written
     into the cache first, and through the feed-forward network."""
     n, H, dh = x.shape[0], cfg.num_heads, cfg.head_dim
-    act_forward, _ = ACTIVATION_FUNCTIONS[cfg.activation]
     a, _ = layer_norm_forward(x, p["ln1_g"], p["ln1_b"], cfg.ln_eps)
     q, k, v = (linear_forward(a, p[f"w{m}"], p[f"b{m}"])[0].reshape(n, H, dh).transpose(1, 0, 2) for m in "qkv")
     cache.write(layer, start, k, v)  # (H, n, dh) at positions start .. start + n - 1
@@ -252,13 +257,7 @@ def extend_block(x, p, layer, cache, start, mask, cfg):
     scores = (q * (1.0 / math.sqrt(dh))) @ keys.transpose(0, 2, 1) + mask  # eq:kv-chunk  (H, n, start + n)
     att, _ = softmax_forward(scores)
     heads = (att @ values).transpose(1, 0, 2).reshape(n, H * dh)  # eq:kv-chunk
-    a, _ = linear_forward(heads, p["wo"], p["bo"])
-    x = x + a
-    u, _ = layer_norm_forward(x, p["ln2_g"], p["ln2_b"], cfg.ln_eps)
-    u, _ = linear_forward(u, p["ff1_w"], p["ff1_b"])
-    u, _ = act_forward(u)
-    u, _ = linear_forward(u, p["ff2_w"], p["ff2_b"])
-    return x + u
+    return block_rest(x, heads, p, cfg)
 
 
 def check_sampling(temperature, top_k, vocab_size):
