@@ -85,13 +85,13 @@ def paged(params, cfg, batch, n, max_batch):
     pool = PagePool(cfg, len(batch) * -(-cfg.context_len // PAGE_SIZE), PAGE_SIZE, params["tok_emb"].dtype)
     scheduler = Scheduler(params, cfg, pool, max_batch=max_batch, keep=cfg.context_len)
     held = []
-    real_step = scheduler.step
+    real_retire = scheduler.retire
 
-    def step():  # record what the caches hold before a finishing request hands its pages back
+    def retire():  # record what the caches hold before a finishing request hands its pages back
         held.append(sum(r.cache.nbytes for r in scheduler.running) / sum(r.cache.length for r in scheduler.running))
-        real_step()
+        real_retire()
 
-    scheduler.step = step
+    scheduler.retire = retire
     for prompt in batch:
         scheduler.submit(Request(prompt, n, seed=SEED))
     scheduler.run()

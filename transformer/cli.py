@@ -165,6 +165,13 @@ def add_sample_parser(sub):
     serving.add_argument("--keep", type=int, help="tokens replayed when a request reaches the context; "
                                                   "fewer replay less often but see less (default: the whole "
                                                   "context, the same text as without these options)")
+    serving.add_argument("--prefix-cache", action="store_true", default=None,
+                         help="share the KV pages of prompts that begin alike (a common system prompt is computed once)")
+    serving.add_argument("--budget", type=int, help="ids fed per step at most, at least --max-batch: a long prompt is "
+                                                    "fed in chunks while the others decode (default: no bound)")
+    serving.add_argument("--preempt", action="store_true", default=None,
+                         help="start a request when its prompt fits; the youngest gives its pages back when the pool "
+                              "runs short (default: start one only when all its pages can be promised)")
 
 
 def add_choice_option(parser, name="activation", default=None):
@@ -359,7 +366,8 @@ def cmd_sample(args):
     prompt = args.prompt
     if prompt is None:
         prompt = "\n" if ckpt.tokenizer.kind != "char" or "\n" in ckpt.tokenizer.chars else ckpt.tokenizer.chars[0]
-    serving = (args.prompts_file, args.page_size, args.pool_pages, args.max_batch, args.keep)
+    serving = (args.prompts_file, args.page_size, args.pool_pages, args.max_batch, args.keep, args.prefix_cache,
+               args.budget, args.preempt)
     if any(option is not None for option in serving):
         return sample_together(ckpt, args, [prompt] if args.prompts_file is None else read_prompts(args))
     prompt_ids = ckpt.tokenizer.encode(prompt)
@@ -403,6 +411,7 @@ def read_prompts(args):
 def sample_together(ckpt, args, prompts):
     """Decode every prompt together with the scheduler over a pool of pages; print each continuation."""
     from .kv_cache import PagePool
+    from .prefix_cache import PrefixPool
     from .scheduler import Request, serve
 
     cfg, page_size = ckpt.cfg, 16 if args.page_size is None else args.page_size
@@ -412,9 +421,10 @@ def sample_together(ckpt, args, prompts):
         pool_pages = len(requests) * -(-cfg.context_len // page_size) if page_size >= 1 else 1
     else:
         pool_pages = args.pool_pages
-    pool = PagePool(cfg, pool_pages, page_size, ckpt.params["tok_emb"].dtype)
+    pool = (PrefixPool if args.prefix_cache else PagePool)(cfg, pool_pages, page_size, ckpt.params["tok_emb"].dtype)
     keep = cfg.context_len if args.keep is None else args.keep
-    serve(ckpt.params, cfg, pool, requests, 16 if args.max_batch is None else args.max_batch, keep)
+    serve(ckpt.params, cfg, pool, requests, 16 if args.max_batch is None else args.max_batch, keep, args.budget,
+          bool(args.preempt))
     for i, (prompt, request) in enumerate(zip(prompts, requests)):
         if len(requests) > 1:
             print(f"==> request {i + 1} of {len(requests)} <==")

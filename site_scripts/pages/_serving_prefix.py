@@ -11,22 +11,10 @@ from transformer.scheduler import Request, Scheduler
 REQUESTS, SYSTEM_PAGES, OWN, NEW, PAGE = 16, 3, 4, 8, 16  # requests; pages of system prompt; own tokens; added; S
 
 
-class Peak(Scheduler):
-    """The scheduler, noting the most pages held at once (a shared page counted once)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.peak = 0
-
-    def step(self):
-        self.peak = max(self.peak, len(self.pool.leased))
-        super().step()
-
-
 def served(params, cfg, pool, system, rng_seed):
     rng = np.random.default_rng(rng_seed)
     requests = [Request(system + rng.integers(0, cfg.vocab_size, OWN).tolist(), NEW, seed=i) for i in range(REQUESTS)]
-    scheduler = Peak(params, cfg, pool, max_batch=REQUESTS)
+    scheduler = Scheduler(params, cfg, pool, max_batch=REQUESTS)
     for r in requests:
         scheduler.submit(r)
     scheduler.run()

@@ -40,10 +40,10 @@ class Recording(Scheduler):
         self.number[id(request)] = len(self.number)
         super().submit(request)
 
-    def step(self):
+    def admit(self, feeds, leases):
+        super().admit(feeds, leases)
         short_of_pages = bool(self.waiting) and len(self.running) < self.max_batch
         self.log.append(([self.number[id(r.request)] for r in self.running], short_of_pages))
-        super().step()
 
 
 def setting():

@@ -290,6 +290,17 @@ def test_several_prompts_are_decoded_together(tmp_path, checkpoint, capsys):
     assert alone.strip() == texts[1]
 
 
+def test_the_serving_policies_change_no_text(tmp_path, checkpoint, capsys):
+    """Prefix cache, a budget of ids per step and preemption over a small pool: the same continuations."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("abab\nabac\nab\n")
+    common = ["sample", "--checkpoint", checkpoint, "--prompts-file", prompts, "--tokens", "5", "--page-size", "2"]
+    code, plain, _ = run_cli(common, capsys)
+    code_policies, policies, _ = run_cli(common + ["--prefix-cache", "--budget", "3", "--max-batch", "3",
+                                                   "--preempt", "--pool-pages", "8"], capsys)
+    assert code == code_policies == 0 and policies == plain
+
+
 @pytest.mark.parametrize("content,args,message", [
     ("ab\n", ["--page-size", "0"], "page_size must be a positive integer, got 0"),
     ("ab\n", ["--pool-pages", "1", "--page-size", "1"], "the pool has 1"),
@@ -297,6 +308,7 @@ def test_several_prompts_are_decoded_together(tmp_path, checkpoint, capsys):
     ("ab\n\nc\n", [], "line 2 of the prompts file"),
     ("ab\n", ["--prompt", "a"], "not both"),
     ("ab\n", ["--keep", "0"], "keep must be an integer"),
+    ("ab\n", ["--budget", "2", "--max-batch", "3"], "budget must be an integer of at least max_batch = 3"),
 ])
 def test_bad_serving_options_are_one_line(tmp_path, checkpoint, capsys, content, args, message):
     prompts = tmp_path / "prompts.txt"

@@ -95,3 +95,19 @@ def test_a_shared_page_outlives_the_request_that_filled_it_and_is_evicted_last_u
     assert third.pages[2] == pages[0] and pool.lookup([1, 2, 3, 4]) == []
     with pytest.raises(PoolExhausted, match="all 4 pages"):
         PagedCache(pool, CFG.context_len).reserve(4)
+
+
+def test_a_request_that_replays_while_another_reads_its_pages_never_runs_the_pool_dry():
+    """The second request's prompt begins with the first's ten pages. Admitted beside the first, it would adopt them;
+    at the context limit the first lets them go and fills new ones while the second still reads them, so without
+    preemption the pool must promise each request its whole context, shared pages counted by each reader (a
+    promise that counted the shared pages once admitted both here, and the pool ran dry)."""
+    prompt = [0, 2, 2, 0, 0, 0, 0, 0, 0, 0]
+    requests = fresh([(prompt, 10, 0.0, 0), (prompt + [0], 10, 0.0, 0)])
+    pool = PrefixPool(CFG, 14, 1, np.float64)  # 12 pages for each request's whole context: 24 without sharing
+    scheduler = run(requests, pool, 2, 1)
+    assert requests[0].replays >= 1
+    assert max(scheduler.steps) == 1  # the second waited for the first: 12 + 12 pages cannot be promised
+    plain = fresh([(prompt, 10, 0.0, 0), (prompt + [0], 10, 0.0, 0)])
+    run(plain, PagePool(CFG, 14, 1, np.float64), 2, 1)
+    assert [r.new for r in requests] == [r.new for r in plain]
