@@ -40,8 +40,8 @@ class Recording(Scheduler):
         self.number[id(request)] = len(self.number)
         super().submit(request)
 
-    def admit(self, feeds, leases):
-        super().admit(feeds, leases)
+    def admit(self, *args):
+        super().admit(*args)
         short_of_pages = bool(self.waiting) and len(self.running) < self.max_batch
         self.log.append(([self.number[id(r.request)] for r in self.running], short_of_pages))
 
