@@ -195,7 +195,7 @@ PAGES = (
                          "the whole sequence", {"kv-cache": ("*",)})),
     # Its run lengths are fewer in the quick build.
     Page("serving", "generation/serving.md", "Serving several requests", "Generation",
-         functions=("scheduler:Scheduler", "scheduler:serve", "prefix_cache:PrefixPool"),
+         functions=("scheduler:Scheduler", "scheduler:Running", "scheduler:serve", "prefix_cache:PrefixPool"),
          listings=("scheduler:Request", "scheduler:serve"),
          seeds=("init_params", "sampling"), reads=("mode",), alone="it times the replay of the requests",
          crosscheck=Rows("our `Scheduler` (several requests over pages, across the context limit) against torch's "

@@ -57,6 +57,7 @@ QLIN = "transformer/quantized_linear.py"
 AG = "transformer/autograd.py"
 AGF = "transformer/autograd_functions.py"
 SHARDS = "transformer/shard_processes.py"
+SCHED = "transformer/scheduler.py"
 
 MUTANTS = (
     # LayerNorm: the three terms of dx, the 1/sigma factor, the gain gradient, the epsilon.
@@ -328,8 +329,8 @@ MUTANTS = (
             edit(f"{KV}:PagePool.give_back", "self.leased.remove(page)", "self.leased.discard(page)"))),
     Mutant("replay-from-the-wrong-offset",
            "At the context limit the request replays one token fewer than `keep`.",
-           (edit("transformer/scheduler.py:Scheduler.step", "r.start = len(r.ids) - self.keep",
-                 "r.start = len(r.ids) - self.keep + 1"),)),
+           (edit("transformer/scheduler.py:Scheduler.retire", "r.restart(len(r.ids) - self.keep)",
+                 "r.restart(len(r.ids) - self.keep + 1)"),)),
     Mutant("request-reads-another-requests-pages",
            "A batched step gathers each request's keys and values through another request's page table.",
            (edit(f"{KV}:PagePool.table", "for r, own in enumerate(tables):",
@@ -340,10 +341,10 @@ MUTANTS = (
                  "np.zeros((len(caches), longest))"),)),
     Mutant("sampling-groups-ignore-top-k",
            "The scheduler draws together the requests that share a temperature, with the top-k of the first.",
-           (edit("transformer/scheduler.py:Scheduler.step",
+           (edit("transformer/scheduler.py:Scheduler.draw",
                  "alike.setdefault((r.request.temperature, r.request.top_k), [])",
                  "alike.setdefault((r.request.temperature,), [])"),
-            edit("transformer/scheduler.py:Scheduler.step",
+            edit("transformer/scheduler.py:Scheduler.draw",
                  "for (temperature, top_k), group in alike.items():",
                  "for (temperature,), group in alike.items():\n            top_k = group[0].request.top_k"))),
     Mutant("rows-drawn-with-one-generator",
@@ -570,5 +571,33 @@ MUTANTS = (
     Mutant("prefix-last-token-not-computed",
            "A request whose whole prompt is in cached pages adopts them all, and has no token left to compute the "
            "logits of its next token from.",
-           (edit("transformer/scheduler.py:Scheduler.admit", "self.pool.lookup(text[:-1])", "self.pool.lookup(text)"),)),
+           (edit("transformer/scheduler.py:Scheduler.admit", "self.pool.lookup(r.text[:-1])",
+                 "self.pool.lookup(r.text)"),)),
+    Mutant("chunk-ignores-the-budget",
+           "A prompt is fed whole whatever the budget: one step does all of a long prompt's work while the decoding "
+           "requests wait.",
+           (edit(f"{SCHED}:Scheduler.plan", "n = 1 if r.decoding else min(r.unfed, budget)",
+                 "n = 1 if r.decoding else r.unfed"),)),
+    Mutant("preempt-the-oldest",
+           "When the pool runs short the oldest running request gives its pages back, not the youngest.",
+           (edit(f"{SCHED}:Scheduler.plan", "victim = max(self.running, key=lambda x: x.order)",
+                 "victim = min(self.running, key=lambda x: x.order)"),)),
+    Mutant("preempted-request-readmitted-at-once",
+           "A request preempted in a step is admitted again in the same step, and gives way again at the next.",
+           (edit(f"{SCHED}:Scheduler.admit", " and self.waiting[0] not in gone:", ":"),)),
+    Mutant("restart-keeps-decoding",
+           "A request that restarts (a replay, or a preemption) still counts as decoding, so it is fed one id "
+           "instead of its text.",
+           (edit(f"{SCHED}:Running.restart", "self.start, self.logits, self.decoding = start, None, False",
+                 "self.start, self.logits = start, None"),)),
+    Mutant("promise-counts-shared-pages-once",
+           "Without preemption, a page shared by several requests is counted once in the promise: a request that "
+           "replays lets go of its copy while another still reads it, and the pool runs dry.",
+           (edit(f"{SCHED}:Scheduler.admit",
+                 "sum(self.pages_needed(r.request) for r in self.running) - len(held)",
+                 "sum(self.pages_needed(r.request) - len(r.cache.pages) for r in self.running)"),
+            edit(f"{SCHED}:Scheduler.admit", "else self.pages_needed(r.request)",
+                 "else self.pages_needed(r.request) - len(shared) + revived"),
+            edit(f"{SCHED}:Scheduler.admit", "promised += self.pages_needed(r.request) - len(set(r.cache.pages) - held)",
+                 "promised += self.pages_needed(r.request) - len(r.cache.pages)"))),
 )

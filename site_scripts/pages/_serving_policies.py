@@ -20,7 +20,7 @@ from ..examples import SEED
 from ..figures import new_figure, png
 from ._bench import timed
 
-SHARE_PAGE, SHARE_SYSTEM, SHARE_POOL = 4, 8, 16  # the picture: positions per page, system prompt, pool pages
+SHARE_PAGE, SHARE_SYSTEM, SHARE_POOL = 4, 8, 24  # the picture: positions per page, system prompt, pool pages
 SHARE_OWN, SHARE_NEW = (5, 6, 1, 7), (2, 8, 8, 8)  # each request's own ids and tokens to add
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red")
 
@@ -93,6 +93,13 @@ def shared_png(seen):
     return png(fig)
 
 
+def named(noun, numbers):
+    """"request 0", or "requests 0 and 3": the numbers with their noun, for a sentence."""
+    if len(numbers) == 1:
+        return f"{noun} {numbers[0]}"
+    return f"{noun}s {', '.join(map(str, numbers[:-1]))} and {numbers[-1]}"
+
+
 def shared_pages():
     """The picture and the values its prose reads."""
     scheduler = shared_run()
@@ -101,8 +108,8 @@ def shared_pages():
     return shared_png(seen), {
         "page": SHARE_PAGE, "system": SHARE_SYSTEM, "system_pages": SHARE_SYSTEM // SHARE_PAGE, "pool": SHARE_POOL,
         "requests": len(SHARE_OWN), "own": list(SHARE_OWN), "new": list(SHARE_NEW), "step": seen["step"],
-        "done": seen["done"], "shared": shared, "refs": seen["refs"][shared[0]], "idle": seen["idle"],
-        "free": len(seen["free"]), "running": len(seen["tables"]), "reused": scheduler.reused,
+        "done": named("request", seen["done"]), "shared": shared, "refs": seen["refs"][shared[0]], "idle": seen["idle"],
+        "idle_pages": named("page", seen["idle"]), "free": len(seen["free"]), "running": len(seen["tables"]), "reused": scheduler.reused,
         "computed": scheduler.computed}
 
 
@@ -174,7 +181,7 @@ def timeline():
     victims = [r for r in range(len(requests)) if requests[r].preemptions]
     return "```text\n" + "\n".join(lines) + "\n```\n", {
         "page": TIMELINE_PAGE, "pool": TIMELINE_POOL, "budget": TIMELINE_BUDGET, "count": len(requests),
-        "lengths": [list(x) for x in TIMELINE], "long": long, "long_prompt": len(requests[long].prompt),
+        "prompts": [n for n, _ in TIMELINE], "adds": [m for _, m in TIMELINE], "long": long, "long_prompt": len(requests[long].prompt),
         "chunks": chunks, "preempted": scheduler.preempted, "victims": victims,
         "needed": [scheduler.pages_needed(r) for r in requests], "steps": width}
 
@@ -206,7 +213,7 @@ def benchmark_png(results):
         ax.set(xscale="log", xlabel="pages in the pool", ylabel=label)
         ax.set_xticks(pools, [str(p) for p in pools])
         ax.minorticks_off()
-    right.legend(fontsize=8)
+        ax.legend(fontsize=7)
     return png(fig)
 
 
@@ -224,15 +231,18 @@ def benchmark():
     at = {(m.policy, m.pool): m for m in results}
     workload = bench.requests()
     values = {"requests": len(workload), "system": bench.WORKLOAD["system"], "page": bench.WORKLOAD["page"],
-              "own": list(bench.WORKLOAD["own"]), "new": list(bench.WORKLOAD["new"]), "budget": bench.WORKLOAD["budget"],
+              "own_min": bench.WORKLOAD["own"][0], "own_max": bench.WORKLOAD["own"][1],
+              "new_min": bench.WORKLOAD["new"][0], "new_max": bench.WORKLOAD["new"][1], "budget": bench.WORKLOAD["budget"],
               "t_max": bench.CONFIG.context_len, "pools": sorted(plain), "small": small, "large": large,
               "rounds": results[0].rounds, "same": all(m.drawn == plain[m.pool].drawn for m in results),
               "prefix_work": plain[large].computed / at["prefix cache", large].computed,
               "prefix_bytes": plain[large].peak_bytes / at["prefix cache", large].peak_bytes,
               "chunk_step": plain[large].longest_step / at["chunked prefill", large].longest_step,
               "chunk_ttft": at["chunked prefill", large].ttft_mean / plain[large].ttft_mean,
-              "preempt_steps": (plain[small].steps, at["preemption", small].steps),
+              "chunk_speed": at["chunked prefill", large].tokens_per_second / plain[large].tokens_per_second,
+              "preempt_steps": at["preemption", small].steps, "plain_steps": plain[small].steps,
               "preempt_computed": at["preemption", small].computed, "plain_computed": plain[small].computed,
               "all_speed": at["all three", small].tokens_per_second / plain[small].tokens_per_second,
-              "all_ttft": plain[small].ttft_mean / at["all three", small].ttft_mean}
+              "all_ttft": plain[small].ttft_mean / at["all three", small].ttft_mean,
+              "all_reused": at["all three", small].reused, "all_computed": at["all three", small].computed}
     return table, benchmark_png(results), values

@@ -20,6 +20,7 @@ from ..common import mode
 from ..examples import SEED, TINY_IDS, default_note, tiny
 from ._bench import timed
 from ._paged import profiled, sizes
+from ._serving_policies import benchmark, shared_pages, timeline as policies_timeline
 from ._serving_prefix import prefix
 
 PAGE_SIZE = 4
@@ -270,8 +271,13 @@ def generate(context):
     generate_table, generate_values = against_generate()
     windows_table, windows_values = windows()
     cfg_a = PRESETS["A"]  # a context of 64 positions: room for a system prompt of three pages of 16
+    shared_png, shared_values = shared_pages()
+    policies_md, policies_values = policies_timeline()
+    bench_table, bench_png, bench_values = benchmark()
     values = {"seed": SEED, "ids": TINY_IDS, "tiny": tiny_values, "batching": batching_values,
               "replay": replay_values, "generate": generate_values, "windows": windows_values,
-              "prefix": {**prefix(init_params(cfg_a, seed=SEED), cfg_a, SEED), "t_max": cfg_a.context_len}}
+              "prefix": {**prefix(init_params(cfg_a, seed=SEED), cfg_a, SEED), "t_max": cfg_a.context_len},
+              "shared": shared_values, "timeline": policies_values, "bench": bench_values}
     return {"values": values, "tiny": tiny_table, "batching": batching_table, "timeline": batching_timeline,
-            "replay": replay_table, "generate": generate_table, "windows": windows_table, "symbols": symbols_md()}
+            "replay": replay_table, "generate": generate_table, "windows": windows_table, "symbols": symbols_md(),
+            "shared.png": shared_png, "policies": policies_md, "bench": bench_table, "bench.png": bench_png}
