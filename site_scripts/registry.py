@@ -196,8 +196,8 @@ PAGES = (
     # Its run lengths are fewer in the quick build.
     Page("serving", "generation/serving.md", "Serving several requests", "Generation",
          functions=("scheduler:Scheduler", "scheduler:Running", "scheduler:serve", "prefix_cache:PrefixPool"),
-         listings=("scheduler:Request", "scheduler:serve"),
-         seeds=("init_params", "sampling"), reads=("mode",), alone="it times the replay of the requests",
+         listings=("scheduler:Request", "scheduler:Running", "scheduler:serve"),
+         seeds=("init_params", "sampling"), reads=("mode",), alone="it times the replay of the requests and the serving benchmark",
          crosscheck=Rows("our `Scheduler` (several requests over pages, across the context limit) against torch's "
                          "full causal forward over each window a token was drawn from", {"paged": ("*",)})),
     Page("quiz_generation", "generation/quiz.md", "Quiz: generation", "Generation"),
