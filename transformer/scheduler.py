@@ -237,9 +237,9 @@ class Scheduler:
         pages. Without preemption the pool must hold every page each running request and this one may fill, a
         shared page counted by each of its readers (it stays leased while one of them still reads it); with
         preemption, the pages of this request's text (so a request that gave way in this step cannot come back in
-        it: the pages it let go of fall short of its text by what it lacked). Each is fed its first chunk at once, so that the next one admitted can find its pages: with
-        a prefix cache, a request adopts the cached full pages its text begins with and is fed only the rest (at
-        least its last id, whose logits it needs)."""
+        it: the pages it let go of fall short of its text by what it lacked). Each is fed its first chunk at once,
+        so that the next one admitted can find its pages: with a prefix cache, a request adopts the cached full
+        pages its text begins with and is fed only the rest (at least its last id, whose logits it needs)."""
         S = self.pool.page_size
         budget = math.inf if self.budget is None else self.budget - sum(feeds.values())
         held = {page for r in self.running for page in r.cache.pages}
