@@ -582,6 +582,10 @@ MUTANTS = (
            "When the pool runs short the oldest running request gives its pages back, not the youngest.",
            (edit(f"{SCHED}:Scheduler.plan", "victim = max(self.running, key=lambda x: x.order)",
                  "victim = min(self.running, key=lambda x: x.order)"),)),
+    Mutant("preempted-request-readmitted-at-once",
+           "A request that gave way in a step may be admitted again in the same step (with a prefix cache it "
+           "adopts its own pages again), and gives way again at the next.",
+           (edit(f"{SCHED}:Scheduler.admit", " and self.waiting[0] not in gone:", ":"),)),
     Mutant("restart-keeps-decoding",
            "A request that restarts (a replay, or a preemption) still counts as decoding, so it is fed one id "
            "instead of its text.",

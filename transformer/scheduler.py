@@ -192,9 +192,9 @@ class Scheduler:
     def step(self):
         """One step: plan the running requests' feeds, admit waiting requests into what is left, feed them all, draw
         a token for every request whose text is all fed, and retire the finished ones."""
-        feeds, leases = self.plan()
-        self.admit(feeds, leases)  # feeds each request it admits
-        if not self.running:  # nothing can run, so no page will come back
+        feeds, leases, gone = self.plan()
+        self.admit(feeds, leases, gone)  # feeds each request it admits
+        if not self.running and not gone:  # nothing can run, so no page will come back
             raise PoolExhausted(f"the next request needs {self.short} pages and the pool has "
                                 f"{self.pool.available} free: pages leased outside the scheduler")
         self.feed(feeds)
@@ -205,10 +205,10 @@ class Scheduler:
         """The ids each running request is fed this step, oldest first: one for a decoding request; for one that is
         still being prefilled, as many of its unfed ids as the budget leaves after the decoding ones. With
         preemption, while the pool cannot hold a request's feed, the youngest running request gives its pages
-        back (the request itself, when it is the youngest). Returns the feeds {request: ids} and the pages they
-        will lease."""
+        back (the request itself, when it is the youngest). Returns the feeds {request: ids}, the pages they will
+        lease, and the requests that gave way."""
         budget = (math.inf if self.budget is None else self.budget) - sum(r.decoding for r in self.running)
-        feeds, leases = {}, 0
+        feeds, leases, gone = {}, 0, []
         for r in sorted(self.running, key=lambda x: x.order):
             if r not in self.running:  # it gave way to an older request
                 continue
@@ -218,10 +218,11 @@ class Scheduler:
                 victim = max(self.running, key=lambda x: x.order)  # eq:preempt-youngest
                 budget += victim.decoding  # the id set aside for its decoding
                 self.give_way(victim)
+                gone.append(victim)
             if n and r in self.running:
                 budget -= 0 if r.decoding else n
                 feeds[r], leases = n, leases + need
-        return feeds, leases
+        return feeds, leases, gone
 
     def give_way(self, victim):
         """A running request gives back its pages and waits at the head of the queue, to be fed its whole text again
@@ -232,19 +233,20 @@ class Scheduler:
         self.preempted += 1
         self.waiting.appendleft(victim)  # older than every request that has not started yet
 
-    def admit(self, feeds, leases):
+    def admit(self, feeds, leases, gone=()):
         """Start waiting requests, in order, while the batch has room, the budget has ids left and the pool has
         pages. Without preemption the pool must hold every page each running request and this one may fill, a
         shared page counted by each of its readers (it stays leased while one of them still reads it); with
-        preemption, the pages of this request's text (so a request that gave way in this step cannot come back in
-        it: the pages it let go of fall short of its text by what it lacked). Each is fed its first chunk at once,
-        so that the next one admitted can find its pages: with a prefix cache, a request adopts the cached full
-        pages its text begins with and is fed only the rest (at least its last id, whose logits it needs)."""
+        preemption, the pages of this request's text, and a request that gave way in this step (in `gone`) waits
+        for the next: its pages, or the shared ones it adopts again, could let it back in at once, to give way
+        again at the next step. Each is fed its first chunk at once, so that the next one admitted can find its
+        pages: with a prefix cache, a request adopts the cached full pages its text begins with and is fed only the
+        rest (at least its last id, whose logits it needs)."""
         S = self.pool.page_size
         budget = math.inf if self.budget is None else self.budget - sum(feeds.values())
         held = {page for r in self.running for page in r.cache.pages}
         promised = leases if self.preempt else sum(self.pages_needed(r.request) for r in self.running) - len(held)
-        while self.waiting and len(self.running) < self.max_batch and budget > 0:
+        while self.waiting and len(self.running) < self.max_batch and budget > 0 and self.waiting[0] not in gone:
             r = self.waiting[0]
             shared = self.pool.lookup(r.text[:-1]) if self.prefix else []
             revived = sum(page in self.pool.idle for page in shared) if self.prefix else 0

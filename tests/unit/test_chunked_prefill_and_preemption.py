@@ -170,19 +170,26 @@ def test_a_budget_below_the_batch_is_refused_by_name(budget):
         Scheduler(PARAMS, CFG, PagePool(CFG, 4, 4, np.float64), max_batch=2, budget=budget)
 
 
-def test_a_request_that_gives_way_waits_a_step_before_it_is_fed_again(monkeypatch):
+@pytest.mark.parametrize("kind,spec,pages,page_size,max_batch,budget", [
+    (PagePool, [([1, 2, 3], 11, 1.0, 0), ([4, 5, 6, 0, 1, 2, 3, 4], 3, 1.0, 1), ([5, 6, 0, 1], 9, 1.0, 2),
+                ([2, 3], 8, 1.0, 3)], 6, 3, 4, 5),
+    # Shared pages: a request that gave way can adopt its full pages again at once, and would, without the rule.
+    (PrefixPool, [([0, 3, 4, 5, 6, 3], 11, 1.0, 0), ([0, 3, 4, 5, 6], 6, 1.0, 1), ([0, 3, 4, 5, 6], 6, 1.0, 2)],
+     8, 2, 3, 6),
+])
+def test_a_request_that_gives_way_waits_a_step_before_it_is_fed_again(monkeypatch, kind, spec, pages, page_size,
+                                                                      max_batch, budget):
     """Fed again in the step it gave way in, it would find the pool as short at the next step and give way again,
-    recomputing its text every step without drawing a token."""
+    recomputing its text without drawing a token."""
     events = []
     real_give_way, real_prefill = Scheduler.give_way, Scheduler.prefill
     monkeypatch.setattr(Scheduler, "give_way",
                         lambda self, r: events.append(("gave way", len(self.times), r.order)) or real_give_way(self, r))
     monkeypatch.setattr(Scheduler, "prefill",
                         lambda self, r, n: events.append(("fed", len(self.times), r.order)) or real_prefill(self, r, n))
-    requests = fresh([([1, 2, 3], 11, 1.0, 0), ([4, 5, 6, 0, 1, 2, 3, 4], 3, 1.0, 1), ([5, 6, 0, 1], 9, 1.0, 2),
-                      ([2, 3], 8, 1.0, 3)])
-    scheduler = run(requests, PagePool(CFG, 6, 3, np.float64), max_batch=4, budget=5, preempt=True)
+    requests = fresh(spec)
+    scheduler = run(requests, kind(CFG, pages, page_size, np.float64), max_batch, budget=budget, preempt=True)
     gave_way = {(step, order) for what, step, order in events if what == "gave way"}
     assert gave_way and not any(what == "fed" and (step, order) in gave_way for what, step, order in events)
     assert scheduler.preempted == len(gave_way)
-    assert_as_alone(requests, 3, None)
+    assert_as_alone(requests, page_size, None)
