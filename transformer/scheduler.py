@@ -12,7 +12,7 @@ Two policies bound what a step does:
 - the budget: at most `budget` ids fed per step. Decoding requests come first, one id each; a prompt takes what is
   left, so a long one is fed in chunks over several steps while the others decode (chunked prefill).
 - preemption: without it a request is admitted only when the pool can promise every page it may ever fill. With it,
-  a request is admitted when the pool holds the pages of its first feed; when a later step finds the pool short,
+  a request is admitted when the pool holds the pages of its text; when a later step finds the pool short,
   the youngest running request gives all its pages back and waits at the head of the queue, to be fed its whole
   text again when pages come back.
 
@@ -128,7 +128,7 @@ class Scheduler:
     budget : int, optional
         The most ids fed in one step, at least max_batch (default: no bound, a prompt is fed whole).
     preempt : bool
-        Admit a request when its first feed fits, and take pages back from the youngest when the pool runs
+        Admit a request when the pages of its text fit, and take pages back from the youngest when the pool runs
         short (default False: admit only when every page a request may fill can be promised).
     """
 
@@ -258,7 +258,7 @@ class Scheduler:
             r.cache.adopt(shared)
             self.reused += len(shared) * S
             n = min(len(r.text) - len(shared) * S, budget)
-            self.prefill(r, n)
+            self.feed_chunk(r, n)
             budget -= n
             if self.preempt:  # the pages of the rest of its text
                 promised += text_pages - len(r.cache.pages)
@@ -278,9 +278,9 @@ class Scheduler:
                 r.logits = None if r.unfed else logits
         for r, n in feeds.items():
             if r not in one:
-                self.prefill(r, n)
+                self.feed_chunk(r, n)
 
-    def prefill(self, r, n):
+    def feed_chunk(self, r, n):
         """Feed a request the next n ids of its text in one pass (`prefill` into an empty cache, `extend` after
         cached positions), name its full pages for the prefix cache, and keep the logits once its text is all in."""
         chunk = r.text[r.cache.length:r.cache.length + n]

@@ -140,10 +140,10 @@ class Marking(Scheduler):
         super().give_way(victim)
         self.marks[-1][self.number[id(victim.request)]] = "!"
 
-    def prefill(self, r, n):
+    def feed_chunk(self, r, n):
         self.marks[-1][self.number[id(r.request)]] = "P"
         self.chunks[-1][self.number[id(r.request)]] = n
-        super().prefill(r, n)
+        super().feed_chunk(r, n)
 
     def feed(self, feeds):
         for r, n in feeds.items():

@@ -182,11 +182,11 @@ def test_a_request_that_gives_way_waits_a_step_before_it_is_fed_again(monkeypatc
     """Fed again in the step it gave way in, it would find the pool as short at the next step and give way again,
     recomputing its text without drawing a token."""
     events = []
-    real_give_way, real_prefill = Scheduler.give_way, Scheduler.prefill
+    real_give_way, real_feed_chunk = Scheduler.give_way, Scheduler.feed_chunk
     monkeypatch.setattr(Scheduler, "give_way",
                         lambda self, r: events.append(("gave way", len(self.times), r.order)) or real_give_way(self, r))
-    monkeypatch.setattr(Scheduler, "prefill",
-                        lambda self, r, n: events.append(("fed", len(self.times), r.order)) or real_prefill(self, r, n))
+    monkeypatch.setattr(Scheduler, "feed_chunk",
+                        lambda self, r, n: events.append(("fed", len(self.times), r.order)) or real_feed_chunk(self, r, n))
     requests = fresh(spec)
     scheduler = run(requests, kind(CFG, pages, page_size, np.float64), max_batch, budget=budget, preempt=True)
     gave_way = {(step, order) for what, step, order in events if what == "gave way"}
