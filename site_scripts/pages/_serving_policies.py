@@ -30,10 +30,11 @@ class Snapshot(Scheduler):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.number, self.seen = {}, None
+        self.number, self.seen, self.submitted = {}, None, []
 
     def submit(self, request):
         self.number[id(request)] = len(self.number)
+        self.submitted.append(request)
         super().submit(request)
 
     def retire(self):
@@ -43,8 +44,8 @@ class Snapshot(Scheduler):
             pool = self.pool
             self.seen = {"tables": {self.number[id(r.request)]: list(r.cache.pages) for r in self.running},
                          "refs": dict(pool.refs), "idle": list(pool.idle), "free": set(pool.free),
-                         "step": len(self.times), "done": [i for i in self.number.values()
-                                                            if i not in {self.number[id(r.request)] for r in self.running}]}
+                         "step": len(self.times),
+                         "done": [i for i, r in enumerate(self.submitted) if len(r.new) == r.num_tokens]}
 
 
 def shared_run():
