@@ -30,10 +30,9 @@ class Snapshot(Scheduler):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.number, self.seen, self.submitted = {}, None, []
+        self.seen, self.submitted = None, []
 
     def submit(self, request):
-        self.number[id(request)] = len(self.number)
         self.submitted.append(request)
         super().submit(request)
 
@@ -41,8 +40,8 @@ class Snapshot(Scheduler):
         before = len(self.running)
         super().retire()
         if self.seen is None and len(self.running) < before:
-            pool = self.pool
-            self.seen = {"tables": {self.number[id(r.request)]: list(r.cache.pages) for r in self.running},
+            pool, number = self.pool, {id(q): i for i, q in enumerate(self.submitted)}
+            self.seen = {"tables": {number[id(r.request)]: list(r.cache.pages) for r in self.running},
                          "refs": dict(pool.refs), "idle": list(pool.idle), "free": set(pool.free),
                          "step": len(self.times),
                          "done": [i for i, r in enumerate(self.submitted) if len(r.new) == r.num_tokens]}
