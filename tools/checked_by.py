@@ -39,7 +39,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from .common import ROOT, code_text, cores, environment, files_text, hash_parts, parse, positive_int
+from .common import ROOT, code_text, cores, environment, files_text, hash_parts, parse, positive_int, pytest_settings
 from .keyed_report import KeyedReport
 from .project_copy import UNIT_TESTS, project_copy, run_in
 
@@ -177,8 +177,8 @@ def trace_summary(traced, seconds):
 def trace_key(units, root):
     """What the trace depends on: every package and test file, the plugin, the environment, the units and what
     is kept of it (the code of the .py files: which test calls which function does not change with their words)."""
-    return hash_parts(environment(), files_text("transformer", UNIT_TESTS, "pyproject.toml", *PLUGIN, root=root,
-                                                code=True), *sorted(units), code_text(inspect.getsource(trace_summary)))
+    return hash_parts(environment(), files_text("transformer", UNIT_TESTS, *PLUGIN, root=root, code=True),
+                      pytest_settings(root), *sorted(units), code_text(inspect.getsource(trace_summary)))
 
 
 def unit_key(unit, calling, root):

@@ -8,12 +8,14 @@ tools.NAME`.
 
 import ast
 import hashlib
+import json
 import os
 from functools import cache, lru_cache
 import platform
 import subprocess
 import sys
 import threading
+import tomllib
 from pathlib import Path
 
 from transformer.parallel import cores  # noqa: F401  (the tools import it from here)
@@ -86,18 +88,22 @@ def hash_parts(*parts) -> str:
     return digest.hexdigest()
 
 
+def pytest_settings(root=ROOT):
+    """pyproject.toml's `[tool.pytest.ini_options]` as one text: all of that file a test's result can depend on.
+    A key holds this, not the whole file, so that editing the project's dependency lists or metadata does not
+    make every stored test result stale."""
+    with open(Path(root) / "pyproject.toml", "rb") as f:
+        table = tomllib.load(f)["tool"]["pytest"]["ini_options"]
+    return "pyproject.toml [tool.pytest.ini_options]\0" + json.dumps(table, sort_keys=True)
+
+
 def files_text(*names, root=ROOT, code=False):
     """The paths and texts of the named files and of the .py files under the named folders, in order: what a
-    key holds of them (with code=True, each .py file as `code_text`). The folders are listed once until
-    `list_files_again()`; the files are read again whenever their size or modification time changed."""
+    key holds of them (with code=True, each .py file as `code_text`). Each folder is listed once per
+    process; the files are read again whenever their size or modification time changed."""
     paths = [p for name in names for p in _files(Path(root), name)]
     states = tuple((p, *_stat(p)) for p in paths)
     return _joined(Path(root), states, code)
-
-
-def list_files_again():
-    """Forget which files the folders held (call it before computing a batch of keys: a file may be new)."""
-    _files.cache_clear()
 
 
 @lru_cache(maxsize=256)

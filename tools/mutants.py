@@ -48,7 +48,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 
 from .common import (CORPUS, ROOT, code_text, cores, ensure_corpus, environment, files_text, hash_parts,
-                     parse, pinned_corpus_digest, positive_int)
+                     parse, pinned_corpus_digest, positive_int, pytest_settings)
 from .keyed_report import KeyedReport
 from .mutant_catalogue import MUTANTS
 from .project_copy import UNIT_TESTS, project_copy, run_in, run_pytest
@@ -88,7 +88,7 @@ CHECKS = (
     Check("tests", "Unit tests",
           "the pytest suite without the tests of the site and the tools: the mutated module's own test file "
           "first, then the files that import it, then the layers' tests; it stops at the first failure, which is "
-          "named", ("pyproject.toml", f"{UNIT_TESTS}/conftest.py")),
+          "named", (f"{UNIT_TESTS}/conftest.py",)),
     Check("training", "Training run",
           f"{TRAINING[TRAINING.index('--steps') + 1]} steps of preset A on Tiny Shakespeare; the validation loss "
           "must fall below that of a bigram model counted from the training split", ("transformer/data.py",)),
@@ -345,7 +345,8 @@ def bigram_loss(path=CORPUS):
 def definition(check, root=ROOT):
     """The text that defines a check: its function and the helpers it runs, its settings, its own files."""
     corpus = [pinned_corpus_digest()] if check.name == "training" else []
-    return [*check_code(check.name), files_text(*check.files, root=root, code=True), *corpus]
+    settings = [pytest_settings(root)] if check.name == "tests" else []
+    return [*check_code(check.name), files_text(*check.files, root=root, code=True), *settings, *corpus]
 
 
 @cache
@@ -365,7 +366,8 @@ def entry_key(mutant, check, value, root=ROOT):
     parts = [environment(), *definition(check, root)]
     if mutant is None:
         unchanged = [code_text(inspect.getsource(check_unchanged_tests))] if check.name == "tests" else []
-        return hash_parts(*parts, *unchanged, files_text(PACKAGE, UNIT_TESTS, "pyproject.toml", root=root, code=True))
+        return hash_parts(*parts, *unchanged, files_text(PACKAGE, UNIT_TESTS, root=root, code=True),
+                          pytest_settings(root))
     parts += [*(f"{e.path}:{e.function}\0{e.old}\0{e.new}" for e in mutant.edits), *edited_text(mutant, root)]
     if check.name == "tests":  # the file that caught it (all of them, if none did or the detail names none)
         found = re.search(r"first failure: ([^:\s]+)::", value["detail"]) if value and value["caught"] else None

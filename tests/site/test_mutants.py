@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from site_scripts.sections import function_page
-from tools import keyed_report, mutant_catalogue, mutants
+from tools import checked_by, keyed_report, mutant_catalogue, mutants
 from tools.common import ROOT
 from tools.keyed_report import KeyedReport
 
@@ -205,6 +205,27 @@ def test_an_entrys_key_changes_with_what_it_depends_on_and_not_with_the_rest(tre
     assert keys() == last  # words are not code: a comment changes no result
     replace(tree / "transformer/layernorm.py", "    dx = dxhat  #", "    dx = 1 * dxhat  #")
     assert all(keys()[k] != last[k] for k in ("grad caught", "tests caught", "grad missed", "unchanged"))
+
+
+def test_the_unit_test_keys_hold_pytests_settings_and_not_the_rest_of_pyproject(tree):
+    """Editing pyproject.toml's dependencies leaves every stored unit-test result and the trace current; editing
+    its pytest table (which changes what a test run does) makes them stale. Watched failing with the whole file
+    in the keys (the first assertion) and with no part of it (the second)."""
+    m = BY_NAME["layernorm-dx-no-mean-term"]
+    missed = {"caught": False, "detail": "passed"}
+    for name in checked_by.PLUGIN:  # the trace's key reads the plugin too
+        (tree / name).parent.mkdir(exist_ok=True)
+        shutil.copy(ROOT / name, tree / name)
+
+    def keys():
+        return (mutants.entry_key(m, CHECK["tests"], missed, tree), mutants.entry_key(None, CHECK["tests"], missed, tree),
+                checked_by.trace_key(["layernorm:layer_norm_backward"], tree))
+
+    before = keys()
+    replace(tree / "pyproject.toml", '"tqdm>=4.60"]', '"tqdm>=4.61"]')
+    assert keys() == before
+    replace(tree / "pyproject.toml", "-ra --strict-markers", "-ra -q --strict-markers")
+    assert all(k != b for k, b in zip(keys(), before, strict=True))
 
 
 def test_computing_a_key_fetches_and_runs_nothing(tmp_path, monkeypatch):
