@@ -525,7 +525,7 @@ MUTANTS = (
     Mutant("nf4-overflow-called-non-finite",
            "A finite float64 weight too large for float32 is cast first and then refused as not finite: the "
            "message names the wrong problem.",
-           (edit(f"{NF4}:quantize", "    if largest > np.finfo(np.float32).max:", "    if False:"),)),
+           (edit(f"{NF4}:quantize", "    if largest > float(np.finfo(np.float32).max):", "    if False:"),)),
     Mutant("clipping-takes-a-negative-max-norm",
            "clip_grads takes a negative max_norm: the factor max_norm / norm is negative and every gradient's sign "
            "flips, so a step climbs the loss.",

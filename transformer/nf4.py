@@ -167,7 +167,7 @@ def quantize(w, block_size=64, double=True, block_size2=256):
     if w.size == 0 or not np.isfinite(w).all():
         raise InputError("a weight to quantize must be non-empty and finite")
     largest = float(np.abs(w).max())
-    if largest > np.finfo(np.float32).max:  # finite here, but its float32 rounding would be inf
+    if largest > float(np.finfo(np.float32).max):  # finite here, but too large for float32
         raise InputError(f"a weight to quantize does not fit float32, in which NF4 quantizes: its largest magnitude "
                          f"is {largest:.3g}, float32's {float(np.finfo(np.float32).max):.3g}")
     w = w.astype(np.float32)
