@@ -601,4 +601,12 @@ MUTANTS = (
                  "else self.pages_needed(r.request) - len(shared) + revived"),
             edit(f"{SCHED}:Scheduler.admit", "promised += self.pages_needed(r.request) - len(set(r.cache.pages) - held)",
                  "promised += self.pages_needed(r.request) - len(r.cache.pages)"))),
+    Mutant("decoded-pages-not-named",
+           "Only the pages a prompt fills are named for the prefix cache: a conversation's next turn, whose text "
+           "begins with the last turn's answer, computes the answer's pages again.",
+           (edit(f"{SCHED}:Scheduler.feed", "if r.cache.length % self.pool.page_size == 0:", "if False:"),)),
+    Mutant("release-first-page-first",
+           "A cache gives its pages back first page first: a prefix cache then takes back a text's first page "
+           "before its later ones, which can no longer be found without it.",
+           (edit(f"{KV}:PagedCache.release", "for page in reversed(pages):", "for page in pages:"),)),
 )

@@ -217,9 +217,12 @@ class PagedCache:
         return keys[0], values[0]
 
     def release(self):
-        """Hand every page back to the pool (the page table empties first, so a page goes back once)."""
+        """Hand every page back to the pool (the page table empties first, so a page goes back once), the last
+        page first: a prefix cache keeps idle pages in the order they come back and takes back the oldest, so a
+        text's later pages go before its first ones, which more texts begin with and without which the later
+        ones cannot be found."""
         pages, self.pages, self.length = self.pages, [], 0
-        for page in pages:
+        for page in reversed(pages):
             self.pool.give_back(page)
 
     @property

@@ -275,6 +275,8 @@ class Scheduler:
             self.steps.append(len(one))
             for r, logits in zip(one, rows):
                 self.computed += 0 if r.decoding else 1
+                if r.cache.length % self.pool.page_size == 0:  # this id filled a page
+                    self.name_pages(r)
                 r.logits = None if r.unfed else logits
         for r, n in feeds.items():
             if r not in one:
@@ -286,9 +288,15 @@ class Scheduler:
         chunk = r.text[r.cache.length:r.cache.length + n]
         logits = (extend if r.cache.length else prefill)(self.params, chunk, r.cache, self.cfg)
         self.computed += n
+        self.name_pages(r)
+        r.logits = None if r.unfed else logits
+
+    def name_pages(self, r):
+        """With a prefix cache, name a request's full pages by the tokens they hold, whether a prompt or decoding
+        filled them, so that a later text beginning with those tokens (a conversation's next turn, say) adopts
+        them."""
         if self.prefix:
             self.pool.register(r.cache.pages, r.text[:r.cache.length])
-        r.logits = None if r.unfed else logits
 
     def draw(self):
         """Draw one token for every request whose text is all fed (one pass per sampling setting; each row its own

@@ -37,3 +37,31 @@ def prefix(params, cfg, seed):
             "work": plain.computed / shared.computed, "peak": {"plain": plain.peak, "prefix": shared.peak},
             "bytes": {"plain": plain.peak * page_bytes, "prefix": shared.peak * page_bytes},
             "held": plain.peak / shared.peak, "gap": max(gaps), "tokens": sum(len(r.new) for r in a)}
+
+
+def conversation(params, cfg, seed):
+    """Two turns of a conversation on one prefix-cached pool: the second turn's text is the first's, its answer
+    and a question of its own, so it adopts the pages the first turn's prompt and answer filled; its tokens are
+    compared with the second turn served alone on plain pages."""
+    rng = np.random.default_rng(seed)
+    first = Request(rng.integers(0, cfg.vocab_size, PAGE + OWN).tolist(), PAGE, seed=0)
+    pool = PrefixPool(cfg, 2 * cfg.context_len // PAGE, PAGE, params["tok_emb"].dtype)
+    served_on(params, cfg, pool, [first])
+    text = first.prompt + first.new + rng.integers(0, cfg.vocab_size, OWN).tolist()
+    turn, alone = Request(text, NEW, seed=1), Request(text, NEW, seed=1)
+    second = served_on(params, cfg, pool, [turn])
+    served_on(params, cfg, PagePool(cfg, pool.num_pages, PAGE, pool.keys[0].dtype), [alone])
+    if turn.new != alone.new:
+        raise RuntimeError("the adopted pages changed a token of the second turn")
+    fed = len(first.prompt) + len(first.new) - 1  # the first turn's last token is drawn, never fed
+    return {"prompt": len(first.prompt), "answer": len(first.new), "own": OWN, "text": len(text), "page": PAGE,
+            "pages": fed // PAGE, "prompt_pages": len(first.prompt) // PAGE, "reused": second.reused,
+            "computed": second.computed, "new": NEW}
+
+
+def served_on(params, cfg, pool, requests):
+    scheduler = Scheduler(params, cfg, pool, max_batch=len(requests))
+    for r in requests:
+        scheduler.submit(r)
+    scheduler.run()
+    return scheduler

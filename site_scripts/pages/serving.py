@@ -21,7 +21,7 @@ from ..examples import SEED, TINY_IDS, default_note, tiny
 from ._bench import timed
 from ._paged import profiled, sizes
 from ._serving_policies import benchmark, shared_pages, timeline as policies_timeline
-from ._serving_prefix import prefix
+from ._serving_prefix import conversation, prefix
 
 PAGE_SIZE = 4
 BATCH_SIZES = ((5, 6), (3, 20), (10, 4), (2, 12), (7, 10), (4, 3))  # (prompt length, tokens to add) per request
@@ -277,6 +277,7 @@ def generate(context):
     values = {"seed": SEED, "ids": TINY_IDS, "tiny": tiny_values, "batching": batching_values,
               "replay": replay_values, "generate": generate_values, "windows": windows_values,
               "prefix": {**prefix(init_params(cfg_a, seed=SEED), cfg_a, SEED), "t_max": cfg_a.context_len},
+              "conversation": conversation(init_params(cfg_a, seed=SEED), cfg_a, SEED),
               "shared": shared_values, "timeline": policies_values, "bench": bench_values}
     return {"values": values, "tiny": tiny_table, "batching": batching_table, "timeline": batching_timeline,
             "replay": replay_table, "generate": generate_table, "windows": windows_table, "symbols": symbols_md(),

@@ -77,7 +77,27 @@ def test_sixteen_requests_with_one_system_prompt_compute_it_once():
     assert scheduler.reused == 15 * 3 * S and scheduler.computed == 3 * S + 16 * 2
 
 
+def test_a_conversations_next_turn_adopts_the_pages_its_answer_filled_while_decoding():
+    """A first turn: a prompt of 3 ids draws 5 tokens, its cache holds 7 positions, and decoding fills pages 1
+    and 2 (of 2 positions). The next turn's text is the first's prompt and answer, then a question of its own: it
+    adopts all three full pages and computes only the rest, with the logits it would compute alone."""
+    S = 2
+    pool = PrefixPool(CFG, 16, S, np.float64)
+    first = fresh([([1, 2, 3], 5, 1.0, 0)])
+    run(first, pool, 1, None)
+    turn = first[0].prompt + first[0].new + [4]
+    second, alone = fresh([(turn, 2, 1.0, 1)]), fresh([(turn, 2, 1.0, 1)])
+    scheduler = run(second, pool, 1, None)
+    assert scheduler.reused == 3 * S and scheduler.computed == len(turn) - 3 * S
+    run(alone, PagePool(CFG, 16, S, np.float64), 1, None)
+    assert second[0].new == alone[0].new
+    for x, y in zip(second[0].drawn_from, alone[0].drawn_from):
+        assert np.abs(x - y).max() <= EQUAL_REL * np.abs(x).max()
+
+
 def test_a_shared_page_outlives_the_request_that_filled_it_and_is_evicted_last_used_first():
+    """A cache lets its pages go last page first, so a text's later page is taken back before its first one,
+    which can still be found."""
     S = 2
     pool = PrefixPool(CFG, 4, S, np.float64)
     first, second = PagedCache(pool, CFG.context_len), PagedCache(pool, CFG.context_len)
@@ -89,10 +109,10 @@ def test_a_shared_page_outlives_the_request_that_filled_it_and_is_evicted_last_u
     first.release()  # the second still reads them
     assert pool.refs[pages[0]] == 1 and pages[0] not in pool.free
     second.release()
-    assert list(pool.idle) == pages and pool.available == 4  # kept, idle, in the order they were let go
+    assert list(pool.idle) == pages[::-1] and pool.available == 4  # kept, idle, in the order they were let go
     third = PagedCache(pool, CFG.context_len)
     third.reserve(6)  # two free pages, then the least recently released idle one is taken back
-    assert third.pages[2] == pages[0] and pool.lookup([1, 2, 3, 4]) == []
+    assert third.pages[2] == pages[1] and pool.lookup([1, 2, 3, 4]) == [pages[0]]
     with pytest.raises(PoolExhausted, match="all 4 pages"):
         PagedCache(pool, CFG.context_len).reserve(4)
 
