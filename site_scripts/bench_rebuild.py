@@ -150,6 +150,7 @@ def build_env(copy, root, quick):
     corpus = corpus_source(root)
     if corpus is not None:
         env["TINYSHAKESPEARE"] = str(corpus)
+    env.setdefault("GPT2_TOKENIZER_DIR", str(root / "data" / "gpt2"))  # fetched by scripts/setup, not copied
     return env
 
 
