@@ -14,11 +14,7 @@ REQUESTS, SYSTEM_PAGES, OWN, NEW, PAGE = 16, 3, 4, 8, 16  # requests; pages of s
 def served(params, cfg, pool, system, rng_seed):
     rng = np.random.default_rng(rng_seed)
     requests = [Request(system + rng.integers(0, cfg.vocab_size, OWN).tolist(), NEW, seed=i) for i in range(REQUESTS)]
-    scheduler = Scheduler(params, cfg, pool, max_batch=REQUESTS)
-    for r in requests:
-        scheduler.submit(r)
-    scheduler.run()
-    return scheduler, requests
+    return served_on(params, cfg, pool, requests), requests
 
 
 def prefix(params, cfg, seed):
@@ -60,6 +56,7 @@ def conversation(params, cfg, seed):
 
 
 def served_on(params, cfg, pool, requests):
+    """Serve the requests together on the pool; the scheduler, with its counts."""
     scheduler = Scheduler(params, cfg, pool, max_batch=len(requests))
     for r in requests:
         scheduler.submit(r)
