@@ -7,8 +7,11 @@ the pages) a table of every part's last recorded time replaces the placeholder o
 its own profile, a rebuild the parts it reran beside the others' last times.
 """
 
+import fcntl
 import json
+import os
 import re
+import threading
 import time
 
 import markdown
@@ -19,6 +22,7 @@ PLACEHOLDER = '<div id="build-profile"></div>'  # written in docs/reference/arch
 PAGE = "reference/architecture/index.html"
 FILLED = r'<div id="build-profile">.*?</div>'  # the placeholder once filled: this build's own timings
 _build = {}
+_lock = threading.Lock()  # the two reports are brought up to date in two threads of one build
 
 
 def without_profile(page):
@@ -41,11 +45,17 @@ def start():
 
 def record(part, seconds):
     """Store one part's seconds under this build (the parts that ran in worker processes are recorded by the build
-    process, from their reported times)."""
-    stored = json.loads(path().read_text()) if path().exists() else {}
-    stored[part] = {"seconds": round(seconds, 1), "build": _build.get("id", "")}
+    process, from their reported times). Parts end at once in two threads of a build, and in the processes of a
+    test run: each reads and rewrites the file holding a lock (the thread's, then the file's), and the file is
+    replaced whole, so no reader sees it half-written and no part's time is lost."""
     path().parent.mkdir(parents=True, exist_ok=True)
-    path().write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n")
+    with _lock, open(path().with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # let go when the file closes
+        stored = json.loads(path().read_text()) if path().exists() else {}
+        stored[part] = {"seconds": round(seconds, 1), "build": _build.get("id", "")}
+        partial = path().with_suffix(f".{os.getpid()}.partial")
+        partial.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n")
+        partial.replace(path())
 
 
 def table(stored, this_build, wall):
