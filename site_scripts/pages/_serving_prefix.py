@@ -41,12 +41,13 @@ def conversation(params, cfg, seed):
     compared with the second turn served alone on plain pages."""
     rng = np.random.default_rng(seed)
     first = Request(rng.integers(0, cfg.vocab_size, PAGE + OWN).tolist(), PAGE, seed=0)
-    pool = PrefixPool(cfg, 2 * cfg.context_len // PAGE, PAGE, params["tok_emb"].dtype)
+    pages, dtype = 2 * cfg.context_len // PAGE, params["tok_emb"].dtype
+    pool = PrefixPool(cfg, pages, PAGE, dtype)
     served_on(params, cfg, pool, [first])
     text = first.prompt + first.new + rng.integers(0, cfg.vocab_size, OWN).tolist()
     turn, alone = Request(text, NEW, seed=1), Request(text, NEW, seed=1)
     second = served_on(params, cfg, pool, [turn])
-    served_on(params, cfg, PagePool(cfg, pool.num_pages, PAGE, pool.keys[0].dtype), [alone])
+    served_on(params, cfg, PagePool(cfg, pages, PAGE, dtype), [alone])
     if turn.new != alone.new:
         raise RuntimeError("the adopted pages changed a token of the second turn")
     fed = len(first.prompt) + len(first.new) - 1  # the first turn's last token is drawn, never fed

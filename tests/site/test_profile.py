@@ -1,5 +1,6 @@
 """The build's profile (site_scripts/profile.py): parts that end at once all keep their times."""
 
+import json
 import multiprocessing
 import threading
 
@@ -31,6 +32,6 @@ def test_parts_that_end_at_once_in_threads_and_processes_are_all_kept(tmp_path, 
     one_process("parent")
     child.join()
     assert child.exitcode == 0
-    stored = profile.json.loads((tmp_path / "profile-full.json").read_text())
+    stored = json.loads((tmp_path / "profile-full.json").read_text())
     expected = {f"{p} thread {t} {i}" for p in ("parent", "child") for t in range(4) for i in range(50)}
     assert set(stored) == expected
